@@ -1,0 +1,69 @@
+"""Benchmark output: an aligned table on stdout, a CSV file, and a PNG plot with a roofline."""
+
+from __future__ import annotations
+
+import csv
+from collections.abc import Sequence
+from pathlib import Path
+
+
+def print_table(rows: Sequence[dict], columns: Sequence[str] | None = None) -> str:
+    """Formats rows as an aligned text table (returned and printed)."""
+    if not rows:
+        return ""
+    columns = list(columns or rows[0].keys())
+
+    def fmt(v):
+        return f"{v:.3g}" if isinstance(v, float) and abs(v) < 100 else (
+            f"{v:.0f}" if isinstance(v, float) else str(v))
+
+    cells = [[fmt(r.get(c, "")) for c in columns] for r in rows]
+    widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(columns)]
+    lines = ["  ".join(c.rjust(w) for c, w in zip(columns, widths))]
+    lines += ["  ".join(v.rjust(w) for v, w in zip(row, widths)) for row in cells]
+    text = "\n".join(lines)
+    print(text, flush=True)
+    return text
+
+
+def write_csv(rows: Sequence[dict], path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0].keys()))
+        w.writeheader()
+        w.writerows(rows)
+
+
+def plot(rows: Sequence[dict], x: str, series: Sequence[str], path: Path, *, ylabel: str,
+         roofline: float | None = None, roofline_label: str = "copy bandwidth",
+         title: str = "") -> bool:
+    """Grouped bars of `series` per row labelled by `x`, with an optional horizontal roofline.
+
+    Returns False (and writes nothing) when matplotlib is not installed.
+    """
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    labels = [str(r[x]) for r in rows]
+    n = len(series)
+    width = 0.8 / max(n, 1)
+    fig, ax = plt.subplots(figsize=(max(8, 0.45 * len(rows) * n), 5))
+    for i, s in enumerate(series):
+        ax.bar([j + i * width for j in range(len(rows))], [float(r[s]) for r in rows], width,
+               label=s)
+    if roofline:
+        ax.axhline(roofline, color="k", linestyle="--", label=roofline_label)
+    ax.set_xticks([j + width * (n - 1) / 2 for j in range(len(rows))])
+    ax.set_xticklabels(labels, rotation=75, fontsize=7)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.legend()
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True

@@ -1,0 +1,73 @@
+"""What a kernel family is: plain data and plain functions, registered in `spio.kernels.KERNELS`."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+SRC_DIR = Path(__file__).resolve().parent.parent / "src"
+
+
+@dataclass(frozen=True)
+class KernelSpec:
+    """Everything needed to compile and launch one specialized kernel variant.
+
+    Attributes:
+        source: file name of the kernel under `spio/src/` (e.g. "layernorm_2d.cu").
+        entry: the `extern "C" __global__` function to launch.
+        signature: argument kinds for `Function.launch` (p = pointer, i = int32, l = int64,
+            f = float32, d = float64), in the entry's parameter order.
+        specs: generator specs (name -> spec) describing params and config; they become the
+            generated header the source includes, so every variant is fully specialized.
+        title: one line naming kernel, params and config, used in the generated header's banner.
+        block: threads per block (x, y, z).
+        smem: dynamic shared memory bytes per block.
+    """
+
+    source: str
+    entry: str
+    signature: str
+    specs: Mapping[str, Any]
+    title: str
+    block: tuple[int, int, int]
+    smem: int = 0
+    options: tuple[str, ...] = ()
+
+    def source_text(self) -> str:
+        return (SRC_DIR / self.source).read_text()
+
+
+@dataclass(frozen=True)
+class KernelStats:
+    """Work of one launch, for effective-bandwidth and throughput reports."""
+
+    bytes_moved: int  # fewest DRAM bytes: every input read once, every output written once
+    flops: int = 0
+
+
+@dataclass(frozen=True)
+class KernelDef:
+    """One kernel family: its params and config types and the functions that serve it.
+
+    Attributes:
+        name: registry key, e.g. "layernorm_2d_fwd".
+        params_type: frozen dataclass of the layer shape (what the user's tensors determine).
+        config_type: frozen dataclass of tuning choices (tiles, warps, stages...).
+        configs: (params, device attributes) -> every valid config, in a stable order.
+        spec: (params, config, device attributes) -> KernelSpec to compile and launch.
+        heuristic: (params, device attributes) -> the config used when no model applies.
+        stats: params -> KernelStats.
+        features: (params, config, device attributes) -> numeric features for the performance
+            model; a dict with a fixed key order.
+    """
+
+    name: str
+    params_type: type
+    config_type: type
+    configs: Callable[[Any, Any], list[Any]]
+    spec: Callable[[Any, Any, Any], KernelSpec]
+    heuristic: Callable[[Any, Any], Any]
+    stats: Callable[[Any], KernelStats]
+    features: Callable[[Any, Any, Any], dict[str, float]] = field(default=None)  # type: ignore[assignment]
