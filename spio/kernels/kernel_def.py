@@ -61,6 +61,8 @@ class KernelDef:
         stats: params -> KernelStats.
         features: (params, config, device attributes) -> numeric features for the performance
             model; a dict with a fixed key order.
+        examples: () -> a few representative params (for `spio bench --quick` with no GPU,
+            compile smoke tests and docs).
     """
 
     name: str
@@ -71,3 +73,4 @@ class KernelDef:
     heuristic: Callable[[Any, Any], Any]
     stats: Callable[[Any], KernelStats]
     features: Callable[[Any, Any, Any], dict[str, float]] = field(default=None)  # type: ignore[assignment]
+    examples: Callable[[], list[Any]] = field(default=None)  # type: ignore[assignment]
