@@ -1,0 +1,1 @@
+"""The `spio` command: info, compile, bench, tune."""

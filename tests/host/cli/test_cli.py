@@ -1,0 +1,61 @@
+"""The `spio` command on a machine with no GPU."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+KERNEL = r"""
+/*@spio
+I = Dim()
+@spio*/
+extern "C" __global__ void add_one(float* x, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) x[i] += 1.0f;
+}
+"""
+
+
+def _spio(*args: str, env=None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "spio.cli.main", *args], capture_output=True,
+                          text=True, env=env)
+
+
+def test_info_runs_without_gpu():
+    out = _spio("info")
+    assert out.returncode == 0, out.stderr
+    assert "spio" in out.stdout and "NVRTC" in out.stdout and "cache dir" in out.stdout
+
+
+def test_compile_writes_cubin_and_reports_resources(tmp_path: Path, monkeypatch):
+    src = tmp_path / "k.cu"
+    src.write_text(KERNEL)
+    out = _spio("compile", str(src), "--arch", "sm_80", "-o", str(tmp_path / "k.cubin"))
+    assert out.returncode == 0, out.stderr
+    assert (tmp_path / "k.cubin").read_bytes()[:4] == b"\x7fELF"
+    assert "add_one" in out.stdout
+
+
+def test_compile_error_exits_nonzero_with_log(tmp_path: Path):
+    src = tmp_path / "bad.cu"
+    src.write_text('extern "C" __global__ void f() { undefined_name = 1; }\n')
+    out = _spio("compile", str(src))
+    assert out.returncode == 1
+    assert "undefined_name" in out.stderr
+
+
+def test_unknown_bench_family_is_a_clear_error():
+    out = _spio("bench", "conv3d")
+    assert out.returncode == 2
+    assert "unknown family" in out.stderr and "matmul" in out.stderr
+
+
+@pytest.mark.smoke
+def test_help_lists_commands():
+    out = _spio("--help")
+    assert out.returncode == 0
+    for cmd in ("info", "compile", "bench", "tune"):
+        assert cmd in out.stdout
