@@ -63,6 +63,10 @@ class KernelDef:
             model; a dict with a fixed key order.
         examples: () -> a few representative params (for `spio bench --quick` with no GPU,
             compile smoke tests and docs).
+        sample_params: (random.Random) -> one params drawn from realistic layer shapes (and some
+            random ones), for collecting performance-model training data.
+        make_runner: (params, config) -> a zero-argument callable that launches the variant once
+            on inputs it allocated on the current GPU (for timing: collect, autotune).
     """
 
     name: str
@@ -74,3 +78,5 @@ class KernelDef:
     stats: Callable[[Any], KernelStats]
     features: Callable[[Any, Any, Any], dict[str, float]] = field(default=None)  # type: ignore[assignment]
     examples: Callable[[], list[Any]] = field(default=None)  # type: ignore[assignment]
+    sample_params: Callable[[Any], Any] = field(default=None)  # type: ignore[assignment]
+    make_runner: Callable[[Any, Any], Callable[[], None]] = field(default=None)  # type: ignore[assignment]
