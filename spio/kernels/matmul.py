@@ -1,0 +1,257 @@
+"""Tensor-core matmul family: config space, heuristic, kernel spec, launch and fp64 reference.
+
+The kernel is `spio/src/matmul.cu`; its header comment states the tiling, traffic and bound.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from spio.kernels.kernel_def import KernelDef, KernelSpec, KernelStats
+from spio.kernels.matmul_params import (
+    BLOCK_KS,
+    BLOCK_MN,
+    ITEMSIZE,
+    RASTERS,
+    STAGE_COUNTS,
+    WARP_TILES,
+    MatmulConfig,
+    MatmulParams,
+)
+
+__all__ = [
+    "DEF",
+    "MatmulConfig",
+    "MatmulParams",
+    "configs",
+    "features",
+    "grid",
+    "heuristic",
+    "launch",
+    "reference",
+    "spec",
+    "stats",
+]
+
+OUT_KINDS = {"float16": 0, "bfloat16": 1, "float32": 2}
+
+
+def configs(p: MatmulParams, dev: Any) -> list[MatmulConfig]:
+    """Every valid config for p on dev, in a stable order (smallest tiles first).
+
+    A config is valid when its warp tile is 32 or 64 in M and N, it has 2..8 warps, its loads
+    split evenly over the threads and its shared memory (pipeline ring, or the C staging tile of
+    p.out_dtype) fits the device's opt-in limit. The shape does not restrict the space (shapes
+    are runtime arguments); the heuristic and the model weigh it.
+    """
+    out: list[MatmulConfig] = []
+    limit = dev.max_smem_per_block_optin
+    for block_m in BLOCK_MN:
+        for block_n in BLOCK_MN:
+            for warp_m in WARP_TILES:
+                for warp_n in WARP_TILES:
+                    if block_m % warp_m or block_n % warp_n:
+                        continue
+                    warps_m, warps_n = block_m // warp_m, block_n // warp_n
+                    if not 2 <= warps_m * warps_n <= 8:
+                        continue
+                    for block_k in BLOCK_KS:
+                        for stages in STAGE_COUNTS:
+                            for raster in RASTERS:
+                                try:
+                                    cfg = MatmulConfig(
+                                        block_m, block_n, block_k, warps_m, warps_n, stages, raster
+                                    )
+                                except ValueError:
+                                    continue
+                                if cfg.smem(p) > limit:
+                                    continue
+                                out.append(cfg)
+    return out
+
+
+# Heuristic preference: (block_m, block_n, warps_m, warps_n), biggest first. 128 x 256 with 2 x 4
+# warps of 64 x 64 gives the best operand reuse (each smem byte feeds 64 FLOP-pairs per warp) when
+# the problem has enough tiles to fill the GPU; smaller tiles keep all SMs busy on small problems.
+_PREFERENCE = ((128, 256, 2, 4), (128, 128, 2, 2), (64, 128, 2, 2), (64, 64, 2, 2))
+
+
+def heuristic(p: MatmulParams, dev: Any) -> MatmulConfig:
+    """The config used without a performance model.
+
+    Picks the biggest tile of `_PREFERENCE` that still yields at least one CTA per SM (a full
+    wave); if none does, the smallest. Then block_k 32 and the deepest pipeline (4, 3, 2 stages)
+    whose shared memory fits the opt-in limit, and raster width 8 (8 M-tiles swept across N keeps
+    8 * block_m rows of A and one column strip of B hot in L2).
+    """
+    choice = _PREFERENCE[-1]
+    for bm, bn, wm, wn in _PREFERENCE:
+        tiles = -(-p.m // bm) * -(-p.n // bn)
+        if tiles >= dev.sm_count:
+            choice = (bm, bn, wm, wn)
+            break
+    bm, bn, wm, wn = choice
+    for stages in (4, 3, 2):
+        cfg = MatmulConfig(bm, bn, 32, wm, wn, stages, 8)
+        if cfg.smem(p) <= dev.max_smem_per_block_optin:
+            return cfg
+    raise ValueError(
+        f"matmul heuristic: no config fits {dev.max_smem_per_block_optin} bytes of "
+        f"shared memory on {dev.name}"
+    )
+
+
+def grid(p: MatmulParams, cfg: MatmulConfig) -> tuple[int, int, int]:
+    tm, tn = cfg.tiles(p)
+    return (tm * tn, 1, 1)
+
+
+def spec(p: MatmulParams, cfg: MatmulConfig, dev: Any) -> KernelSpec:
+    """The kernel variant for (dtypes, B layout, bias, tiling); independent of m, n, k."""
+    from spio.generators import Constant
+
+    del dev  # hardware limits were applied by configs(); the code is arch-generic sm_80+
+    constants = {
+        "BLOCK_M": cfg.block_m,
+        "BLOCK_N": cfg.block_n,
+        "BLOCK_K": cfg.block_k,
+        "WARPS_M": cfg.warps_m,
+        "WARPS_N": cfg.warps_n,
+        "STAGES": cfg.stages,
+        "ELEMENT_IS_BF16": int(p.dtype == "bfloat16"),
+        "OUT_KIND": OUT_KINDS[p.out_dtype],
+        "B_TRANSPOSED": int(p.b_transposed),
+        "HAS_BIAS": int(p.has_bias),
+    }
+    title = (
+        f"matmul {p.dtype}->{p.out_dtype} b_transposed={p.b_transposed} "
+        f"bias={p.has_bias} tile {cfg.block_m}x{cfg.block_n}x{cfg.block_k} "
+        f"warps {cfg.warps_m}x{cfg.warps_n} stages {cfg.stages}"
+    )
+    return KernelSpec(
+        source="matmul.cu",
+        entry="spio_matmul",
+        signature="ppppiiiii",  # a, b, bias, c, m, n, k, ldb, raster
+        specs={name: Constant(value) for name, value in constants.items()},
+        title=title,
+        block=(cfg.threads, 1, 1),
+        smem=cfg.smem(p),
+    )
+
+
+def stats(p: MatmulParams) -> KernelStats:
+    """2 m n k FLOP; A, B (and bias) read once, C written once."""
+    size = ITEMSIZE[p.dtype]
+    moved = (p.m * p.k + p.k * p.n + (p.n if p.has_bias else 0)) * size
+    moved += p.m * p.n * ITEMSIZE[p.out_dtype]
+    return KernelStats(bytes_moved=moved, flops=2 * p.m * p.n * p.k)
+
+
+def features(p: MatmulParams, cfg: MatmulConfig, dev: Any) -> dict[str, float]:
+    """Numeric features for the performance model (fixed key order)."""
+    tm, tn = cfg.tiles(p)
+    ctas = tm * tn
+    return {
+        "m": float(p.m),
+        "n": float(p.n),
+        "k": float(p.k),
+        "bf16": float(p.dtype == "bfloat16"),
+        "out_fp32": float(p.out_dtype == "float32"),
+        "b_transposed": float(p.b_transposed),
+        "has_bias": float(p.has_bias),
+        "block_m": float(cfg.block_m),
+        "block_n": float(cfg.block_n),
+        "block_k": float(cfg.block_k),
+        "warps_m": float(cfg.warps_m),
+        "warps_n": float(cfg.warps_n),
+        "stages": float(cfg.stages),
+        "raster": float(cfg.raster),
+        "ctas": float(ctas),
+        "waves": ctas / dev.sm_count,
+        "m_waste": tm * cfg.block_m / p.m - 1.0,
+        "n_waste": tn * cfg.block_n / p.n - 1.0,
+        "k_tiles": float(-(-p.k // cfg.block_k)),
+        "smem": float(cfg.smem(p)),
+    }
+
+
+def _check_tensor(name: str, t: Any, shape: tuple[int, ...], dtype: Any) -> None:
+    if tuple(t.shape) != shape:
+        raise ValueError(f"matmul launch: {name} must have shape {shape}, got {tuple(t.shape)}")
+    if t.dtype != dtype:
+        raise TypeError(f"matmul launch: {name} must be {dtype}, got {t.dtype}")
+    if not t.is_contiguous():
+        raise ValueError(f"matmul launch: {name} must be contiguous; call .contiguous() first")
+    if t.data_ptr() % 16:
+        raise ValueError(
+            f"matmul launch: {name} must be 16-byte aligned (16-byte vector "
+            f"loads/stores); pass a fresh tensor or .clone() it"
+        )
+
+
+def launch(
+    p: MatmulParams,
+    cfg: MatmulConfig,
+    c: Any,
+    a: Any,
+    b: Any,
+    bias: Any = None,
+    *,
+    ldb: int | None = None,
+    stream: int = 0,
+    cache: Any = None,
+    device: Any = None,
+) -> None:
+    """Runs C = A @ B (+ bias) with one config on torch tensors (already allocated C).
+
+    `ldb` is B's row stride in elements (default: its logical width); for row-major B it must be
+    a multiple of 8, so callers pad B's columns to the next multiple of 8 when n % 8 != 0 and
+    pass the padded B (shape (k, ldb)) here.
+    """
+    import torch
+
+    from spio.cuda import device_attributes
+    from spio.kernels.loader import default_function_cache
+
+    dt = getattr(torch, p.dtype)
+    b_width = p.k if p.b_transposed else p.n
+    ldb = b_width if ldb is None else ldb
+    if ldb < b_width or (not p.b_transposed and ldb % 8) or (p.b_transposed and ldb != p.k):
+        raise ValueError(
+            f"matmul launch: ldb={ldb} invalid for B of shape {p.b_shape}; row-major "
+            f"B needs ldb >= n and ldb % 8 == 0, transposed B needs ldb == k"
+        )
+    _check_tensor("a", a, (p.m, p.k), dt)
+    b_rows = p.n if p.b_transposed else p.k
+    _check_tensor("b", b, (b_rows, ldb), dt)
+    _check_tensor("c", c, (p.m, p.n), getattr(torch, p.out_dtype))
+    if p.has_bias:
+        if bias is None:
+            raise ValueError("matmul launch: params say has_bias=True but bias is None")
+        _check_tensor("bias", bias, (p.n,), dt)
+    elif bias is not None:
+        raise ValueError("matmul launch: bias given but params say has_bias=False")
+    device = device or device_attributes(c.device.index or 0)
+    cache = cache or default_function_cache()
+    kernel = cache.get(DEF, p.variant(), cfg, device)
+    bias_arg = bias if bias is not None else c  # never read when has_bias is False
+    kernel.launch(grid(p, cfg), (a, b, bias_arg, c, p.m, p.n, p.k, ldb, cfg.raster), stream=stream)
+
+
+def reference(a: Any, b: Any, bias: Any = None, b_transposed: bool = False) -> Any:
+    """fp64 C = A @ B (+ bias) from the same (quantized) operands the kernel reads."""
+    bd = b.double()
+    out = a.double() @ (bd.t() if b_transposed else bd)
+    return out + bias.double() if bias is not None else out
+
+
+DEF = KernelDef(
+    name="matmul",
+    params_type=MatmulParams,
+    config_type=MatmulConfig,
+    configs=configs,
+    spec=spec,
+    heuristic=heuristic,
+    stats=stats,
+    features=features,
+)

@@ -1,0 +1,297 @@
+/// Tensor-core matmul:  C[m, n] = Σ_k A[m, k] · B[k, n]  (+ bias[n]),  fp32 accumulation.
+///   A (M, K) row-major; B (K, N) row-major, or (N, K) row-major when B_TRANSPOSED (nn.Linear's
+///   weight layout); C (M, N) row-major in OUT (fp16, bf16 or fp32). M, N, K are runtime
+///   arguments: one compiled variant per (dtypes, B layout, bias, tiling) serves every shape.
+///
+/// Tiling: one CTA per BLOCK_M x BLOCK_N tile of C; WARPS_M x WARPS_N warps, each owning a
+///   WARP_M x WARP_N sub-tile = (WARP_M/16) x (WARP_N/8) mma.sync m16n8k16 tiles of fp32
+///   accumulators in registers. The grid is 1-D; CTA ids are rasterized in groups of `raster`
+///   M-tiles swept across all N-tiles (L2 reuse: a group touches raster*BLOCK_M rows of A and
+///   every column strip of B once per group instead of once per M-tile).
+/// Traffic per CTA: reads BLOCK_M·K·2 B of A and K·BLOCK_N·2 B of B (from L2 mostly, thanks to the
+///   rasterization), writes BLOCK_M·BLOCK_N·sizeof(OUT) B of C. Per k step a CTA does
+///   2·BLOCK_M·BLOCK_N·BLOCK_K FLOP on (BLOCK_M+BLOCK_N)·BLOCK_K·2 B of shared memory, i.e.
+///   BLOCK_M·BLOCK_N/(BLOCK_M+BLOCK_N) FLOP/B (85 at 128x256): compute bound on the tensor cores
+///   for K >= ~512. DRAM: 2·M·N·K FLOP per (M·K + K·N + M·N)·2 B, ~2700 FLOP/B at 8192³.
+///   Target: the mma.sync ceiling (H100: well below the wgmma peak cuBLAS reaches; measured by
+///   benchmarks/mma_probe.py); >= 70% of cuBLAS at 8192³.
+/// Pipeline: STAGES-deep ring of (A, B) tiles in shared memory, filled by cp.async (16 B per copy,
+///   zero-filled past M, N and K). One __syncthreads per k tile: wait for tile kt, barrier (which
+///   also proves every warp finished reading the slot about to be refilled), issue the copy of
+///   tile kt+STAGES-1, then run the mma's of tile kt from ldmatrix fragments.
+///   Shared-memory tiles are XOR-swizzled in 16-byte chunks so both the cp.async writes and the
+///   ldmatrix reads (8 rows at one logical chunk) hit 8 distinct 16-byte bank groups.
+/// Epilogue: accumulators (+ bias) -> OUT into a padded C tile in shared memory (reusing the
+///   ring), then 16-byte coalesced stores (element stores on the ragged N edge or when N is not a
+///   multiple of 16 B).
+/// Assumes: K % 8 == 0; for row-major B, ldb % 8 == 0 (the host pads B when N % 8 != 0);
+///   A, B, C, bias 16-byte aligned (checked by the host); sm_80+.
+#include "spio/async_copy.h"
+#include "spio/ldmatrix.h"
+#include "spio/mma.h"
+
+namespace {
+
+template <int IsBf16>
+struct ElementOf {
+    using type = __half;
+};
+template <>
+struct ElementOf<1> {
+    using type = __nv_bfloat16;
+};
+template <int Kind>
+struct OutOf {
+    using type = __half;
+};
+template <>
+struct OutOf<1> {
+    using type = __nv_bfloat16;
+};
+template <>
+struct OutOf<2> {
+    using type = float;
+};
+
+using Element = typename ElementOf<ELEMENT_IS_BF16>::type;
+using Out = typename OutOf<OUT_KIND>::type;
+
+constexpr int THREADS = WARPS_M * WARPS_N * 32;
+constexpr int WARP_M = BLOCK_M / WARPS_M;
+constexpr int WARP_N = BLOCK_N / WARPS_N;
+constexpr int MMA_M = WARP_M / 16;       // m16 tiles per warp
+constexpr int MMA_N = WARP_N / 8;        // n8 tiles per warp
+constexpr int K_STEPS = BLOCK_K / 16;    // k16 mma steps per stage
+constexpr int K_CHUNKS = BLOCK_K / 8;    // 16-byte chunks in a K-major row of a stage
+constexpr int N_CHUNKS = BLOCK_N / 8;    // 16-byte chunks in an N-major row (row-major B)
+constexpr int A_CHUNKS = BLOCK_M * K_CHUNKS;
+constexpr int B_CHUNKS = BLOCK_N * K_CHUNKS;
+constexpr int C_STRIDE = BLOCK_N + 8;    // padded C tile row (elements); see store_accumulators
+constexpr int OUT_VEC = 16 / int(sizeof(Out));
+
+// Preconditions
+static_assert(BLOCK_M % WARPS_M == 0 && BLOCK_N % WARPS_N == 0,
+              "matmul: warps must divide the block tile; change WARPS_M/WARPS_N");   // WARP_M, WARP_N
+static_assert(WARP_M % 16 == 0 && WARP_N % 16 == 0,
+              "matmul: warp tile must be a multiple of 16 in M and N (m16 mma, n16 per "
+              "ldmatrix.x4 of B); change the warp grid");                            // MMA_M, MMA_N
+static_assert(BLOCK_K == 32 || BLOCK_K == 64,
+              "matmul: BLOCK_K must be 32 or 64 (4 or 8 chunks per swizzled row)");  // K_CHUNKS
+static_assert(BLOCK_N >= 64,
+              "matmul: BLOCK_N must be >= 64 so a row-major B row spans 8 chunks (the XOR "
+              "swizzle uses 3 bits)");                                               // N_CHUNKS
+static_assert(A_CHUNKS % THREADS == 0 && B_CHUNKS % THREADS == 0,
+              "matmul: the 16-byte chunks of a stage must split evenly over the threads; "
+              "use fewer warps or a bigger tile");
+static_assert(STAGES >= 2, "matmul: the cp.async ring needs at least 2 stages");
+
+/// Offset (in 16-byte chunks) of logical chunk `chunk` of row `row` in a K-major stage tile
+/// (rows of K_CHUNKS chunks: A, and B when transposed).
+///
+/// 8 rows x 16 B read by one ldmatrix phase must land in 8 distinct 16-byte bank groups of a
+/// 128-byte line. With 8 chunks per row that is chunk ^ (row % 8); with 4 chunks per row two rows
+/// share a line, so the XOR key is (row / 2) % 4: rows r and r+1 differ in the line half.
+SPIO_DEVICE int k_major_chunk(int row, int chunk) {
+    constexpr int rows_per_line = 8 / K_CHUNKS;
+    return row * K_CHUNKS + (chunk ^ ((row / rows_per_line) % K_CHUNKS));
+}
+
+/// Offset (in 16-byte chunks) of logical chunk `chunk` (8 consecutive n) of k-row `row` in an
+/// N-major stage tile (row-major B). Rows are >= 128 B, so chunk ^ (row % 8) spreads the 8 k-rows
+/// one ldmatrix.trans phase reads over 8 bank groups.
+SPIO_DEVICE int n_major_chunk(int row, int chunk) { return row * N_CHUNKS + (chunk ^ (row % 8)); }
+
+/// Row-major CTA tile index of CTA `cta` with grouped rasterization: `raster` consecutive
+/// M-tiles form a group swept N-tile by N-tile (column-major inside the group).
+SPIO_DEVICE void cta_tile(int cta, int tiles_m, int tiles_n, int raster, int& tile_m,
+                          int& tile_n) {
+    const int per_group = raster * tiles_n;
+    const int group = cta / per_group;
+    const int first_m = group * raster;
+    const int rows = min(tiles_m - first_m, raster);
+    const int in_group = cta - group * per_group;
+    tile_m = first_m + in_group % rows;
+    tile_n = in_group / rows;
+}
+
+}  // namespace
+
+extern "C" __global__ void __launch_bounds__(THREADS, 1)
+    spio_matmul(const Element* __restrict__ a, const Element* __restrict__ b,
+                const Element* __restrict__ bias, Out* __restrict__ c, int m, int n, int k,
+                int ldb, int raster) {
+    // ---- setup: this CTA's tile, this warp's sub-tile, shared-memory ring --------------------
+    extern __shared__ __align__(128) unsigned char smem_raw[];
+    uint4* smem_a = reinterpret_cast<uint4*>(smem_raw);  // (STAGES, BLOCK_M, K_CHUNKS) swizzled
+    uint4* smem_b = smem_a + STAGES * A_CHUNKS;          // (STAGES, B rows, chunks) swizzled
+
+    const int tid = threadIdx.x;
+    const int lane = tid % 32;
+    const int warp = tid / 32;
+    const int tiles_m = (m + BLOCK_M - 1) / BLOCK_M;
+    const int tiles_n = (n + BLOCK_N - 1) / BLOCK_N;
+    int tile_m, tile_n;
+    cta_tile(blockIdx.x, tiles_m, tiles_n, raster, tile_m, tile_n);
+    const int m0 = tile_m * BLOCK_M;
+    const int n0 = tile_n * BLOCK_N;
+    const int warp_m0 = (warp / WARPS_N) * WARP_M;
+    const int warp_n0 = (warp % WARPS_N) * WARP_N;
+    const int k_tiles = (k + BLOCK_K - 1) / BLOCK_K;
+
+    // Copies k tile `kt` of A and B into ring slot `slot` (zero-filled past M, N, K).
+    auto load_stage = [&](int kt, int slot) {
+        const int k0 = kt * BLOCK_K;
+        uint4* sa = smem_a + slot * A_CHUNKS;
+        uint4* sb = smem_b + slot * B_CHUNKS;
+#pragma unroll
+        for (int i = 0; i < A_CHUNKS / THREADS; ++i) {
+            const int idx = tid + i * THREADS;
+            const int row = idx / K_CHUNKS, chunk = idx % K_CHUNKS;
+            const int gm = m0 + row, gk = k0 + chunk * 8;
+            const bool ok = gm < m && gk < k;
+            const Element* src = ok ? a + (long long)gm * k + gk : a;
+            spio::cp_async_16(sa + k_major_chunk(row, chunk), src, ok);
+        }
+#pragma unroll
+        for (int i = 0; i < B_CHUNKS / THREADS; ++i) {
+            const int idx = tid + i * THREADS;
+            if constexpr (B_TRANSPOSED) {
+                const int row = idx / K_CHUNKS, chunk = idx % K_CHUNKS;
+                const int gn = n0 + row, gk = k0 + chunk * 8;
+                const bool ok = gn < n && gk < k;
+                const Element* src = ok ? b + (long long)gn * ldb + gk : b;
+                spio::cp_async_16(sb + k_major_chunk(row, chunk), src, ok);
+            } else {
+                const int row = idx / N_CHUNKS, chunk = idx % N_CHUNKS;
+                const int gk = k0 + row, gn = n0 + chunk * 8;
+                const bool ok = gk < k && gn < n;
+                const Element* src = ok ? b + (long long)gk * ldb + gn : b;
+                spio::cp_async_16(sb + n_major_chunk(row, chunk), src, ok);
+            }
+        }
+    };
+
+    float reg_acc[MMA_M][MMA_N][4];
+#pragma unroll
+    for (int i = 0; i < MMA_M; ++i)
+#pragma unroll
+        for (int j = 0; j < MMA_N; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) reg_acc[i][j][e] = 0.0f;
+
+    // Multiplies the tile in ring slot `slot` into the accumulators.
+    auto compute_stage = [&](int slot) {
+        const uint4* sa = smem_a + slot * A_CHUNKS;
+        const uint4* sb = smem_b + slot * B_CHUNKS;
+#pragma unroll
+        for (int ks = 0; ks < K_STEPS; ++ks) {
+            unsigned reg_a[MMA_M][4];
+            unsigned reg_b[MMA_N][2];
+            // A 16x16: lanes 0-15 address rows 0-15 of k chunk 2ks, lanes 16-31 chunk 2ks+1;
+            // matrices come back in mma order (rows 0-7|8-15) x (k 0-7|8-15).
+#pragma unroll
+            for (int i = 0; i < MMA_M; ++i) {
+                const int row = warp_m0 + i * 16 + lane % 16;
+                spio::ldmatrix_x4(reg_a[i], sa + k_major_chunk(row, 2 * ks + lane / 16));
+            }
+            // B 16(k) x 16(n): matrix j = lane / 8 is (k half j % 2, n half j / 2), giving
+            // b[n tile 2jj][0..1] and b[n tile 2jj+1][0..1].
+#pragma unroll
+            for (int jj = 0; jj < MMA_N / 2; ++jj) {
+                unsigned r[4];
+                const int mat = lane / 8;
+                if constexpr (B_TRANSPOSED) {  // stored (n, k): plain ldmatrix gives k pairs
+                    const int row = warp_n0 + jj * 16 + (mat / 2) * 8 + lane % 8;
+                    spio::ldmatrix_x4(r, sb + k_major_chunk(row, 2 * ks + mat % 2));
+                } else {  // stored (k, n): transpose so each register holds a k pair
+                    const int row = ks * 16 + (mat % 2) * 8 + lane % 8;
+                    spio::ldmatrix_x4_trans(r, sb + n_major_chunk(row, (warp_n0 + jj * 16) / 8 +
+                                                                           mat / 2));
+                }
+                reg_b[2 * jj][0] = r[0];
+                reg_b[2 * jj][1] = r[1];
+                reg_b[2 * jj + 1][0] = r[2];
+                reg_b[2 * jj + 1][1] = r[3];
+            }
+#pragma unroll
+            for (int i = 0; i < MMA_M; ++i)
+#pragma unroll
+                for (int j = 0; j < MMA_N; ++j)
+                    spio::mma_m16n8k16<Element>(reg_acc[i][j], reg_a[i], reg_b[j]);
+        }
+    };
+
+    // ---- prologue: fill STAGES-1 slots ---------------------------------------------------------
+#pragma unroll
+    for (int s = 0; s < STAGES - 1; ++s) {
+        if (s < k_tiles) load_stage(s, s);
+        spio::cp_async_commit();  // commit even when empty: the wait count below stays uniform
+    }
+
+    // ---- main loop: one barrier per k tile -----------------------------------------------------
+    int read_slot = 0;
+    int write_slot = STAGES - 1;
+    for (int kt = 0; kt < k_tiles; ++kt) {
+        spio::cp_async_wait<STAGES - 2>();  // tile kt has landed for this thread ...
+        __syncthreads();                    // ... for all threads; slot write_slot is free
+        if (kt + STAGES - 1 < k_tiles) load_stage(kt + STAGES - 1, write_slot);
+        spio::cp_async_commit();
+        compute_stage(read_slot);
+        read_slot = read_slot == STAGES - 1 ? 0 : read_slot + 1;
+        write_slot = write_slot == STAGES - 1 ? 0 : write_slot + 1;
+    }
+    spio::cp_async_wait<0>();
+    __syncthreads();  // every warp is done with the ring: reuse it for the C tile
+
+    // ---- epilogue: accumulators (+ bias) -> OUT in padded smem -> 16-byte global stores --------
+    // Lane (g = lane/4, t = lane%4) holds rows g and g+8, columns 2t and 2t+1 of each mma tile.
+    // The row pad of 8 elements shifts consecutive rows by 4 (16-bit OUT) or 8 (fp32 OUT) banks,
+    // so the 8 rows x 4 lanes of one store land in distinct banks.
+    Out* smem_c = reinterpret_cast<Out*>(smem_raw);  // (BLOCK_M, C_STRIDE)
+#pragma unroll
+    for (int j = 0; j < MMA_N; ++j) {
+        const int col = warp_n0 + j * 8 + (lane % 4) * 2;
+        float bias0 = 0.0f, bias1 = 0.0f;
+        if constexpr (HAS_BIAS) {
+            const int gn = n0 + col;
+            if (gn < n) bias0 = float(bias[gn]);
+            if (gn + 1 < n) bias1 = float(bias[gn + 1]);
+        }
+#pragma unroll
+        for (int i = 0; i < MMA_M; ++i) {
+#pragma unroll
+            for (int half = 0; half < 2; ++half) {
+                const int row = warp_m0 + i * 16 + lane / 4 + half * 8;
+                Out* dst = smem_c + row * C_STRIDE + col;
+                const float v0 = reg_acc[i][j][2 * half] + bias0;
+                const float v1 = reg_acc[i][j][2 * half + 1] + bias1;
+                if constexpr (OUT_KIND == 2) {
+                    *reinterpret_cast<float2*>(dst) = make_float2(v0, v1);
+                } else if constexpr (OUT_KIND == 1) {
+                    *reinterpret_cast<__nv_bfloat162*>(dst) = __floats2bfloat162_rn(v0, v1);
+                } else {
+                    *reinterpret_cast<__half2*>(dst) = __floats2half2_rn(v0, v1);
+                }
+            }
+        }
+    }
+    __syncthreads();
+
+    constexpr int ROW_VECS = BLOCK_N / OUT_VEC;
+    const bool vec_ok = n % OUT_VEC == 0;  // rows of C start 16-byte aligned
+    for (int idx = tid; idx < BLOCK_M * ROW_VECS; idx += THREADS) {
+        const int row = idx / ROW_VECS;
+        const int col = (idx % ROW_VECS) * OUT_VEC;
+        const int gm = m0 + row, gn = n0 + col;
+        if (gm >= m || gn >= n) continue;
+        const Out* src = smem_c + row * C_STRIDE + col;
+        Out* dst = c + (long long)gm * n + gn;
+        if (vec_ok && gn + OUT_VEC <= n) {
+            *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(src);
+        } else {
+#pragma unroll
+            for (int e = 0; e < OUT_VEC; ++e)
+                if (gn + e < n) dst[e] = src[e];
+        }
+    }
+}
