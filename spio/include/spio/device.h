@@ -7,16 +7,7 @@
 /// "'mma_m16n8k16' is not a member of 'spio'". SPIO_GPU_BLOCKS is 1 when the blocks are defined.
 #pragma once
 
-#if __has_include("spio/macros.h")
 #include "spio/macros.h"
-#endif
-
-#ifndef SPIO_DEVICE
-#define SPIO_DEVICE __device__ __forceinline__
-#endif
-#ifndef SPIO_HOST_DEVICE
-#define SPIO_HOST_DEVICE __host__ __device__ __forceinline__
-#endif
 
 #if defined(__CUDACC__) || defined(__CUDACC_RTC__)
 #define SPIO_GPU_BLOCKS 1
