@@ -1,0 +1,120 @@
+"""`spio tune collect`: measure (params, config) samples of a kernel family on a GPU.
+
+Params come from the family's `sample_params` (realistic layer shapes plus random ones); every
+valid config of a shape is compiled in parallel (through the disk cache), then timed with CUDA
+events, L2 flushed, median. Rows are appended per shape, so an interrupted run loses at most one
+shape and a rerun skips what is already measured. `--device all` runs one worker process per GPU.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from pathlib import Path
+from typing import Any
+
+from spio.kernels.kernel_def import KernelDef
+from spio.tune.dataset import Sample, append, read
+from spio.tune.features import to_dict
+
+REPS = 15
+WARMUP_MS = 5.0
+
+
+def _precompile(kdef: KernelDef, params: Any, configs: list[Any], dev: Any) -> None:
+    from spio.compiler import compile_many
+
+    specs = [kdef.spec(params, c, dev) for c in configs]
+    compile_many(
+        [dict(source=s.source_text(), arch=dev.arch, options=s.options, name=s.source,
+              scope=s.specs) for s in specs],
+        progress=False,
+    )
+
+
+def collect(kdef: KernelDef, minutes: float, out: Path, ordinal: int = 0, seed: int = 0,
+            max_configs: int | None = None, progress: bool = True) -> int:
+    """Measures samples for about `minutes`; returns how many new rows were written."""
+    import torch
+
+    from spio.bench.timing import bench
+    from spio.cuda import device_attributes
+    from spio.errors import OutOfResources
+
+    if kdef.sample_params is None or kdef.make_runner is None:
+        raise ValueError(f"{kdef.name}: the family defines no sample_params/make_runner to collect")
+    torch.cuda.set_device(ordinal)
+    dev = device_attributes(ordinal)
+    done = {s.pair_key() for s in read(out, kdef.name, dev.name)}
+    rng = random.Random(seed * 1000 + ordinal)
+    deadline = time.monotonic() + 60 * minutes
+    written = 0
+    bar = _bar(minutes, progress, f"{kdef.name} on GPU {ordinal}")
+    while time.monotonic() < deadline:
+        params = kdef.sample_params(rng)
+        configs = kdef.configs(params, dev)
+        if max_configs is not None and len(configs) > max_configs:
+            configs = rng.sample(configs, max_configs)
+        todo = [
+            c for c in configs
+            if Sample(kdef.name, dev.name, dev.arch, to_dict(params), to_dict(c), 0.0).pair_key()
+            not in done
+        ]
+        if not todo:
+            continue
+        _precompile(kdef, params, todo, dev)
+        rows = []
+        for cfg in todo:
+            try:
+                run = kdef.make_runner(params, cfg)
+            except OutOfResources:
+                continue
+            us = bench(run, warmup_ms=WARMUP_MS, reps=REPS).median_ms * 1e3
+            rows.append(Sample(kdef.name, dev.name, dev.arch, to_dict(params), to_dict(cfg), us))
+            if time.monotonic() > deadline:
+                break
+        written += append(out, rows)
+        done.update(r.pair_key() for r in rows)
+        if bar is not None:
+            bar.n = min(60 * minutes, round(60 * minutes - (deadline - time.monotonic())))
+            bar.set_postfix(samples=written)
+            bar.refresh()
+        torch.cuda.empty_cache()
+    if bar is not None:
+        bar.close()
+    return written
+
+
+def _bar(minutes: float, progress: bool, desc: str):
+    from spio.settings import settings
+
+    if not (progress and settings().progress):
+        return None
+    from tqdm import tqdm
+
+    return tqdm(total=round(60 * minutes), desc=desc, unit="s")
+
+
+def collect_all_gpus(kdef_name: str, minutes: float, out: Path, seed: int,
+                     max_configs: int | None) -> int:
+    """One worker process per GPU, each appending to its own file `<out>.gpu<N>`."""
+    import multiprocessing as mp
+
+    import torch
+
+    n = torch.cuda.device_count()
+    ctx = mp.get_context("spawn")
+    with ctx.Pool(n) as pool:
+        counts = pool.starmap(
+            _worker,
+            [(kdef_name, minutes, out.with_name(f"{out.name}.gpu{i}"), i, seed, max_configs)
+             for i in range(n)],
+        )
+    return sum(counts)
+
+
+def _worker(kdef_name: str, minutes: float, out: Path, ordinal: int, seed: int,
+            max_configs: int | None) -> int:
+    from spio.kernels import KERNELS
+
+    return collect(KERNELS[kdef_name], minutes, out, ordinal, seed, max_configs, progress=False)

@@ -1,0 +1,45 @@
+"""Ranks a family's configs for a layer by predicted latency, and measures the best few."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from spio.kernels.kernel_def import KernelDef
+from spio.tune.features import features
+from spio.tune.model import PerfModel
+
+log = logging.getLogger("spio")
+
+
+def rank(kdef: KernelDef, params: Any, device: Any, model: PerfModel) -> list[tuple[Any, float]]:
+    """Every valid config with its predicted latency (µs), fastest first."""
+    configs = kdef.configs(params, device)
+    if not configs:
+        raise ValueError(f"{kdef.name}: no valid config for {params} on {device.name}")
+    rows = [features(kdef, params, c, device) for c in configs]
+    predicted = model.predict_us(rows)
+    order = sorted(range(len(configs)), key=lambda i: (predicted[i], i))
+    return [(configs[i], float(predicted[i])) for i in order]
+
+
+def measure(kdef: KernelDef, params: Any, configs: list[Any]) -> list[tuple[Any, float]]:
+    """Times each config on the current GPU (median µs, L2 flushed), fastest first.
+
+    Configs that don't fit the device (`OutOfResources`) are skipped with a log line.
+    """
+    from spio.bench.timing import bench
+    from spio.errors import OutOfResources
+
+    if kdef.make_runner is None:
+        raise ValueError(f"{kdef.name}: the family has no make_runner, so it can't be measured")
+    timed = []
+    for cfg in configs:
+        try:
+            run = kdef.make_runner(params, cfg)
+        except OutOfResources as e:
+            log.info("spio: skipping %s %s: %s", kdef.name, cfg, e)
+            continue
+        timed.append((cfg, bench(run).median_ms * 1e3))
+    timed.sort(key=lambda t: t[1])
+    return timed

@@ -1,0 +1,79 @@
+"""Where performance models live: shipped in the package, or trained locally into the cache dir.
+
+File names are `<kernel>__<device slug>.json`. Lookup for (kernel, device): a local model for that
+exact GPU, then a shipped one, then (with a log line) a model of another GPU of the same arch.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import re
+from pathlib import Path
+
+from spio.settings import settings
+from spio.tune.model import ModelFormatError, PerfModel
+
+PACKAGE_MODELS = Path(__file__).resolve().parent / "models"
+log = logging.getLogger("spio")
+
+
+def slug(device_name: str) -> str:
+    """'NVIDIA H100 80GB HBM3' -> 'nvidia-h100-80gb-hbm3'."""
+    return re.sub(r"[^a-z0-9]+", "-", device_name.lower()).strip("-")
+
+
+def local_models_dir() -> Path:
+    return Path(settings().cache_dir) / "models"
+
+
+def model_path(directory: Path, kernel: str, device_name: str) -> Path:
+    return directory / f"{kernel}__{slug(device_name)}.json"
+
+
+def _dirs() -> list[Path]:
+    return [local_models_dir(), PACKAGE_MODELS]
+
+
+def list_models() -> list[str]:
+    """'<kernel> for <device> (<arch>, N samples) [where]' for every model file found."""
+    out = []
+    for d in _dirs():
+        for p in sorted(d.glob("*__*.json")):
+            try:
+                head = json.loads(p.read_text())
+                out.append(f"{head['kernel']} for {head['device']} ({head['arch']}, "
+                           f"{head.get('n_samples', '?')} samples) [{p.parent}]")
+            except (OSError, ValueError, KeyError) as e:
+                out.append(f"{p.name}: unreadable ({e})")
+    return out
+
+
+@functools.cache
+def _load(path: Path, mtime: float) -> PerfModel:
+    return PerfModel.load(path)
+
+
+def find_model(kernel: str, device_name: str, arch: str) -> PerfModel | None:
+    """The model to use for `kernel` on this GPU, or None (the caller uses the heuristic)."""
+    for d in _dirs():
+        p = model_path(d, kernel, device_name)
+        if p.exists():
+            return _try_load(p)
+    for d in _dirs():
+        for p in sorted(d.glob(f"{kernel}__*.json")):
+            model = _try_load(p)
+            if model is not None and model.arch == arch:
+                log.info("spio: no %s model for %s; using the one trained on %s (same arch %s)",
+                         kernel, device_name, model.device, arch)
+                return model
+    return None
+
+
+def _try_load(path: Path) -> PerfModel | None:
+    try:
+        return _load(path, path.stat().st_mtime)
+    except (ModelFormatError, OSError, ValueError) as e:
+        log.warning("spio: ignoring performance model %s: %s", path, e)
+        return None
