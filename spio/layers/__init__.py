@@ -1,3 +1,5 @@
 """nn.Module layers backed by spio ops, and the model transform that swaps them in."""
 
-__all__: list[str] = []
+from spio.layers.layernorm_2d import LayerNorm2d
+
+__all__: list[str] = ["LayerNorm2d"]

@@ -1,0 +1,263 @@
+"""layernorm_2d kernel family: LayerNorm over the C channels of channels_last (N, C, H, W) data.
+
+Three kernels (spio/src/layernorm_2d_{fwd,bwd,bwd_reduce}.cu):
+  layernorm_2d_fwd          y = (x - mean) * rstd * weight + bias; saves mean and rstd (fp32, M)
+  layernorm_2d_bwd          dx, plus per-CTA partial sums of dweight = Σ dy·x̂ and dbias = Σ dy
+  layernorm_2d_bwd_reduce   sums the per-CTA partials in a fixed order into dweight and dbias
+
+No float atomics anywhere: for the same params, config and device, dweight and dbias are
+bitwise reproducible. Params, configs and the heuristic live in layernorm_2d_params.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from spio.kernels.kernel_def import KernelDef, KernelSpec, KernelStats
+from spio.kernels.layernorm_2d_params import (
+    LayerNorm2dConfig,
+    LayerNorm2dParams,
+    backward_stats,
+    configs,
+    examples,
+    features,
+    forward_stats,
+    geometry,
+    heuristic,
+)
+
+CTYPES = {"float16": "__half", "bfloat16": "__nv_bfloat16", "float32": "float"}
+REDUCE_CHANNELS = 32  # channels per reduce CTA: one warp-wide coalesced 128-byte row segment
+
+
+@dataclass(frozen=True, slots=True)
+class ReduceConfig:
+    """The partial-sum reduce kernel: `splits` warps per CTA, each summing every splits-th
+    partial row of a 32-channel column, then combined in warp order through shared memory."""
+
+    splits: int = 8
+
+    def __post_init__(self) -> None:
+        if self.splits not in (4, 8, 16, 32):
+            raise ValueError(f"ReduceConfig.splits must be 4, 8, 16 or 32, got {self.splits}")
+
+
+def _constants(p: LayerNorm2dParams, cfg: LayerNorm2dConfig) -> dict[str, Any]:
+    g = geometry(p, cfg)
+    return {
+        "C": p.c,
+        "VEC": g.vec,
+        "VEC_BYTES": cfg.vec_bytes,
+        "ROW_VECS": g.row_vecs,
+        "VECS_PER_THREAD": g.vecs_per_thread,
+        "THREADS_PER_ROW": cfg.threads_per_row,
+        "ROWS_PER_BLOCK": cfg.rows_per_block,
+        "BLOCK_THREADS": cfg.block_threads,
+        "PREFETCH": int(cfg.prefetch),
+        "HAS_WEIGHT": int(p.has_weight),
+        "HAS_BIAS": int(p.has_bias),
+    }
+
+
+def _types_text(p: LayerNorm2dParams) -> str:
+    return f"using data_t = {CTYPES[p.dtype]};\nusing weight_t = {CTYPES[p.wdtype]};\n"
+
+
+def _spec(p: LayerNorm2dParams, cfg: LayerNorm2dConfig, source: str, entry: str,
+          signature: str, smem: int = 0) -> KernelSpec:
+    p = p.static()
+    return KernelSpec(
+        source=source,
+        entry=entry,
+        signature=signature,
+        specs={**_constants(p, cfg), "TYPES": _types_text(p)},
+        title=f"{entry} {p} {cfg}",
+        block=(cfg.block_threads, 1, 1),
+        smem=smem,
+    )
+
+
+def forward_spec(p: LayerNorm2dParams, cfg: LayerNorm2dConfig, dev: Any) -> KernelSpec:
+    """(x, weight, bias, y, mean, rstd, m, eps)."""
+    return _spec(p, cfg, "layernorm_2d_fwd.cu", "layernorm_2d_fwd", "ppppppif")
+
+
+def backward_spec(p: LayerNorm2dParams, cfg: LayerNorm2dConfig, dev: Any) -> KernelSpec:
+    """(x, dy, mean, rstd, weight, dx, dweight_partial, dbias_partial, m)."""
+    return _spec(p, cfg, "layernorm_2d_bwd.cu", "layernorm_2d_bwd", "ppppppppi")
+
+
+def reduce_spec(p: LayerNorm2dParams, cfg: ReduceConfig, dev: Any) -> KernelSpec:
+    """(dweight_partial, dbias_partial, dweight, dbias, parts)."""
+    p = p.static()
+    return KernelSpec(
+        source="layernorm_2d_bwd_reduce.cu",
+        entry="layernorm_2d_bwd_reduce",
+        signature="ppppi",
+        specs={"C": p.c, "SPLITS": cfg.splits, "CHANNELS": REDUCE_CHANNELS,
+               "HAS_WEIGHT": int(p.has_weight), "HAS_BIAS": int(p.has_bias),
+               "TYPES": _types_text(p)},
+        title=f"layernorm_2d_bwd_reduce {p} {cfg}",
+        block=(REDUCE_CHANNELS * cfg.splits, 1, 1),
+    )
+
+
+def reduce_configs(p: LayerNorm2dParams, dev: Any) -> list[ReduceConfig]:
+    return [ReduceConfig(s) for s in (4, 8, 16, 32)]
+
+
+def reduce_heuristic(p: LayerNorm2dParams, dev: Any) -> ReduceConfig:
+    """8 warps per CTA: 256 threads, each summing parts/8 partial rows of one channel."""
+    return ReduceConfig(8)
+
+
+def reduce_stats(p: LayerNorm2dParams) -> KernelStats:
+    # Parts are unknown without a device; count one partial row per SM-resident CTA estimate
+    # as ~1024 rows (the H100's 132 SMs × 8 CTAs).
+    parts = 1024
+    n = int(p.has_weight) + int(p.has_bias)
+    return KernelStats(bytes_moved=n * p.c * (4 * parts + p.welem_bytes), flops=n * p.c * parts)
+
+
+def reduce_features(p: LayerNorm2dParams, cfg: ReduceConfig, dev: Any) -> dict[str, float]:
+    return {"c": float(p.c), "splits": float(cfg.splits),
+            "outputs": float(int(p.has_weight) + int(p.has_bias)), "sm_count": float(dev.sm_count)}
+
+
+def grid_rows(p: LayerNorm2dParams, cfg: LayerNorm2dConfig, resident_blocks: int) -> int:
+    """CTAs of a forward/backward launch: one per row group, at most the resident CTAs (the
+    kernel strides over row groups). Depends only on (M, config, device): deterministic."""
+    groups = -(-p.m // cfg.rows_per_block)
+    return max(1, min(groups, resident_blocks))
+
+
+def resident_blocks(loaded: Any, dev: Any) -> int:
+    """CTAs that fit on the whole device at once, by the driver's occupancy calculator."""
+    threads = loaded.spec.block[0]
+    per_sm = loaded.function.max_active_blocks(threads, loaded.spec.smem)
+    if per_sm <= 0:
+        raise ValueError(
+            f"{loaded.spec.title}: no CTA of {threads} threads fits on an SM "
+            f"({loaded.function.num_regs} registers/thread); choose a config with fewer threads"
+        )
+    return per_sm * dev.sm_count
+
+
+# (kernel title, device ordinal) -> resident CTAs; the occupancy query is a driver call, made
+# once per loaded variant.
+_resident_cache: dict[tuple[str, int], int] = {}
+
+
+def _grid(loaded: Any, p: LayerNorm2dParams, cfg: LayerNorm2dConfig, dev: Any) -> int:
+    key = (loaded.spec.title, dev.ordinal)
+    resident = _resident_cache.get(key)
+    if resident is None:
+        resident = _resident_cache.setdefault(key, resident_blocks(loaded, dev))
+    return grid_rows(p, cfg, resident)
+
+
+def parts(loaded: Any, p: LayerNorm2dParams, cfg: LayerNorm2dConfig, dev: Any) -> int:
+    """Rows of the dweight/dbias partial buffers a backward launch writes (one per CTA)."""
+    return _grid(loaded, p, cfg, dev)
+
+
+def launch_forward(loaded: Any, p: LayerNorm2dParams, cfg: LayerNorm2dConfig, dev: Any, *, x: Any,
+                   weight: Any, bias: Any, y: Any, mean: Any, rstd: Any, eps: float,
+                   stream: int = 0) -> None:
+    """y, mean, rstd <- layernorm(x). Tensors: x, y (M, C) contiguous rows; mean, rstd (M,) fp32;
+    weight, bias (C,) or None. All 16-byte aligned. Nothing is launched when M == 0."""
+    if p.m == 0:
+        return
+    grid = _grid(loaded, p, cfg, dev)
+    loaded.launch((grid, 1, 1), (x, _ptr(weight), _ptr(bias), y, mean, rstd, p.m, float(eps)),
+                  stream=stream)
+
+
+def launch_backward(loaded: Any, reduce_loaded: Any, p: LayerNorm2dParams,
+                    cfg: LayerNorm2dConfig, dev: Any, *, x: Any, dy: Any, mean: Any, rstd: Any,
+                    weight: Any, dx: Any, dweight: Any, dbias: Any, dweight_part: Any,
+                    dbias_part: Any, stream: int = 0) -> None:
+    """dx, dweight, dbias <- layernorm backward. dweight_part/dbias_part: fp32 scratch of
+    (parts(...), C) each (None when the params have no weight / no bias); dweight/dbias (C,) in
+    the weight dtype or None. With M == 0, dx is empty and dweight/dbias must be zeroed by the
+    caller (nothing is launched)."""
+    if p.m == 0:
+        return
+    grid = _grid(loaded, p, cfg, dev)
+    loaded.launch((grid, 1, 1), (x, dy, mean, rstd, _ptr(weight), dx, _ptr(dweight_part),
+                                 _ptr(dbias_part), p.m), stream=stream)
+    if p.has_weight or p.has_bias:
+        outputs = int(p.has_weight) + int(p.has_bias)
+        reduce_loaded.launch((-(-p.c // REDUCE_CHANNELS), outputs, 1),
+                             (_ptr(dweight_part), _ptr(dbias_part), _ptr(dweight), _ptr(dbias),
+                              grid), stream=stream)
+
+
+def _ptr(t: Any) -> Any:
+    """A tensor, or 0 (a null pointer) for an absent one."""
+    return 0 if t is None else t
+
+
+def reference(x: Any, weight: Any, bias: Any, eps: float) -> tuple[Any, Any, Any]:
+    """fp64 forward of (N, C, H, W) x: returns y (N, C, H, W) and mean, rstd (N, H, W)."""
+    xd = x.double()
+    mean = xd.mean(dim=1, keepdim=True)
+    var = (xd - mean).square().mean(dim=1, keepdim=True)
+    rstd = (var + eps).rsqrt()
+    y = (xd - mean) * rstd
+    if weight is not None:
+        y = y * weight.double()[None, :, None, None]
+    if bias is not None:
+        y = y + bias.double()[None, :, None, None]
+    return y, mean[:, 0], rstd[:, 0]
+
+
+def reference_backward(x: Any, dy: Any, weight: Any, eps: float) -> tuple[Any, Any, Any]:
+    """fp64 gradients (dx, dweight, dbias) of sum(y * dy) by autograd on the fp64 forward."""
+    import torch
+
+    xd = x.detach().double().requires_grad_(True)
+    wd = weight.detach().double().requires_grad_(True) if weight is not None else None
+    bd = torch.zeros(x.shape[1], dtype=torch.float64, device=x.device, requires_grad=True)
+    y, _, _ = reference(xd, wd, bd, eps)
+    inputs = [xd, bd] + ([wd] if wd is not None else [])
+    grads = torch.autograd.grad(y, inputs, dy.double())
+    return grads[0], (grads[2] if wd is not None else None), grads[1]
+
+
+FWD = KernelDef(
+    name="layernorm_2d_fwd",
+    params_type=LayerNorm2dParams,
+    config_type=LayerNorm2dConfig,
+    configs=lambda p, dev: configs(p, dev),
+    spec=forward_spec,
+    heuristic=lambda p, dev: heuristic(p, dev),
+    stats=forward_stats,
+    features=features,
+    examples=examples,
+)
+
+BWD = KernelDef(
+    name="layernorm_2d_bwd",
+    params_type=LayerNorm2dParams,
+    config_type=LayerNorm2dConfig,
+    configs=lambda p, dev: configs(p, dev, backward=True),
+    spec=backward_spec,
+    heuristic=lambda p, dev: heuristic(p, dev, backward=True),
+    stats=backward_stats,
+    features=features,
+    examples=examples,
+)
+
+BWD_REDUCE = KernelDef(
+    name="layernorm_2d_bwd_reduce",
+    params_type=LayerNorm2dParams,
+    config_type=ReduceConfig,
+    configs=reduce_configs,
+    spec=reduce_spec,
+    heuristic=reduce_heuristic,
+    stats=reduce_stats,
+    features=reduce_features,
+    examples=examples,
+)
