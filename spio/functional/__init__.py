@@ -3,4 +3,7 @@
 Importing this module registers the ops with torch.library (it imports torch).
 """
 
-__all__: list[str] = []
+from spio.functional.layernorm_2d import layernorm_2d
+from spio.functional.matmul import matmul
+
+__all__: list[str] = ["layernorm_2d", "matmul"]

@@ -1,8 +1,15 @@
 """Kernel families: params, configs, specs and launches, and the registry that lists them."""
 
+from spio.kernels import matmul as _matmul
+from spio.kernels import layernorm_2d
 from spio.kernels.kernel_def import KernelDef, KernelSpec, KernelStats
 
 # Registry of every kernel family, written out (no discovery by import side effect).
-KERNELS: dict[str, KernelDef] = {}
+KERNELS: dict[str, KernelDef] = {
+    "matmul": _matmul.DEF,
+    "layernorm_2d_fwd": layernorm_2d.FWD,
+    "layernorm_2d_bwd": layernorm_2d.BWD,
+    "layernorm_2d_bwd_reduce": layernorm_2d.BWD_REDUCE,
+}
 
 __all__ = ["KERNELS", "KernelDef", "KernelSpec", "KernelStats"]

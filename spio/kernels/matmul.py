@@ -24,6 +24,7 @@ __all__ = [
     "MatmulConfig",
     "MatmulParams",
     "configs",
+    "examples",
     "features",
     "grid",
     "heuristic",
@@ -245,6 +246,55 @@ def reference(a: Any, b: Any, bias: Any = None, b_transposed: bool = False) -> A
     return out + bias.double() if bias is not None else out
 
 
+def examples() -> list[MatmulParams]:
+    """Representative problems: a square GEMM, an LLM projection at prefill and at decode."""
+    return [
+        MatmulParams(4096, 4096, 4096),
+        MatmulParams(2048, 11008, 4096, "bfloat16", "bfloat16", b_transposed=True, has_bias=True),
+        MatmulParams(16, 4096, 4096, b_transposed=True),
+    ]
+
+
+_HIDDEN = (768, 1024, 2048, 2560, 4096, 5120, 8192)
+
+
+def sample_params(rng: Any) -> MatmulParams:
+    """One problem from LLM-like layer shapes (tokens x hidden x {hidden, MLP width}) or random."""
+    dtype = rng.choice(("float16", "bfloat16"))
+    if rng.random() < 0.75:
+        hidden = rng.choice(_HIDDEN)
+        width = rng.choice((hidden, 3 * hidden, 4 * hidden, 8 * hidden // 3 // 64 * 64))
+        n, k = (width, hidden) if rng.random() < 0.5 else (hidden, width)
+        m = rng.choice((1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192))
+    else:
+        m, n = rng.randint(1, 8192), rng.randint(1, 8192)
+        k = 8 * rng.randint(1, 1024)
+    return MatmulParams(
+        m,
+        n,
+        k,
+        dtype,
+        rng.choice((dtype, "float32")),
+        b_transposed=rng.random() < 0.5,
+        has_bias=rng.random() < 0.3,
+    )
+
+
+def make_runner(p: MatmulParams, cfg: MatmulConfig) -> Any:
+    """A zero-argument launch of (p, cfg) on fresh random inputs on the current GPU."""
+    import torch
+
+    dev = torch.device("cuda", torch.cuda.current_device())
+    dt = getattr(torch, p.dtype)
+    ldb = p.k if p.b_transposed else p.n + (-p.n) % 8
+    a = torch.randn(p.m, p.k, device=dev).to(dt)
+    b = torch.randn(p.b_shape[0], ldb, device=dev).to(dt)
+    bias = torch.randn(p.n, device=dev).to(dt) if p.has_bias else None
+    c = torch.empty(p.m, p.n, device=dev, dtype=getattr(torch, p.out_dtype))
+    stream = torch.cuda.current_stream(dev).cuda_stream
+    return lambda: launch(p, cfg, c, a, b, bias, ldb=ldb, stream=stream)
+
+
 DEF = KernelDef(
     name="matmul",
     params_type=MatmulParams,
@@ -254,4 +304,7 @@ DEF = KernelDef(
     heuristic=heuristic,
     stats=stats,
     features=features,
+    examples=examples,
+    sample_params=sample_params,
+    make_runner=make_runner,
 )
