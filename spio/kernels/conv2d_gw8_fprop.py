@@ -1,0 +1,303 @@
+"""conv2d_gw8 forward and input-gradient kernels: configs, heuristic, specs, features and launch.
+
+Both run `spio/src/conv2d_gw8_fprop.cu`. The input gradient is the forward convolution of dy with
+the weights transposed within each 8x8 group and rotated 180 degrees, padding R - 1 - pad
+(`Conv2dGw8Params.dgrad_as_fprop`), so `DGRAD` is `FPROP` applied to the transposed problem; both
+take the layer's params.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from spio.kernels.conv2d_gw8_params import (
+    GROUP_WIDTH,
+    Conv2dGw8Config,
+    Conv2dGw8Params,
+)
+from spio.kernels.kernel_def import KernelDef, KernelSpec, KernelStats
+
+SOURCE = "conv2d_gw8_fprop.cu"
+ENTRY = "conv2d_gw8_fprop"
+BLOCK_P_CHOICES = (2, 4, 8, 16, 32)
+M_TILE_CHOICES = (1, 2, 4)  # block_q = 16 * m tiles
+WARP_CHOICES = (1, 2, 4, 8)
+STAGE_CHOICES = (2, 3)
+# Registers: R*S weights + R*M*4 accumulators + addressing; past this the kernel spills.
+MAX_LIVE_REGS = 168
+
+
+def smem_bytes(p: Conv2dGw8Params, cfg: Conv2dGw8Config) -> int:
+    """Dynamic shared memory: STAGES input rows of (BLOCK_Q + S - 1) pixels x WARPS groups x 16 B."""
+    return cfg.stages * cfg.warps * (cfg.block_q + p.s - 1) * 16
+
+
+def live_regs(p: Conv2dGw8Params, cfg: Conv2dGw8Config) -> int:
+    """Registers the accumulator ring and the weights need per thread."""
+    return p.r * p.s + p.r * (cfg.block_q // 16) * 4 + 2 * (cfg.block_q // 16)
+
+
+def grid(p: Conv2dGw8Params, cfg: Conv2dGw8Config) -> tuple[int, int, int]:
+    """(tiles of one image, batch, 1): blockIdx.x = (P tile, Q tile, group block), y = n."""
+    tiles = math.ceil(p.p / cfg.block_p) * math.ceil(p.q / cfg.block_q) * (p.groups // cfg.warps)
+    return (tiles, p.n, 1)
+
+
+def configs(p: Conv2dGw8Params, dev: Any) -> list[Conv2dGw8Config]:
+    """Every valid fprop config for `p` on `dev`, in a stable order.
+
+    Block rows above P and 16-column strips beyond the first that covers Q are dropped (they only
+    add idle work); warps must divide the channel groups; shared memory must fit the device's
+    opt-in limit and the register estimate must stay below the spill point.
+    """
+    out = []
+    p_choices = sorted({min(bp, p.p) for bp in BLOCK_P_CHOICES})
+    m_needed = math.ceil(p.q / 16)
+    for block_p in p_choices:
+        for m in M_TILE_CHOICES:
+            if m > 1 and m > m_needed:
+                continue
+            for warps in WARP_CHOICES:
+                if p.groups % warps:
+                    continue
+                for stages in STAGE_CHOICES:
+                    cfg = Conv2dGw8Config(
+                        block_p=block_p, block_q=16 * m, warps=warps, stages=stages
+                    )
+                    if smem_bytes(p, cfg) > dev.max_smem_per_block_optin:
+                        continue
+                    if live_regs(p, cfg) > MAX_LIVE_REGS:
+                        continue
+                    out.append(cfg)
+    return out
+
+
+def heuristic(p: Conv2dGw8Params, dev: Any) -> Conv2dGw8Config:
+    """The config used until a performance model exists.
+
+    Rule: 4 warps (128 threads) when the groups allow it, else the most that divide them; 32
+    output columns when Q >= 32 and the registers allow, else 16; two pipeline stages; then the
+    tallest block (fewest halo rows re-read) that still gives at least 2 CTAs per SM over the
+    whole batch, so small batches still fill the GPU.
+    """
+    valid = configs(p, dev)
+    if not valid:
+        raise ValueError(f"conv2d_gw8 fprop: no valid config for {p} on {dev.name}")
+    warps = max(w for w in (1, 2, 4) if p.groups % w == 0)
+    block_q = 32 if p.q >= 32 and any(c.block_q == 32 for c in valid) else 16
+    pool = [c for c in valid if c.warps == warps and c.block_q == block_q and c.stages == 2]
+    pool = pool or valid
+    target = 2 * dev.sm_count
+    pool.sort(key=lambda c: c.block_p)
+    best = pool[0]
+    for cfg in pool:
+        g = grid(p, cfg)
+        if g[0] * g[1] >= target:
+            best = cfg
+    return best
+
+
+def spec(p: Conv2dGw8Params, cfg: Conv2dGw8Config, dev: Any = None) -> KernelSpec:
+    """The compile-and-launch description of one variant (batch size is not part of it)."""
+    from spio.generators.compound_index import CompoundIndex
+    from spio.generators.constant import Constant
+    from spio.generators.dim import Dim
+    from spio.generators.dtype import bfloat16, half, uint4, uint32
+    from spio.generators.tensor import Tensor
+    from spio.generators.type_alias import Type
+
+    elem = half if p.dtype == "float16" else bfloat16
+    H, W, P, Q, C = Dim(), Dim(), Dim(), Dim(), Dim()
+    R, S, KO, CI, CP, STAGE = Dim(), Dim(), Dim(), Dim(), Dim(), Dim()
+    C8 = C / GROUP_WIDTH
+    GB, PB, QB = C / (GROUP_WIDTH * cfg.warps), P / cfg.block_p, Q / cfg.block_q
+    tile_w = cfg.block_q + p.s - 1
+    g = p.groups
+    specs = {
+        "H": H,
+        "W": W,
+        "P": P,
+        "Q": Q,
+        "C": C,
+        "R": R,
+        "S": S,
+        "KO": KO,
+        "CI": CI,
+        "CP": CP,
+        "STAGE": STAGE,
+        "C8": C8,
+        "GB": GB,
+        "PB": PB,
+        "QB": QB,
+        "Elem": Type(elem),
+        # One image of x (NHWC as 16-byte pixel groups) and of y (half2 channel pairs).
+        "Input": Tensor((H(p.h), W(p.w), C8(g)), uint4),
+        "Output": Tensor((P(p.p), Q(p.q), C8(g), CP(4)), uint32),
+        "Weight": Tensor((C8(g), KO(8), CI(8), R(p.r), S(p.s)), elem),
+        "Bias": Tensor((C8(g), KO(8)), elem),
+        "SmemInput": Tensor((STAGE(cfg.stages), C8(cfg.warps), W(tile_w), CP(4)), uint32),
+        "BlockIdx": CompoundIndex(
+            PB(math.ceil(p.p / cfg.block_p)), QB(math.ceil(p.q / cfg.block_q)), GB(g // cfg.warps)
+        ),
+        "IN_H": Constant(p.h),
+        "IN_W": Constant(p.w),
+        "OUT_P": Constant(p.p),
+        "OUT_Q": Constant(p.q),
+        "KERNEL_R": Constant(p.r),
+        "KERNEL_S": Constant(p.s),
+        "PAD_H": Constant(p.pad_h),
+        "PAD_W": Constant(p.pad_w),
+        "HAS_BIAS": Constant(bool(p.has_bias)),
+        "WARPS": Constant(cfg.warps),
+        "STAGES": Constant(cfg.stages),
+        "TILE_H": Constant(cfg.block_p + p.r - 1),
+        "TILE_W": Constant(tile_w),
+        "MMA_M_TILES": Constant(cfg.block_q // 16),
+    }
+    shape = p.with_batch(1)
+    return KernelSpec(
+        source=SOURCE,
+        entry=ENTRY,
+        signature="pppp",
+        specs=specs,
+        title=f"conv2d_gw8_fprop {shape} {cfg}",
+        block=(32 * cfg.warps, 1, 1),
+        smem=smem_bytes(p, cfg),
+    )
+
+
+def stats(p: Conv2dGw8Params) -> KernelStats:
+    """Fewest DRAM bytes (x read once, y written once, weights and bias once) and MMA FLOPs."""
+    esize = 2
+    act = p.n * p.c * (p.h * p.w + p.p * p.q) * esize
+    wts = p.c * GROUP_WIDTH * p.r * p.s * esize + (p.c * esize if p.has_bias else 0)
+    flops = 2 * p.n * p.p * p.q * p.c * GROUP_WIDTH * p.r * p.s
+    return KernelStats(bytes_moved=act + wts, flops=flops)
+
+
+def features(p: Conv2dGw8Params, cfg: Conv2dGw8Config, dev: Any) -> dict[str, float]:
+    """Numeric description of (params, config, device) for the performance model."""
+    g = grid(p, cfg)
+    blocks = g[0] * g[1]
+    st = stats(p)
+    halo = ((cfg.block_p + p.r - 1) * (cfg.block_q + p.s - 1)) / (cfg.block_p * cfg.block_q)
+    tiles_q = math.ceil(p.q / cfg.block_q)
+    return {
+        "n": p.n,
+        "c": p.c,
+        "h": p.h,
+        "w": p.w,
+        "r": p.r,
+        "s": p.s,
+        "p": p.p,
+        "q": p.q,
+        "pad_h": p.pad_h,
+        "pad_w": p.pad_w,
+        "has_bias": float(p.has_bias),
+        "bf16": float(p.dtype == "bfloat16"),
+        "block_p": cfg.block_p,
+        "block_q": cfg.block_q,
+        "warps": cfg.warps,
+        "stages": cfg.stages,
+        "blocks": blocks,
+        "waves": blocks / max(1, dev.sm_count),
+        "smem_bytes": smem_bytes(p, cfg),
+        "live_regs": live_regs(p, cfg),
+        "halo_ratio": halo,
+        "q_waste": tiles_q * cfg.block_q / p.q,
+        "bytes": st.bytes_moved,
+        "flops": st.flops,
+        "sm_count": dev.sm_count,
+    }
+
+
+def examples() -> list[Conv2dGw8Params]:
+    return [
+        Conv2dGw8Params(n=32, c=64, h=56, w=56, r=3, s=3, pad_h=1, pad_w=1, has_bias=True),
+        Conv2dGw8Params(n=8, c=128, h=28, w=28, r=5, s=5, pad_h=2, pad_w=2, dtype="bfloat16"),
+        Conv2dGw8Params(n=1, c=512, h=7, w=7, r=7, s=7, pad_h=3, pad_w=3),
+    ]
+
+
+def launch(
+    kernel: Any,
+    p: Conv2dGw8Params,
+    cfg: Conv2dGw8Config,
+    out: Any,
+    x: Any,
+    weight: Any,
+    bias: Any,
+    stream: int,
+) -> None:
+    """Runs a loaded fprop variant: out (N, C, P, Q) <- conv(x, weight) + bias, NHWC memory.
+
+    `kernel` is a LoadedKernel for (p, cfg) (any batch size: the batch is the grid's y).
+    """
+    kernel.launch(
+        grid(p, cfg), (out, x, weight, bias if bias is not None else weight), stream=stream
+    )
+
+
+# ---- dgrad: the same kernel on the transposed problem ------------------------------------------
+
+
+def dgrad_configs(p: Conv2dGw8Params, dev: Any) -> list[Conv2dGw8Config]:
+    return configs(p.dgrad_as_fprop(), dev)
+
+
+def dgrad_heuristic(p: Conv2dGw8Params, dev: Any) -> Conv2dGw8Config:
+    return heuristic(p.dgrad_as_fprop(), dev)
+
+
+def dgrad_spec(p: Conv2dGw8Params, cfg: Conv2dGw8Config, dev: Any = None) -> KernelSpec:
+    return spec(p.dgrad_as_fprop(), cfg, dev)
+
+
+def dgrad_stats(p: Conv2dGw8Params) -> KernelStats:
+    return stats(p.dgrad_as_fprop())
+
+
+def dgrad_features(p: Conv2dGw8Params, cfg: Conv2dGw8Config, dev: Any) -> dict[str, float]:
+    return features(p.dgrad_as_fprop(), cfg, dev)
+
+
+def dgrad_launch(
+    kernel: Any,
+    p: Conv2dGw8Params,
+    cfg: Conv2dGw8Config,
+    grad_input: Any,
+    grad_output: Any,
+    weight_t: Any,
+    stream: int,
+) -> None:
+    """Runs a loaded dgrad variant: grad_input <- conv(grad_output, weight_t), with weight_t from
+    `transpose_weight` (see spio.kernels.conv2d_gw8_reference)."""
+    kernel.launch(
+        grid(p.dgrad_as_fprop(), cfg), (grad_input, grad_output, weight_t, weight_t), stream=stream
+    )
+
+
+FPROP = KernelDef(
+    name="conv2d_gw8_fprop",
+    params_type=Conv2dGw8Params,
+    config_type=Conv2dGw8Config,
+    configs=configs,
+    spec=spec,
+    heuristic=heuristic,
+    stats=stats,
+    features=features,
+    examples=examples,
+)
+
+DGRAD = KernelDef(
+    name="conv2d_gw8_dgrad",
+    params_type=Conv2dGw8Params,
+    config_type=Conv2dGw8Config,
+    configs=dgrad_configs,
+    spec=dgrad_spec,
+    heuristic=dgrad_heuristic,
+    stats=dgrad_stats,
+    features=dgrad_features,
+    examples=examples,
+)

@@ -1,0 +1,267 @@
+"""Layer shape and tuning choices of the conv2d_gw8 kernels (grouped conv, 8 channels per group).
+
+`Conv2dGw8Params` is the layer (what the user's tensors determine); the three config dataclasses
+are the tuning knobs of the fprop (also used by dgrad), wgrad and wgrad-reduce kernels. Both are
+frozen, slotted and validated at construction so a bad value fails where it is made.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+GROUP_WIDTH = 8  # input channels per group == output channels per group
+MAX_KERNEL = 7  # largest R or S: 7x7 weights of one group stay in registers (49 regs/thread)
+MAX_BATCH = 65535  # batch runs on gridDim.y (its limit); larger batches get a clear error
+MAX_IMAGE_ELEMENTS = 2**31 - 1  # per-image offsets are 32-bit; the batch offset is 64-bit
+DTYPES = ("float16", "bfloat16")
+
+
+@dataclass(frozen=True, slots=True)
+class Conv2dGw8Params:
+    """Shape of one grouped 2-D convolution with group width 8, stride 1, NHWC activations.
+
+    y[n, k, p, q] = b[k] + sum_{r, s, c} x[n, g8 + c, p + r - pad_h, q + s - pad_w] w[k, c, r, s],
+    where g8 = 8 * (k // 8). P = H + 2 pad_h - R + 1, Q = W + 2 pad_w - S + 1.
+
+    Attributes:
+        n, c, h, w: batch, channels (a multiple of 8), input height and width.
+        r, s: kernel height and width, each 1..7.
+        pad_h, pad_w: zero padding (negative values crop; the dgrad kernel uses that when the
+            layer's padding exceeds R - 1).
+        has_bias: whether a bias is added.
+        dtype: "float16" or "bfloat16" (activations, weights and bias); accumulation is fp32.
+    """
+
+    n: int
+    c: int
+    h: int
+    w: int
+    r: int = 3
+    s: int = 3
+    pad_h: int = 1
+    pad_w: int = 1
+    has_bias: bool = False
+    dtype: str = "float16"
+
+    def __post_init__(self) -> None:
+        for name in ("n", "c", "h", "w", "r", "s", "pad_h", "pad_w"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool):
+                raise TypeError(f"Conv2dGw8Params.{name} must be an int, got {type(v).__name__}")
+        if not 1 <= self.n <= MAX_BATCH:
+            raise ValueError(
+                f"Conv2dGw8Params.n (batch) must be in 1..{MAX_BATCH}, got {self.n}; "
+                "split larger batches into chunks"
+            )
+        if self.c < GROUP_WIDTH or self.c % GROUP_WIDTH:
+            raise ValueError(
+                f"Conv2dGw8Params.c (channels) must be a positive multiple of {GROUP_WIDTH}, "
+                f"got {self.c}"
+            )
+        if self.h < 1 or self.w < 1:
+            raise ValueError(f"Conv2dGw8Params: H and W must be >= 1, got {self.h}x{self.w}")
+        for name in ("r", "s"):
+            v = getattr(self, name)
+            if not 1 <= v <= MAX_KERNEL:
+                raise ValueError(
+                    f"Conv2dGw8Params.{name} (kernel size) must be in 1..{MAX_KERNEL}, got {v}; "
+                    "use torch.nn.functional.conv2d for larger kernels"
+                )
+        if self.p < 1 or self.q < 1:
+            raise ValueError(
+                f"Conv2dGw8Params: output size P x Q = {self.p} x {self.q} must be >= 1 "
+                f"(H={self.h}, W={self.w}, R={self.r}, S={self.s}, padding=({self.pad_h}, "
+                f"{self.pad_w})); increase the padding"
+            )
+        if self.dtype not in DTYPES:
+            raise ValueError(f"Conv2dGw8Params.dtype must be one of {DTYPES}, got {self.dtype!r}")
+        per_image = max(self.h * self.w, self.p * self.q) * self.c
+        if per_image > MAX_IMAGE_ELEMENTS:
+            raise ValueError(
+                f"Conv2dGw8Params: one image has {per_image} elements, above 2^31 - 1 "
+                "(per-image offsets are 32-bit); tile the image spatially"
+            )
+
+    @property
+    def p(self) -> int:
+        """Output height."""
+        return self.h + 2 * self.pad_h - self.r + 1
+
+    @property
+    def q(self) -> int:
+        """Output width."""
+        return self.w + 2 * self.pad_w - self.s + 1
+
+    @property
+    def groups(self) -> int:
+        return self.c // GROUP_WIDTH
+
+    @property
+    def padding(self) -> tuple[int, int]:
+        return (self.pad_h, self.pad_w)
+
+    def with_batch(self, n: int) -> Conv2dGw8Params:
+        return replace(self, n=n)
+
+    def dgrad_as_fprop(self) -> Conv2dGw8Params:
+        """The forward conv that computes this layer's input gradient.
+
+        dx = conv(dy, w'), with w' transposed within each 8x8 group and rotated 180 degrees in
+        (r, s), padding (R - 1 - pad_h, S - 1 - pad_w); its output size is (H, W).
+        """
+        return Conv2dGw8Params(
+            n=self.n,
+            c=self.c,
+            h=self.p,
+            w=self.q,
+            r=self.r,
+            s=self.s,
+            pad_h=self.r - 1 - self.pad_h,
+            pad_w=self.s - 1 - self.pad_w,
+            has_bias=False,
+            dtype=self.dtype,
+        )
+
+    @classmethod
+    def from_tensors(
+        cls, x: Any, weight: Any, bias: Any = None, padding: int | tuple[int, int] | None = None
+    ) -> Conv2dGw8Params:
+        """Params of conv2d_gw8(x, weight, bias, padding); raises on anything unsupported."""
+        if x.dim() != 4:
+            raise ValueError(
+                f"conv2d_gw8: input must be 4-D (N, C, H, W), got shape {tuple(x.shape)}"
+            )
+        if weight.dim() != 4:
+            raise ValueError(
+                f"conv2d_gw8: weight must be 4-D (C, 8, R, S), got shape {tuple(weight.shape)}"
+            )
+        n, c, h, w = (int(v) for v in x.shape)
+        k, cg, r, s = (int(v) for v in weight.shape)
+        if cg != GROUP_WIDTH:
+            raise ValueError(
+                f"conv2d_gw8: weight.shape[1] (input channels per group) must be {GROUP_WIDTH}, "
+                f"got {cg}; only group width 8 is supported"
+            )
+        if k != c:
+            raise ValueError(
+                f"conv2d_gw8: weight.shape[0] ({k}) must equal the input channels ({c}); "
+                "groups = C / 8 with 8 outputs per group"
+            )
+        if bias is not None and tuple(bias.shape) != (c,):
+            raise ValueError(f"conv2d_gw8: bias must have shape ({c},), got {tuple(bias.shape)}")
+        pad_h, pad_w = normalize_padding(padding, r, s)
+        dtype = str(x.dtype).removeprefix("torch.")
+        return cls(
+            n=n,
+            c=c,
+            h=h,
+            w=w,
+            r=r,
+            s=s,
+            pad_h=pad_h,
+            pad_w=pad_w,
+            has_bias=bias is not None,
+            dtype=dtype,
+        )
+
+
+def normalize_padding(
+    padding: int | tuple[int, int] | list[int] | None, r: int, s: int
+) -> tuple[int, int]:
+    """Padding as (pad_h, pad_w); None means "same" for odd kernels (k // 2)."""
+    if padding is None:
+        return (r // 2, s // 2)
+    if isinstance(padding, bool):
+        raise TypeError(f"conv2d_gw8: padding must be an int or a pair of ints, got {padding!r}")
+    if isinstance(padding, int):
+        pads = (padding, padding)
+    elif (
+        isinstance(padding, (tuple, list))
+        and len(padding) == 2
+        and all(isinstance(v, int) and not isinstance(v, bool) for v in padding)
+    ):
+        pads = (int(padding[0]), int(padding[1]))
+    else:
+        raise TypeError(f"conv2d_gw8: padding must be an int or a pair of ints, got {padding!r}")
+    if min(pads) < 0:
+        raise ValueError(f"conv2d_gw8: padding must be >= 0, got {pads}")
+    return pads
+
+
+@dataclass(frozen=True, slots=True)
+class Conv2dGw8Config:
+    """Tiling of the fprop kernel (dgrad runs the same kernel on the transposed problem).
+
+    Attributes:
+        block_p: output rows per CTA (streamed one input row at a time).
+        block_q: output columns per CTA, a multiple of 16 (one m16n8k8 M tile per 16 columns).
+        warps: channel groups per CTA (one warp per group of 8 channels).
+        stages: input rows in flight in shared memory (cp.async pipeline depth).
+    """
+
+    block_p: int = 8
+    block_q: int = 16
+    warps: int = 4
+    stages: int = 2
+
+    def __post_init__(self) -> None:
+        if self.block_p < 1:
+            raise ValueError(f"Conv2dGw8Config.block_p must be >= 1, got {self.block_p}")
+        if self.block_q < 16 or self.block_q % 16:
+            raise ValueError(
+                f"Conv2dGw8Config.block_q must be a positive multiple of 16, got {self.block_q}"
+            )
+        if self.warps not in (1, 2, 4, 8):
+            raise ValueError(f"Conv2dGw8Config.warps must be 1, 2, 4 or 8, got {self.warps}")
+        if self.stages not in (2, 3):
+            raise ValueError(f"Conv2dGw8Config.stages must be 2 or 3, got {self.stages}")
+
+
+@dataclass(frozen=True, slots=True)
+class Conv2dGw8WgradConfig:
+    """Tiling of the weight-gradient kernel.
+
+    Attributes:
+        block_p: output-gradient rows per task; a CTA streams the BLOCK_P + R - 1 input rows.
+        block_q: output columns per CTA, a multiple of 8 (the mma reduces 8 columns at a time).
+        warps: channel groups per CTA.
+        stages: input rows in flight (cp.async pipeline depth).
+        splits_per_sm: partial-sum slices per SM; the (n, row-chunk) tasks are divided among
+            that many CTAs in order, each writing its own fp32 partial (deterministic).
+    """
+
+    block_p: int = 8
+    block_q: int = 32
+    warps: int = 4
+    stages: int = 2
+    splits_per_sm: int = 2
+
+    def __post_init__(self) -> None:
+        if self.block_p < 1:
+            raise ValueError(f"Conv2dGw8WgradConfig.block_p must be >= 1, got {self.block_p}")
+        if self.block_q < 8 or self.block_q % 8:
+            raise ValueError(
+                f"Conv2dGw8WgradConfig.block_q must be a positive multiple of 8, got {self.block_q}"
+            )
+        if self.warps not in (1, 2, 4, 8):
+            raise ValueError(f"Conv2dGw8WgradConfig.warps must be 1, 2, 4 or 8, got {self.warps}")
+        if self.stages not in (2, 3):
+            raise ValueError(f"Conv2dGw8WgradConfig.stages must be 2 or 3, got {self.stages}")
+        if self.splits_per_sm not in (1, 2, 4):
+            raise ValueError(
+                f"Conv2dGw8WgradConfig.splits_per_sm must be 1, 2 or 4, got {self.splits_per_sm}"
+            )
+
+
+@dataclass(frozen=True, slots=True)
+class Conv2dGw8ReduceConfig:
+    """Threads per CTA of the ordered reduction of wgrad partials."""
+
+    threads: int = 256
+
+    def __post_init__(self) -> None:
+        if self.threads not in (128, 256, 512):
+            raise ValueError(
+                f"Conv2dGw8ReduceConfig.threads must be 128, 256 or 512, got {self.threads}"
+            )

@@ -1,0 +1,193 @@
+/// Grouped 2-D convolution, group width 8, stride 1, forward (also the input gradient):
+///   y[n,p,q,g8+k] = b[g8+k] + sum_{r,s} sum_{c<8} x[n, p+r-PAD_H, q+s-PAD_W, g8+c] w[g8+k, c, r, s]
+/// (the dgrad launch passes dy as x, weights transposed per 8x8 group and rotated 180 degrees,
+/// padding R-1-pad, so dx is this same formula).
+///
+/// Tiling: one CTA per (BLOCK_P output rows, BLOCK_Q output columns, WARPS channel groups) tile of
+///   one image (blockIdx.y = n, a run-time batch: no recompile per batch size). One warp per group
+///   of 8 channels. Each filter tap (r, s) of a group is an 8x8 matrix held in one register per
+///   thread (R*S registers: the B operand of mma.m16n8k8), for the whole CTA. A 16-column strip of
+///   an output row is the M = 16 side of the mma; K = 8 input channels; N = 8 output channels.
+/// Overlap-add: input row i of the tile contributes to output rows i-r (r < R). The accumulators
+///   are a ring of R output rows; the row loop is unrolled by R so every ring slot index is a
+///   compile-time constant. A slot whose row received all R contributions is stored (+ bias)
+///   and restarts at zero.
+/// Traffic per CTA: reads (BLOCK_P+R-1)·(BLOCK_Q+S-1)·WARPS·16 B of x (halo re-reads mostly hit
+///   L2) and WARPS·8·8·R·S·2 B of w; writes BLOCK_P·BLOCK_Q·WARPS·16 B of y. Bound: DRAM (2·8·R·S
+///   FLOP per 4 B of x + y = 36 FLOP/B at 3x3; at 7x7 the mma.sync rate is the ceiling).
+/// Pipeline: STAGES input rows in shared memory, filled by cp.async (zero-fill for rows/columns
+///   outside the image: that is the padding); one __syncthreads per input row, which also frees
+///   the stage the next prefetch overwrites.
+/// Shared memory: (STAGES, WARPS, TILE_W, 4 words): each warp reads only its group's plane, 8
+///   consecutive 16-byte pixels per mma row block = 32 consecutive words, so no bank conflicts.
+/// Stores: each thread writes a half2 (channels 2t, 2t+1 of its pixel); the 4 lanes of a pixel
+///   cover its 16 bytes and the CTA's WARPS groups fill contiguous 16·WARPS-byte runs per pixel.
+/// Assumes: NHWC (channels_last) x and y, C % 8 == 0, 16-byte aligned x/y, weight (C, 8, R, S)
+///   contiguous, bias (C) contiguous; one image of x and y below 2^31 elements (the batch offset is
+///   64-bit).
+
+#include "spio/async_copy.h"
+#include "spio/mma.h"
+
+namespace {
+
+/// A compile-time int as a value, so an unrolled loop body sees its index as a constant.
+template <int V>
+struct Int {
+    static constexpr int value = V;
+};
+
+/// Calls f(Int<0>{}), ..., f(Int<N-1>{}): ring-slot indices become compile-time constants.
+template <int N, int I = 0, class F>
+SPIO_DEVICE void static_for(F&& f) {
+    if constexpr (I < N) {
+        f(Int<I>{});
+        static_for<N, I + 1>(f);
+    }
+}
+
+/// The 16 bits of a half or bfloat16 value.
+SPIO_DEVICE unsigned bits16(Elem v) { return *reinterpret_cast<const unsigned short*>(&v); }
+
+/// Two fp32 values rounded to Elem and packed low/high into one 32-bit word (a half2/bfloat162).
+SPIO_DEVICE unsigned pack2(float lo, float hi) {
+    if constexpr (spio::detail::is_half_v<Elem>) {
+        const __half2 v = __floats2half2_rn(lo, hi);
+        return *reinterpret_cast<const unsigned*>(&v);
+    } else {
+        const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+        return *reinterpret_cast<const unsigned*>(&v);
+    }
+}
+
+}  // namespace
+
+extern "C" __global__ void __launch_bounds__(WARPS * 32)
+    conv2d_gw8_fprop(unsigned* __restrict__ out_ptr, const uint4* __restrict__ in_ptr,
+                     const Elem* __restrict__ weight_ptr, const Elem* __restrict__ bias_ptr) {
+    // ---- setup: block -> tile, warp -> channel group, lane -> fragment coordinates ----------
+    extern __shared__ uint4 smem_raw[];
+    const SmemInput smem_input(reinterpret_cast<unsigned*>(smem_raw));  // (STAGE, C8, W, CP)
+    const int lane = spio::lane_id();
+    const C8 warp_group(spio::warp_id());  // this warp's group within the CTA
+    const BlockIdx block(blockIdx.x);
+    const int p0 = block.get<PB>().unfold().get();  // first output row of the tile
+    const int q0 = block.get<QB>().unfold().get();  // first output column of the tile
+    const C8 group0 = block.get<GB>().unfold().template fold<8>();
+    const C8 group = group0 + warp_group;
+    const long long image = blockIdx.y;  // 64-bit: the whole batch may exceed 2^31 elements
+    const Input input(in_ptr + image * Input::storage_size());        // (H, W, C8) uint4
+    const Output output(out_ptr + image * Output::storage_size());    // (P, Q, C8, CP) half2
+    const CP lane_pair(lane % 4);  // this thread's channel pair (2t, 2t+1) in A, B and C
+    const int lane_row = lane / 4;  // this thread's fragment row (pixel) and B column (channel)
+
+    // Weights of every tap in registers: B[c][k] = w[g8 + k, c, r, s], k = lane/4, c = 2t, 2t+1.
+    unsigned reg_weight[KERNEL_R][KERNEL_S];
+    const Weight weight(weight_ptr);  // (C8, KO, CI, R, S)
+#pragma unroll
+    for (int r = 0; r < KERNEL_R; ++r) {
+#pragma unroll
+        for (int s = 0; s < KERNEL_S; ++s) {
+            const auto tap = weight[group][KO(lane_row)][R(r)][S(s)];
+            reg_weight[r][s] = bits16(*tap[CI(2 * lane_pair.get())]) |
+                               (bits16(*tap[CI(2 * lane_pair.get() + 1)]) << 16);
+        }
+    }
+    float bias_lo = 0.f, bias_hi = 0.f;
+    if constexpr (HAS_BIAS) {
+        const Bias bias(bias_ptr);  // (C8, KO)
+        bias_lo = static_cast<float>(*bias[group][KO(2 * lane_pair.get())]);
+        bias_hi = static_cast<float>(*bias[group][KO(2 * lane_pair.get() + 1)]);
+    }
+
+    // ---- stages: load one input row, multiply it into the ring, store a finished row ----------
+    // Input row i of the tile is image row p0 - PAD_H + i; tile column j is image column
+    // q0 - PAD_W + j. Out-of-image pixels are zero-filled: that is the convolution's padding.
+    auto load_input_row = [&](int i, int stage) {
+        const int h = p0 - PAD_H + i;
+        const bool row_inside = h >= 0 && h < IN_H;
+        for (int t = threadIdx.x; t < WARPS * TILE_W; t += WARPS * 32) {
+            const C8 g(t % WARPS);  // consecutive threads: consecutive 16 B of one pixel
+            const int j = t / WARPS;
+            const int w = q0 - PAD_W + j;
+            const bool inside = row_inside && w >= 0 && w < IN_W;
+            const uint4* src = inside ? input[H(h)][W(w)][group0 + g].get() : in_ptr;
+            spio::cp_async_16(smem_input[STAGE(stage)][g][W(j)].get(), src, inside);
+        }
+    };
+
+    float reg_acc[KERNEL_R][MMA_M_TILES][4];  // ring of R output rows x 16-column strips
+#pragma unroll
+    for (int slot = 0; slot < KERNEL_R; ++slot)
+#pragma unroll
+        for (int m = 0; m < MMA_M_TILES; ++m)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) reg_acc[slot][m][e] = 0.f;
+
+    // Input row (ring position u = i mod R): A(s) = pixels j + s of the row, shared by every r;
+    // it adds to output row i - r, whose ring slot is (u - r) mod R.
+    auto multiply_row = [&](int stage, auto u) {
+        const auto plane = smem_input[STAGE(stage)][warp_group];
+#pragma unroll
+        for (int s = 0; s < KERNEL_S; ++s) {
+#pragma unroll
+            for (int m = 0; m < MMA_M_TILES; ++m) {
+                const auto pixel = plane[W(16 * m + s + lane_row)][lane_pair];
+                const unsigned a[2] = {*pixel, *pixel[W(8)]};
+#pragma unroll
+                for (int r = 0; r < KERNEL_R; ++r) {
+                    spio::mma_m16n8k8<Elem>(reg_acc[(decltype(u)::value - r + KERNEL_R) % KERNEL_R][m], a,
+                                            reg_weight[r][s]);
+                }
+            }
+        }
+    };
+
+    // Output row j = i - (R - 1) has all its contributions after input row i.
+    auto store_row = [&](int j, auto slot) {
+        const int p = p0 + j;
+        if (j >= 0 && p < OUT_P) {
+#pragma unroll
+            for (int m = 0; m < MMA_M_TILES; ++m) {
+#pragma unroll
+                for (int half = 0; half < 2; ++half) {  // fragment rows lane/4 and lane/4 + 8
+                    const int q = q0 + 16 * m + lane_row + 8 * half;
+                    if (q < OUT_Q) {
+                        *output[P(p)][Q(q)][group][lane_pair] =
+                            pack2(reg_acc[decltype(slot)::value][m][2 * half] + bias_lo,
+                                  reg_acc[decltype(slot)::value][m][2 * half + 1] + bias_hi);
+                    }
+                }
+            }
+        }
+#pragma unroll
+        for (int m = 0; m < MMA_M_TILES; ++m)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) reg_acc[decltype(slot)::value][m][e] = 0.f;
+    };
+
+    // ---- prologue: the first STAGES - 1 rows in flight ----------------------------------------
+#pragma unroll
+    for (int i = 0; i < STAGES - 1; ++i) {
+        if (i < TILE_H) load_input_row(i, i);
+        spio::cp_async_commit();
+    }
+
+    // ---- main loop: rows in groups of R so ring slots are compile-time constants --------------
+#pragma unroll 1
+    for (int i0 = 0; i0 < TILE_H; i0 += KERNEL_R) {
+        static_for<KERNEL_R>([&](auto u) {
+            constexpr int U = decltype(u)::value;
+            const int i = i0 + U;
+            if (i < TILE_H) {  // uniform across the CTA: the barrier below is safe
+                spio::cp_async_wait<STAGES - 2>();
+                __syncthreads();  // row i visible to all; everyone is done with row i - 1
+                const int next = i + STAGES - 1;
+                if (next < TILE_H) load_input_row(next, next % STAGES);
+                spio::cp_async_commit();
+                multiply_row(i % STAGES, u);
+                store_row(i - (KERNEL_R - 1), Int<(U + 1) % KERNEL_R>{});
+            }
+        });
+    }
+}
