@@ -1,0 +1,182 @@
+"""Performance-model loop on a synthetic kernel family whose true latency is known."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from spio.kernels.kernel_def import KernelDef, KernelStats
+from spio.kernels.select import Selector
+from spio.settings import override
+from spio.tune.dataset import Sample, append, read
+from spio.tune.evaluate import evaluate, feature_rows
+from spio.tune.features import features, from_dict, to_dict
+from spio.tune.model import MODEL_FORMAT, ModelFormatError, PerfModel
+from spio.tune.rank import rank
+from spio.tune.store import find_model, model_path, slug
+
+
+@dataclass(frozen=True, slots=True)
+class P:
+    n: int
+    c: int
+
+
+@dataclass(frozen=True, slots=True)
+class Cfg:
+    tile: int
+    warps: int
+
+
+@dataclass(frozen=True)
+class Dev:
+    name: str = "Synthetic GPU"
+    arch: str = "sm_90"
+    sm_count: int = 100
+
+
+def _configs(p: P, dev) -> list[Cfg]:
+    return [Cfg(t, w) for t in (16, 32, 64, 128) for w in (1, 2, 4, 8) if t * w <= 4 * p.c]
+
+
+def _true_us(p: P, cfg: Cfg) -> float:
+    # Waves of tiles plus a per-warp overhead: the best tile depends on the shape.
+    tiles = math.ceil(p.n / cfg.tile)
+    waves = math.ceil(tiles / (100 * 4 / cfg.warps))
+    return 5.0 + waves * cfg.tile * p.c / (cfg.warps * 40.0) + 0.3 * cfg.warps
+
+
+def _feat(p: P, cfg: Cfg, dev) -> dict[str, float]:
+    tiles = math.ceil(p.n / cfg.tile)
+    return {"n": p.n, "c": p.c, "tile": cfg.tile, "warps": cfg.warps, "tiles": tiles,
+            "waves": math.ceil(tiles / (dev.sm_count * 4 / cfg.warps))}
+
+
+KDEF = KernelDef(
+    name="synthetic", params_type=P, config_type=Cfg, configs=_configs, spec=None,
+    heuristic=lambda p, dev: Cfg(32, 4), stats=lambda p: KernelStats(0), features=_feat,
+    make_runner=lambda p, cfg: (lambda: None),
+)
+
+
+def _dataset(shapes: int, seed: int) -> list[Sample]:
+    rng = random.Random(seed)
+    out = []
+    for _ in range(shapes):
+        p = P(rng.choice([1000, 5000, 20000, 100000, 400000]) + rng.randrange(1000),
+              rng.choice([16, 32, 64, 128]))
+        for cfg in _configs(p, Dev()):
+            noise = 1 + 0.01 * rng.uniform(-1, 1)
+            out.append(Sample("synthetic", Dev().name, "sm_90", to_dict(p), to_dict(cfg),
+                              _true_us(p, cfg) * noise))
+    return out
+
+
+def test_dataset_round_trip_skips_truncated_line(tmp_path: Path):
+    path = tmp_path / "d.jsonl"
+    rows = _dataset(3, seed=1)
+    assert append(path, rows) == len(rows)
+    with path.open("a") as f:
+        f.write('{"format": 1, "kernel": "synth')  # an interrupted write
+    back = read(path)
+    assert back == rows
+    assert read(path, kernel="other") == []
+
+
+def test_params_and_configs_round_trip_through_json():
+    p, cfg = P(10, 32), Cfg(64, 2)
+    assert from_dict(P, json.loads(json.dumps(to_dict(p)))) == p
+    assert from_dict(Cfg, json.loads(json.dumps(to_dict(cfg)))) == cfg
+
+
+def test_model_finds_the_known_best_config_on_unseen_shapes(seed):
+    samples = _dataset(40, seed)
+    model = PerfModel.train("synthetic", Dev().name, "sm_90", feature_rows(KDEF, samples, Dev()),
+                            [s.latency_us for s in samples], rounds=200)
+    rng = random.Random(seed + 1)
+    regrets = []
+    for _ in range(20):
+        p = P(rng.randrange(500, 400000), rng.choice([16, 32, 64, 128]))
+        best_cfg, _ = rank(KDEF, p, Dev(), model)[0]
+        regrets.append(_true_us(p, best_cfg) / min(_true_us(p, c) for c in _configs(p, Dev())))
+    regrets.sort()
+    assert regrets[len(regrets) // 2] <= 1.05, f"seed={seed} regrets={regrets}"
+
+
+def test_evaluation_splits_by_shape_and_reports_regret(seed):
+    report = evaluate(KDEF, _dataset(30, seed), Dev(), folds=5, rounds=150)
+    assert report.shapes == 30
+    assert 1.0 <= report.regret_median <= report.regret_p90 <= report.regret_max
+    assert report.regret_median < 1.1, str(report)
+    assert 0.0 <= report.top5_hit_rate <= 1.0
+    assert "top-1 regret" in str(report)
+
+
+def test_model_file_round_trip_and_format_check(tmp_path: Path):
+    samples = _dataset(5, seed=3)
+    rows = feature_rows(KDEF, samples, Dev())
+    model = PerfModel.train("synthetic", Dev().name, "sm_90", rows,
+                            [s.latency_us for s in samples], rounds=20)
+    path = tmp_path / "m.json"
+    model.save(path)
+    back = PerfModel.load(path)
+    assert back.feature_names == model.feature_names
+    assert list(back.predict_us(rows[:7])) == pytest.approx(list(model.predict_us(rows[:7])), rel=1e-5)
+    data = json.loads(path.read_text())
+    data["format"] = MODEL_FORMAT + 1
+    with pytest.raises(ModelFormatError, match="retrain"):
+        PerfModel.from_json(json.dumps(data))
+    with pytest.raises(ModelFormatError, match="no longer provides"):
+        back.predict_us([{"n": 1.0}])
+
+
+def test_selector_without_model_uses_heuristic_and_caches(tmp_path: Path):
+    with override(cache_dir=tmp_path):
+        sel = Selector(store_dir=tmp_path / "sel")
+        p = P(1000, 32)
+        assert sel.select(KDEF, p, Dev()) == Cfg(32, 4)
+        assert sel.sources[("synthetic", p, Dev().name)] == "heuristic"
+        assert sel.ranked(KDEF, p, Dev())[0] == (Cfg(32, 4), None)
+
+
+def test_selector_uses_model_when_one_exists(tmp_path: Path, seed):
+    samples = _dataset(30, seed)
+    model = PerfModel.train("synthetic", Dev().name, "sm_90", feature_rows(KDEF, samples, Dev()),
+                            [s.latency_us for s in samples], rounds=150)
+    with override(cache_dir=tmp_path):
+        model.save(model_path(tmp_path / "models", "synthetic", Dev().name))
+        assert find_model("synthetic", Dev().name, "sm_90") is not None
+        # Another GPU of the same arch borrows the model; another arch gets none.
+        assert find_model("synthetic", "Other GPU", "sm_90") is not None
+        assert find_model("synthetic", "Other GPU", "sm_80") is None
+        sel = Selector(store_dir=tmp_path / "sel")
+        p = P(300000, 128)
+        choice = sel.select(KDEF, p, Dev())
+        assert sel.sources[("synthetic", p, Dev().name)] == "model"
+        assert choice == rank(KDEF, p, Dev(), model)[0][0]
+
+
+def test_persisted_autotune_winner_is_reused(tmp_path: Path):
+    with override(cache_dir=tmp_path):
+        p = P(5000, 64)
+        sel = Selector(store_dir=tmp_path / "sel")
+        sel._persist(KDEF, p, Dev(), Cfg(128, 2))
+        fresh = Selector(store_dir=tmp_path / "sel")
+        assert fresh.select(KDEF, p, Dev()) == Cfg(128, 2)
+        assert fresh.sources[("synthetic", p, Dev().name)] == "autotune"
+
+
+def test_features_fall_back_to_numeric_fields():
+    bare = KernelDef(name="b", params_type=P, config_type=Cfg, configs=_configs, spec=None,
+                     heuristic=None, stats=None)
+    assert features(bare, P(3, 8), Cfg(16, 2), Dev()) == {"p_n": 3.0, "p_c": 8.0, "c_tile": 16.0,
+                                                          "c_warps": 2.0}
+
+
+def test_slug():
+    assert slug("NVIDIA H100 80GB HBM3") == "nvidia-h100-80gb-hbm3"
