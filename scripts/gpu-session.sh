@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# One call on a remote GPU machine with no network (the dev team's device runs): install carried
+# wheels, build in place, then run the requested stages, writing logs under $OUT (or ./gpu-out).
+#   scripts/gpu-session.sh test            GPU suite (JUnit + log)
+#   scripts/gpu-session.sh bench           quick benchmarks of every family + launch overhead
+#   scripts/gpu-session.sh tune MINUTES    collect samples for every family, train, eval
+# Stages combine: scripts/gpu-session.sh test bench
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT="${OUT:-gpu-out}"; mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1 SPIO_CACHE_DIR="${SPIO_CACHE_DIR:-/tmp/spio-cache}" SPIO_PROGRESS=0
+if [ -d .whl ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+      --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site
+fi
+python3 -m pip install -q -e . --no-build-isolation --no-deps >"$OUT/build.log" 2>&1 \
+    || { tail -30 "$OUT/build.log"; exit 1; }
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
+while [ $# -gt 0 ]; do
+  case "$1" in
+    test)
+      python3 -m pytest -q -m "gpu and not slow" -n 4 -p no:cacheprovider --timeout 600 \
+          --junitxml="$OUT/junit.xml" tests ${SPIO_PYTEST_ARGS:-} 2>&1 | tee "$OUT/test.log" | tail -60
+      ;;
+    bench)
+      python3 benchmarks/launch_overhead.py 2>&1 | tee "$OUT/launch.log"
+      for f in conv2d-gw8 layernorm2d matmul; do
+        SPIO_ASSERT_NO_COMPILE=0 python3 -m spio.cli.main bench --quick "$f" 2>&1 | tee "$OUT/bench-$f.log"
+      done
+      ;;
+    tune)
+      shift; minutes="$1"
+      python3 -m spio.cli.main tune collect --kernel all --minutes "$minutes" 2>&1 | tail -20
+      python3 -m spio.cli.main tune eval --kernel all 2>&1 | tee "$OUT/tune-eval.log"
+      python3 -m spio.cli.main tune train --kernel all --out "$OUT/models" 2>&1 | tail -20
+      cp "$SPIO_CACHE_DIR"/tune/*.jsonl "$OUT/" 2>/dev/null
+      ;;
+    *) echo "unknown stage $1"; exit 2 ;;
+  esac
+  shift
+done
