@@ -1,0 +1,249 @@
+"""matmul family on the host: params/config validation, config space, heuristic, NVRTC compiles of
+sampled configs for sm_80 and sm_90 (exhaustive under `slow`), and the SASS of the heuristic
+config (HMMA count per k tile, no local memory)."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from spio.kernels import KERNELS
+from spio.kernels import matmul as mm
+from spio.kernels.matmul import MatmulConfig, MatmulParams
+from spio.settings import settings
+from spio.testing import sample
+
+ARCHS = ("sm_80", "sm_90")
+FLAGS = list(
+    itertools.product(("float16", "bfloat16"), (False, True), (False, True), (False, True))
+)  # dtype, fp32 out, b_transposed, bias
+
+
+def _device(name: str):
+    from spio.cuda import known_device
+
+    return known_device(name)
+
+
+def _compile(p: MatmulParams, cfg: MatmulConfig, arch: str) -> bytes:
+    from spio.kernels.loader import compile_spec
+
+    return compile_spec(mm.spec(p, cfg, _device("H100")), arch)
+
+
+def _params(dtype="float16", fp32_out=False, b_transposed=False, bias=False, m=4096, n=4096):
+    out = "float32" if fp32_out else dtype
+    return MatmulParams(m, n, 4096, dtype, out, b_transposed=b_transposed, has_bias=bias)
+
+
+# ---- params and config validation -----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "kwargs, error, message",
+    [
+        (dict(m=0, n=8, k=8), ValueError, r"MatmulParams.m must be >= 1"),
+        (dict(m=4, n=0, k=8), ValueError, r"MatmulParams.n must be >= 1"),
+        (dict(m=4, n=8, k=12), ValueError, r"k must be a multiple of 8.*pad K with zeros to 16"),
+        (dict(m=4, n=8, k=0), ValueError, r"MatmulParams.k must be >= 8"),
+        (dict(m=4.0, n=8, k=8), TypeError, r"MatmulParams.m must be an int"),
+        (dict(m=4, n=8, k=8, dtype="float32"), ValueError, r"dtype must be one of"),
+        (dict(m=4, n=8, k=8, out_dtype="bfloat16"), ValueError, r"out_dtype must be the operand"),
+        (dict(m=4, n=8, k=8, b_transposed=1), TypeError, r"b_transposed must be a bool"),
+    ],
+)
+def test_params_rejects(kwargs, error, message):
+    with pytest.raises(error, match=message):
+        MatmulParams(**kwargs)
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(block_k=16), r"block_k must be one of"),
+        (dict(stages=5), r"stages must be 2, 3 or 4"),
+        (dict(block_m=128, warps_m=3), r"warps \(3 x 2\) must divide"),
+        (dict(block_m=256, warps_m=2), r"warp tile 128 x 64 .* at most 64"),
+        (dict(block_m=64, block_n=64, warps_m=4, warps_n=4), r"warp tile 16 x 16|warps exceed"),
+        (dict(block_m=256, block_n=256, warps_m=4, warps_n=4), r"16 warps exceed 8"),
+        (dict(raster=0), r"raster must be >= 1"),
+    ],
+)
+def test_config_rejects(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        MatmulConfig(**kwargs)
+
+
+def test_variant_and_bucket_drop_only_the_shape():
+    p = MatmulParams(1000, 24, 40, "bfloat16", "float32", b_transposed=True, has_bias=True)
+    q = MatmulParams(7, 4096, 11008, "bfloat16", "float32", b_transposed=True, has_bias=True)
+    assert p.variant() == q.variant()
+    assert (
+        p.bucketed().m == 1024 and q.bucketed().m == 8 and MatmulParams(1, 8, 8).bucketed().m == 1
+    )
+    assert p.bucketed().n == p.n and p.bucketed().k == p.k
+
+
+def test_stats():
+    s = mm.stats(MatmulParams(3, 5, 8, "float16", "float32", has_bias=True))
+    assert s.flops == 2 * 3 * 5 * 8
+    assert s.bytes_moved == (3 * 8 + 8 * 5 + 5) * 2 + 3 * 5 * 4
+
+
+def test_registered():
+    assert KERNELS["matmul"] is mm.DEF
+    assert mm.DEF.params_type is MatmulParams and mm.DEF.config_type is MatmulConfig
+
+
+# ---- config space and heuristic -----------------------------------------------------------
+
+
+@pytest.mark.parametrize("gpu", ["H100", "A100"])
+@pytest.mark.parametrize("out", ["float16", "float32"])
+def test_configs_fit_the_device(gpu, out):
+    dev = _device(gpu)
+    p = MatmulParams(512, 512, 512, "float16", out)
+    cfgs = mm.configs(p, dev)
+    assert len(cfgs) == len(set(cfgs)) > 20
+    for cfg in cfgs:
+        assert cfg.smem(p) <= dev.max_smem_per_block_optin, cfg
+        assert cfg.threads <= 256 and cfg.warp_m in (32, 64) and cfg.warp_n in (32, 64), cfg
+    features = [mm.features(p, cfg, dev) for cfg in cfgs[:3]]
+    assert all(list(f) == list(features[0]) for f in features)
+
+
+@pytest.mark.parametrize("gpu", ["H100", "A100"])
+@pytest.mark.parametrize(
+    "m, n, k",
+    [(1, 1, 8), (16, 4096, 4096), (1000, 255, 64), (8192, 8192, 8192), (8192, 11008, 4096)],
+)
+@pytest.mark.parametrize("out", ["bfloat16", "float32"])
+def test_heuristic_is_a_listed_config(gpu, m, n, k, out):
+    dev = _device(gpu)
+    p = MatmulParams(m, n, k, "bfloat16", out)
+    cfg = mm.heuristic(p, dev)
+    assert cfg in mm.configs(p, dev)
+    spec = mm.spec(p, cfg, dev)
+    assert spec.block == (cfg.threads, 1, 1) and spec.smem == cfg.smem(p)
+    assert mm.grid(p, cfg)[0] == cfg.tiles(p)[0] * cfg.tiles(p)[1]
+
+
+def test_heuristic_big_tiles_for_big_problems_small_tiles_for_decode():
+    dev = _device("H100")
+    big = mm.heuristic(MatmulParams(8192, 8192, 8192), dev)
+    assert (big.block_m, big.block_n) == (128, 256) and big.stages >= 3
+    decode = mm.heuristic(MatmulParams(16, 4096, 4096), dev)
+    assert decode.block_m * decode.block_n < big.block_m * big.block_n
+
+
+# ---- NVRTC compiles -----------------------------------------------------------------------
+
+_COMPILE_LIMIT = 6  # per arch in CI: ~1 s of NVRTC each on 2 cores
+
+
+def _sampled_configs(limit: int | None) -> list[MatmulConfig]:
+    """Distinct compiled variants (raster is a runtime argument) for an H100, sampled."""
+    p = _params()
+    shapes = {
+        (c.block_m, c.block_n, c.block_k, c.warps_m, c.warps_n, c.stages)
+        for c in mm.configs(p, _device("H100"))
+    }
+    return sample([MatmulConfig(*c) for c in sorted(shapes)], limit)
+
+
+# Indices into the sample (collection stays free of device lookups).
+_COMPILE_COUNT = settings().max_test_params or _COMPILE_LIMIT
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("index", range(_COMPILE_COUNT))
+def test_configs_compile(arch, index):
+    cfgs = _sampled_configs(_COMPILE_COUNT)
+    if index >= len(cfgs):
+        pytest.skip(f"only {len(cfgs)} distinct configs")
+    image = _compile(_params(), cfgs[index], arch)
+    assert len(image) > 1000
+
+
+@pytest.mark.parametrize("flags", sample(FLAGS, settings().max_test_params or 6), ids=str)
+def test_flag_variants_compile(flags):
+    p = _params(*flags)
+    assert len(_compile(p, mm.heuristic(p, _device("H100")), "sm_90")) > 1000
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("flags", FLAGS, ids=str)
+def test_every_variant_compiles(arch, flags):
+    from spio.compiler import compile_many
+
+    p = _params(*flags)
+    cfgs = [
+        c for c in _sampled_configs(None) if c.smem(p) <= _device("H100").max_smem_per_block_optin
+    ]
+    specs = [mm.spec(p, cfg, _device("H100")) for cfg in cfgs]
+    jobs = [
+        dict(source=s.source_text(), arch=arch, options=s.options, name=s.source, scope=s.specs)
+        for s in specs
+    ]
+    images = compile_many(jobs)
+    assert len(images) == len(cfgs) and all(len(i) > 1000 for i in images)
+
+
+# ---- SASS ---------------------------------------------------------------------------------
+
+
+def _cuobjdump() -> Path | None:
+    """cuobjdump on PATH, in a CUDA toolkit, or from the nvidia-cuda-cuobjdump wheel."""
+    from spio.compiler.locate import find_tool
+
+    found = find_tool("cuobjdump")
+    if found:
+        return found
+    for root in map(Path, sys.path):
+        for hit in sorted(root.glob("nvidia/*/bin/cuobjdump")):
+            return hit
+    return None
+
+
+def _sass(image: bytes, tmp_path: Path, *args: str) -> str:
+    tool = _cuobjdump()
+    if tool is None:
+        pytest.skip(
+            "needs cuobjdump (CUDA toolkit, or pip install nvidia-cuda-cuobjdump "
+            "nvidia-cuda-nvdisasm)"
+        )
+    cubin = tmp_path / "matmul.cubin"
+    cubin.write_bytes(image)
+    env = dict(os.environ, PATH=f"{tool.parent}{os.pathsep}{os.environ.get('PATH', '')}")
+    run = subprocess.run([str(tool), *args, str(cubin)], capture_output=True, text=True, env=env)
+    if run.returncode != 0 and "nvdisasm" in run.stderr:
+        pytest.skip(f"cuobjdump needs nvdisasm: {run.stderr.strip()}")
+    assert run.returncode == 0, run.stderr
+    return run.stdout
+
+
+@pytest.mark.parametrize("b_transposed", [False, True])
+def test_sass_of_the_heuristic_config(b_transposed, tmp_path):
+    """The main loop issues MMA_M * MMA_N * K_STEPS HMMA.16816 per k tile per warp (the loop body
+    appears once, or unrolled a whole number of times) and nothing spills to local memory."""
+    p = MatmulParams(8192, 8192, 8192, b_transposed=b_transposed)
+    cfg = mm.heuristic(p, _device("H100"))
+    image = _compile(p, cfg, "sm_90")
+    sass = _sass(image, tmp_path, "-sass")
+    per_k_tile = (cfg.warp_m // 16) * (cfg.warp_n // 8) * (cfg.block_k // 16)
+    hmma = len(re.findall(r"\bHMMA\.16816\.F32\b", sass))
+    assert hmma > 0 and hmma % per_k_tile == 0, f"{hmma} HMMA, expected a multiple of {per_k_tile}"
+    ldsm = len(re.findall(r"\bLDSM\.16\.M(T)?88\.4\b", sass))
+    assert ldsm % ((cfg.warp_m // 16 + cfg.warp_n // 16) * (cfg.block_k // 16)) == 0
+    spills = re.findall(r"\b(STL|LDL)(\.\w+)*\b", sass)
+    assert not spills, f"local memory traffic in the SASS: {len(spills)} STL/LDL"
+    usage = _sass(image, tmp_path, "-res-usage")
+    regs = int(re.search(r"REG:(\d+)", usage).group(1))
+    assert regs <= 255 and re.search(r"STACK:0\b", usage), usage
