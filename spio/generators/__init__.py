@@ -15,9 +15,11 @@ from spio.generators.constant import Constant
 from spio.generators.dim import Dim, Fold, Module, SizedDim
 from spio.generators.dtype import Dtype
 from spio.generators.errors import GeneratorError
+from spio.generators.fragment import MmaA, MmaB, MmaC
 from spio.generators.header import generate, is_spec
 from spio.generators.macro import Macro
 from spio.generators.spec import Spec
+from spio.generators.swizzle import Xor
 from spio.generators.tensor import Tensor
 from spio.generators.type_alias import Type
 
@@ -29,11 +31,15 @@ __all__ = [
     "Fold",
     "GeneratorError",
     "Macro",
+    "MmaA",
+    "MmaB",
+    "MmaC",
     "Module",
     "SizedDim",
     "Spec",
     "Tensor",
     "Type",
+    "Xor",
     "dtype",
     "generate",
     "is_spec",

@@ -53,11 +53,8 @@ def _infer(value: object) -> Dtype:
     if isinstance(value, bool):
         return dt.bool
     if isinstance(value, int):
-        return (
-            dt.int32
-            if _INT_RANGES[dt.int32][0] <= value <= _INT_RANGES[dt.int32][1]
-            else (dt.int64)
-        )
+        lo, hi = _INT_RANGES[dt.int32]
+        return dt.int32 if lo <= value <= hi else dt.int64
     if isinstance(value, float):
         return dt.float
     raise TypeError(

@@ -8,6 +8,8 @@ dim inside them, so padding a row is one entry:
     Tensor((I(16), K(32)), dtype.half, strides={I: 40})     # rows of 32 halves, padded to 40
 
 A folded layout lists folds and modules of one dim: `Tensor(((K / 8)(4), I(16), (K % 8)(8)), ...)`.
+A swizzled layout adds `swizzle=Xor(row, col, bits)` (see swizzle.py); it permutes columns within
+each row, so sizes, strides and storage are those of the unswizzled layout.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import ClassVar
 from spio.generators.dim import Dim, DimLike, Fold, Module, SizedDim
 from spio.generators.dtype import Dtype
 from spio.generators.spec import Names, Section, check_count
+from spio.generators.swizzle import Xor
 from spio.generators.type_alias import as_dtype
 
 # Emitted declarations longer than this are wrapped one template argument per line.
@@ -72,11 +75,13 @@ class Tensor:
         dims: the sized dims, outermost first.
         dtype: the element type.
         strides: one stride per dim, in elements.
+        swizzle: the swizzles of the layout, in the order given (usually none or one).
     """
 
     dims: tuple[SizedDim, ...]
     dtype: Dtype
     strides: tuple[int, ...]
+    swizzle: tuple[Xor, ...]
     section: ClassVar[Section] = "tensors"
 
     def __init__(
@@ -84,6 +89,7 @@ class Tensor:
         dims: Iterable[SizedDim],
         dtype: object,
         strides: Mapping[DimLike, int] | None = None,
+        swizzle: Xor | Iterable[Xor] | None = None,
     ):
         """Declares a tensor layout.
 
@@ -92,6 +98,7 @@ class Tensor:
             dtype: a `dtype` value (`dtype.half8`) or a `Type` spec.
             strides: optional `{dim: stride}` for some dims (in elements); keys are the dims as
                 written in `dims`, without sizes. Other dims are row-major inside-out.
+            swizzle: an `Xor` (or several) over two of the tensor's dims.
 
         Raises:
             TypeError, ValueError: the rule broken and how to fix it.
@@ -123,6 +130,7 @@ class Tensor:
         object.__setattr__(self, "dims", dims_t)
         object.__setattr__(self, "dtype", dt)
         object.__setattr__(self, "strides", _row_major(dims_t, given))
+        object.__setattr__(self, "swizzle", _swizzles(dims_t, swizzle))
 
     @property
     def storage_size(self) -> int:
@@ -163,7 +171,34 @@ class Tensor:
             f"spio::Extent<{names.spell(d.dim)}, {d.size}, {s}>"
             for d, s in zip(self.dims, self.strides, strict=True)
         ]
-        return [self.dtype.cpp, *extents]
+        return [self.dtype.cpp, *extents, *(x.spell(names) for x in self.swizzle)]
+
+
+def _swizzles(dims: tuple[SizedDim, ...], swizzle: object) -> tuple[Xor, ...]:
+    if swizzle is None:
+        return ()
+    items = (swizzle,) if isinstance(swizzle, Xor) else swizzle
+    if not isinstance(items, Iterable):
+        raise TypeError(f"Tensor swizzle must be an Xor (or a tuple of them), got {swizzle!r}")
+    out = tuple(items)
+    sizes = {d.dim: d.size for d in dims}
+    listed = ", ".join(d.dim.describe() for d in dims)
+    for x in out:
+        if not isinstance(x, Xor):
+            raise TypeError(f"Tensor swizzle must be Xor(row, col, bits), got {x!r}")
+        for what, d in (("row", x.row), ("col", x.col)):
+            if d not in sizes:
+                raise ValueError(
+                    f"Tensor swizzle {x.describe()}: its {what} {d.describe()} is not one of the "
+                    f"tensor's dims ({listed}); swizzle dims exactly as written in dims"
+                )
+        if sizes[x.col] % (1 << x.bits):
+            raise ValueError(
+                f"Tensor swizzle {x.describe()}: the col size {sizes[x.col]} must be a multiple "
+                f"of 2**bits = {1 << x.bits} (the XOR permutes within aligned groups); use "
+                f"bits <= log2 of the col size"
+            )
+    return out
 
 
 def wrap_using(name: str, template: str, args: list[str]) -> str:
