@@ -1,0 +1,273 @@
+"""compile(): CUDA C++ source (with @spio blocks) -> cubin or PTX, through the disk cache.
+
+A compile has three steps, split so the parallel pool can run the middle one in a worker:
+`prepare` (validate, expand blocks, build the options and the cache key; cheap),
+`build` (the NVRTC call; seconds), `store` (write the cache entry and the debug dumps).
+
+Options always passed, in this order, before the caller's:
+`-std=c++20`, `--gpu-architecture=sm_XX` (cubin; `compute_XX` for PTX), `-I<spio/include>`,
+`-I<CUDA headers>`, then `-lineinfo` with SPIO_LINEINFO=1 and `-G` with SPIO_DEBUG=1.
+No `-default-device`: spio's headers mark every function they want on the device, and a missing
+annotation should be a compile error rather than silently device-only code. No fast math unless
+the caller passes `--use_fast_math`.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import subprocess
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from spio.compiler import nvrtc
+from spio.compiler.cache import INCLUDE_DIR, DiskCache, cache_key, default_cache, include_checksum
+from spio.compiler.locate import find_tool
+from spio.compiler.toolchain import toolchain
+from spio.errors import CompileError, CompileForbiddenError
+from spio.settings import settings
+
+log = logging.getLogger("spio.compiler")
+
+GENERATED_HEADER = "spio_generated.h"
+_ARCH = re.compile(r"^sm_(\d+)([af]?)$")
+
+
+@dataclass(frozen=True, slots=True)
+class Prepared:
+    """A compile ready to run: everything NVRTC gets, plus the cache key. Plain data: pickles."""
+
+    key: str
+    name: str
+    arch: str
+    ptx: bool
+    source: str  # the caller's source (for CompileError line numbers)
+    text: str  # what NVRTC compiles (source behind the generated-header include)
+    generated: str | None
+    headers: tuple[tuple[str, str], ...]
+    options: tuple[str, ...]
+    library: Path  # the libnvrtc to use (a worker process loads the same one)
+
+
+_UNSET: Any = object()
+
+
+def compile(
+    source: str,
+    arch: str = "sm_90",
+    *,
+    options: Sequence[str] = (),
+    headers: Mapping[str, str] | None = None,
+    name: str = "kernel.cu",
+    ptx: bool = False,
+    scope: Mapping[str, Any] | None = None,
+    cache: DiskCache | None = _UNSET,
+) -> bytes:
+    """Compiles CUDA C++ to a cubin (or PTX text as bytes with `ptx=True`).
+
+    Args:
+        source: the translation unit. `/*@spio ... @spio*/` blocks in it are run with the
+            generator names and `scope` in view; the header they generate is included first.
+        arch: "sm_80", "sm_90", "sm_90a", ...; one of `supported_archs()`.
+        options: extra NVRTC options, appended after spio's in this order.
+        headers: in-memory headers, include name -> text.
+        name: the file name NVRTC reports in errors and debug info.
+        ptx: return PTX for `compute_XX` instead of a cubin.
+        scope: extra generator specs (name -> spec) that kernel factories pass.
+        cache: the DiskCache to use; default `default_cache()` (None when SPIO_NO_DISK_CACHE=1).
+            Pass None to bypass the disk cache.
+
+    Raises:
+        CompileError: NVRTC rejected the source (log, numbered source, options).
+        CompileForbiddenError: a compile was needed while SPIO_ASSERT_NO_COMPILE=1.
+        ValueError / TypeError: a bad argument (the message names it and the fix).
+    """
+    p = prepare(source, arch, options=options, headers=headers, name=name, ptx=ptx, scope=scope)
+    disk = default_cache() if cache is _UNSET else cache
+    return compile_prepared(p, disk)
+
+
+def compile_prepared(p: Prepared, disk: DiskCache | None) -> bytes:
+    """The cache lookup, the compile on a miss, and the store."""
+    if disk is None:
+        forbid_compile(p)
+        return build(p)
+    hit = lookup(p, disk)
+    if hit is not None:
+        return hit
+    forbid_compile(p)
+    from filelock import FileLock
+
+    lock = disk.lock_path(p.key)
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(lock)):  # one process compiles a key; the others then read its entry
+        image = disk.get(p.key, p.ptx, count=False)
+        if image is None:
+            image = build(p)
+            disk.record_compile()
+            store(p, image, disk)
+    return image
+
+
+def lookup(p: Prepared, disk: DiskCache) -> bytes | None:
+    """The cached image of a prepared compile (dumping SASS if asked and missing), or None."""
+    image = disk.get(p.key, p.ptx)
+    if image is not None and settings().disasm and not p.ptx:
+        sass = disk.path(p.key).with_suffix(".sass")
+        if not sass.exists():
+            write_sass(image, sass)
+    return image
+
+
+def forbid_compile(p: Prepared) -> None:
+    """Raises CompileForbiddenError when SPIO_ASSERT_NO_COMPILE=1."""
+    if settings().assert_no_compile:
+        raise CompileForbiddenError(f"{p.name} for {p.arch} (cache key {p.key[:16]})")
+
+
+def prepare(
+    source: str,
+    arch: str = "sm_90",
+    *,
+    options: Sequence[str] = (),
+    headers: Mapping[str, str] | None = None,
+    name: str = "kernel.cu",
+    ptx: bool = False,
+    scope: Mapping[str, Any] | None = None,
+) -> Prepared:
+    """Validates the arguments, expands @spio blocks, and builds the options and the key."""
+    _check_args(source, arch, options, headers, name, scope)
+    where, lib = toolchain()
+    m = _ARCH.match(arch)
+    if m is None or int(m.group(1)) not in lib.supported_archs:
+        known = ", ".join(f"sm_{a}" for a in lib.supported_archs)
+        raise ValueError(
+            f"compile: arch={arch!r} is not a target of NVRTC {lib.version[0]}.{lib.version[1]} "
+            f"({where.library}); use one of {known} (add 'a' for arch-specific features, "
+            "e.g. sm_90a), or point SPIO_NVRTC at an NVRTC that knows it"
+        )
+    generated = _expand(source, name, scope)
+    hdrs = dict(headers or {})
+    text = source
+    if generated is not None:
+        if GENERATED_HEADER in hdrs:
+            raise ValueError(
+                f"compile: headers may not contain {GENERATED_HEADER!r} when the source has "
+                "@spio blocks or a scope: spio generates that header; rename yours"
+            )
+        hdrs[GENERATED_HEADER] = generated
+        text = f'#include "{GENERATED_HEADER}"\n#line 1 "{name}"\n{source}'
+    target = ("compute_" if ptx else "sm_") + arch[3:]
+    s = settings()
+    opts = ["-std=c++20", f"--gpu-architecture={target}", f"-I{INCLUDE_DIR}"]
+    opts += [f"-I{d}" for d in where.include_dirs]
+    if s.lineinfo:
+        opts.append("-lineinfo")
+    if s.debug:
+        opts.append("-G")
+    opts += list(options)
+    key = cache_key(
+        nvrtc_version=lib.version,
+        arch=arch,
+        options=opts,
+        source=text,
+        name=name,
+        generated=generated,
+        headers={k: v for k, v in hdrs.items() if k != GENERATED_HEADER},
+        ptx=ptx,
+        include_sum=include_checksum(),
+    )
+    return Prepared(
+        key=key,
+        name=name,
+        arch=arch,
+        ptx=ptx,
+        source=source,
+        text=text,
+        generated=generated,
+        headers=tuple(hdrs.items()),
+        options=tuple(opts),
+        library=where.library,
+    )
+
+
+def build(p: Prepared) -> bytes:
+    """Runs NVRTC on a prepared compile; raises CompileError with the log on failure."""
+    start = time.perf_counter()
+    result = nvrtc.load(p.library).compile_program(
+        p.text, p.name, p.options, dict(p.headers), ptx=p.ptx
+    )
+    if not result.ok or result.image is None:
+        raise CompileError(result.log, p.source, p.options, p.name)
+    log.debug("compiled %s for %s in %.2f s", p.name, p.arch, time.perf_counter() - start)
+    return result.image
+
+
+def store(p: Prepared, image: bytes, disk: DiskCache) -> None:
+    """Writes the entry, and the debug dumps the settings ask for."""
+    disk.put(p.key, image, p.ptx)
+    s = settings()
+    if s.cache_save_source:
+        disk.put_text(p.key, ".cu", p.text)
+        disk.put_text(p.key, ".options", "\n".join(p.options) + "\n")
+        if p.generated is not None:
+            disk.put_text(p.key, ".h", p.generated)
+    if s.disasm and not p.ptx:
+        write_sass(image, disk.path(p.key).with_suffix(".sass"))
+
+
+def write_sass(cubin: bytes, out: Path) -> bool:
+    """Disassembles a cubin into `out` with cuobjdump (or nvdisasm); False when neither exists."""
+    tools = [(find_tool("cuobjdump"), ["-sass"]), (find_tool("nvdisasm"), ["-c"])]
+    for tool, args in tools:
+        if tool is None:
+            continue
+        with tempfile.TemporaryDirectory() as tmp:
+            image = Path(tmp) / "kernel.cubin"
+            image.write_bytes(cubin)
+            run = subprocess.run([str(tool), *args, str(image)], capture_output=True, text=True)
+        if run.returncode == 0:
+            from spio.compiler.cache import atomic_write
+
+            atomic_write(out, run.stdout.encode())
+            return True
+        log.warning("SPIO_DISASM: %s failed: %s", tool, run.stderr.strip())
+    log.warning("SPIO_DISASM=1 but neither cuobjdump nor nvdisasm was found; no SASS written")
+    return False
+
+
+def _expand(source: str, name: str, scope: Mapping[str, Any] | None) -> str | None:
+    if not scope and "@spio" not in source:
+        return None  # blocks.expand returns None for these too; skip importing the generators
+    from spio.generators.blocks import expand
+
+    return expand(source, name, dict(scope or {}))
+
+
+def _check_args(source, arch, options, headers, name, scope) -> None:
+    if not isinstance(source, str):
+        raise TypeError(
+            f"compile: source must be str (the CUDA C++ text), got {type(source).__name__}"
+        )
+    if not isinstance(arch, str):
+        raise TypeError(f"compile: arch must be a str like 'sm_90', got {arch!r}")
+    if isinstance(options, str | bytes) or not all(isinstance(o, str) for o in options):
+        raise TypeError(
+            f"compile: options must be a sequence of str, one option each, got {options!r}; "
+            "write options=('-DX=1',) rather than options='-DX=1'"
+        )
+    if headers is not None and not (
+        isinstance(headers, Mapping)
+        and all(isinstance(k, str) and isinstance(v, str) for k, v in headers.items())
+    ):
+        raise TypeError("compile: headers must map include names (str) to header text (str)")
+    if not isinstance(name, str) or not name:
+        raise TypeError(f"compile: name must be a non-empty str like 'kernel.cu', got {name!r}")
+    if scope is not None and not isinstance(scope, Mapping):
+        raise TypeError(
+            f"compile: scope must map names to generator specs, got {type(scope).__name__}"
+        )
