@@ -1,0 +1,140 @@
+"""spio.functional.matmul on the CPU: argument errors, the documented torch.matmul fallback,
+opcheck, autograd and torch.compile (fullgraph) of torch.ops.spio.matmul."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from spio.errors import FallbackDisabledError
+from spio.functional import matmul
+from spio.settings import override
+from spio.testing import assert_close, tolerance
+
+
+def _inputs(seed, m, n, k, dtype, b_transposed, bias, requires_grad=False):
+    g = torch.Generator().manual_seed(seed)
+    a = torch.randn(m, k, generator=g).to(dtype)
+    b = torch.randn(*((n, k) if b_transposed else (k, n)), generator=g).to(dtype)
+    c = torch.randn(n, generator=g).to(dtype) if bias else None
+    for t in (a, b, c):
+        if t is not None:
+            t.requires_grad_(requires_grad)
+    return a, b, c
+
+
+def _reference(a, b, bias, b_transposed):
+    bd = b.double()
+    out = a.double() @ (bd.t() if b_transposed else bd)
+    return out + bias.double() if bias is not None else out
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("m, n, k", [(1, 1, 8), (17, 40, 64), (33, 9, 24)])
+@pytest.mark.parametrize("b_transposed", [False, True])
+@pytest.mark.parametrize("bias", [False, True])
+@pytest.mark.parametrize("out_dtype", [None, torch.float32])
+def test_cpu_fallback_matches_fp64(seed, dtype, m, n, k, b_transposed, bias, out_dtype):
+    a, b, c = _inputs(seed, m, n, k, dtype, b_transposed, bias)
+    y = matmul(a, b, c, out_dtype=out_dtype, b_transposed=b_transposed)
+    want_dtype = out_dtype or dtype
+    assert y.dtype == want_dtype and y.shape == (m, n) and y.is_contiguous()
+    # The fallback may accumulate in the operand dtype (CPU half matmul): depth-k in that dtype.
+    tol = tolerance(want_dtype, depth=k, acc_dtype=dtype if out_dtype is None else torch.float32)
+    assert_close(y, _reference(a, b, c, b_transposed), tol, where=f"seed={seed}")
+
+
+def test_zero_k_gives_bias():
+    a = torch.empty(3, 0, dtype=torch.float16)
+    b = torch.empty(0, 5, dtype=torch.float16)
+    c = torch.arange(5, dtype=torch.float16)
+    assert torch.equal(matmul(a, b, c), c.expand(3, 5))
+
+
+@pytest.mark.parametrize(
+    "args, kwargs, error, message",
+    [
+        ((torch.randn(4, 8), torch.randn(8, 4)), {}, TypeError, r"a must be float16 or bfloat16"),
+        (
+            (torch.randn(4, 8).half(), torch.randn(8, 4).bfloat16()),
+            {},
+            TypeError,
+            r"b must have a's dtype",
+        ),
+        ((torch.randn(4, 8, 1).half(), torch.randn(8, 4).half()), {}, ValueError, r"a must be 2-D"),
+        (
+            (torch.randn(4, 8).half(), torch.randn(4, 8).half()),
+            {},
+            ValueError,
+            r"b must be \(K, N\) with K = a.shape\[1\] = 8.*b_transposed=True",
+        ),
+        (
+            (torch.randn(4, 12).half(), torch.randn(12, 4).half()),
+            {},
+            ValueError,
+            r"multiple of 8.*pad .* to 16",
+        ),
+        (
+            (torch.randn(4, 8).half(), torch.randn(8, 4).half(), torch.randn(5).half()),
+            {},
+            ValueError,
+            r"bias must be a tensor of shape \(4,\)",
+        ),
+        (
+            (torch.randn(4, 8).half(), torch.randn(8, 4).half(), torch.randn(4)),
+            {},
+            TypeError,
+            r"bias must be torch.float16",
+        ),
+        (
+            (torch.randn(4, 8).half(), torch.randn(8, 4).half()),
+            {"out_dtype": torch.bfloat16},
+            TypeError,
+            r"out_dtype must be None, torch.float16 or torch.float32",
+        ),
+        (([[1.0]], torch.randn(8, 4).half()), {}, TypeError, r"a must be a torch.Tensor"),
+    ],
+)
+def test_bad_arguments(args, kwargs, error, message):
+    with pytest.raises(error, match=message):
+        matmul(*args, **kwargs)
+
+
+def test_disable_fallback_is_an_error():
+    a, b, _ = _inputs(0, 4, 8, 8, torch.float16, False, False)
+    with override(disable_fallback=True), pytest.raises(FallbackDisabledError, match="matmul"):
+        matmul(a, b)
+
+
+@pytest.mark.parametrize("b_transposed", [False, True])
+@pytest.mark.parametrize("bias", [False, True])
+@pytest.mark.parametrize("out_dtype", [None, torch.float32])
+def test_opcheck(seed, b_transposed, bias, out_dtype):
+    a, b, c = _inputs(seed, 13, 24, 16, torch.bfloat16, b_transposed, bias, requires_grad=True)
+    torch.library.opcheck(torch.ops.spio.matmul, (a, b, c, out_dtype, b_transposed))
+
+
+@pytest.mark.parametrize("b_transposed", [False, True])
+@pytest.mark.parametrize("m", [1, 13, 16])
+def test_autograd_matches_fp64(seed, b_transposed, m):
+    n, k = 24, 32
+    a, b, c = _inputs(seed, m, n, k, torch.bfloat16, b_transposed, True, requires_grad=True)
+    y = matmul(a, b, c, out_dtype=torch.float32, b_transposed=b_transposed)
+    g = torch.randn(m, n, generator=torch.Generator().manual_seed(seed + 1))
+    y.backward(g)
+    a64, b64, c64 = (t.detach().double().requires_grad_() for t in (a, b, c))
+    _reference(a64, b64, c64, b_transposed).backward(g.double())
+    # Gradients round dC to bf16 and reduce over n (dA), m (dB) or m (dbias) terms.
+    for got, want, depth in ((a.grad, a64.grad, n), (b.grad, b64.grad, m), (c.grad, c64.grad, m)):
+        tol = tolerance(torch.bfloat16, depth=depth, acc_dtype=torch.bfloat16) * 2
+        assert_close(got, want, tol, where=f"grad seed={seed}")
+
+
+def test_torch_compile_fullgraph():
+    a, b, c = _inputs(0, 9, 16, 24, torch.float16, True, True)
+
+    @torch.compile(fullgraph=True, backend="eager")
+    def f(a, b, c):
+        return matmul(a, b, c, out_dtype=torch.float32, b_transposed=True) * 2
+
+    assert_close(f(a, b, c), 2 * _reference(a, b, c, True), 1e-2, where="compiled")
