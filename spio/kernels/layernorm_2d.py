@@ -27,7 +27,6 @@ from spio.kernels.layernorm_2d_params import (
     heuristic,
 )
 
-CTYPES = {"float16": "__half", "bfloat16": "__nv_bfloat16", "float32": "float"}
 REDUCE_CHANNELS = 32  # channels per reduce CTA: one warp-wide coalesced 128-byte row segment
 
 
@@ -43,38 +42,67 @@ class ReduceConfig:
             raise ValueError(f"ReduceConfig.splits must be 4, 8, 16 or 32, got {self.splits}")
 
 
-def _constants(p: LayerNorm2dParams, cfg: LayerNorm2dConfig) -> dict[str, Any]:
+# Row count bound of the generated row tensors: M is a runtime argument (bounds are checked in the
+# kernel against it), the extent only has to cover every row a 32-bit offset reaches.
+MAX_ROWS = 2**31 - 1
+
+
+def _dtype(name: str):
+    from spio.generators import dtype
+
+    return {"float16": dtype.half, "bfloat16": dtype.bfloat16, "float32": dtype.float}[name]
+
+
+def _row_specs(p: LayerNorm2dParams, cfg: LayerNorm2dConfig) -> dict[str, Any]:
+    """Generator specs of the forward/backward kernels: typed dims, row tensors, the thread
+    decomposition and the compile-time constants (names the .cu files use)."""
+    from spio.generators import CompoundIndex, Constant, Dim, Tensor, Type, dtype
+
     g = geometry(p, cfg)
+    t, r = cfg.threads_per_row, cfg.rows_per_block
+    row, c = Dim(), Dim()
+    cv = c / g.vec  # one vector of VEC channels
+    thread_dims = []
+    if r > 1:
+        thread_dims.append((row % r)(r))  # the row of the CTA's group this thread works on
+    if t > 1:
+        thread_dims.append((cv % t)(t))  # the thread's first vector of the row
     return {
-        "C": p.c,
-        "VEC": g.vec,
-        "VEC_BYTES": cfg.vec_bytes,
-        "ROW_VECS": g.row_vecs,
-        "VECS_PER_THREAD": g.vecs_per_thread,
-        "THREADS_PER_ROW": cfg.threads_per_row,
-        "ROWS_PER_BLOCK": cfg.rows_per_block,
-        "BLOCK_THREADS": cfg.block_threads,
-        "PREFETCH": int(cfg.prefetch),
-        "HAS_WEIGHT": int(p.has_weight),
-        "HAS_BIAS": int(p.has_bias),
+        "ROW": row,
+        "C": c,
+        "CV": cv,
+        "ROW_GROUP": row / r if r > 1 else row,  # one step = the CTA's rows_per_block rows
+        "VEC_STEP": cv / t if t > 1 else cv,  # one step = a thread's next vector of the row
+        "X": Tensor((row(MAX_ROWS // g.row_vecs), cv(g.row_vecs)),
+                    dtype.uint4 if cfg.vec_bytes == 16 else dtype.int64),
+        "STATS": Tensor((row(MAX_ROWS),), dtype.float),
+        "AFFINE": Tensor((c(p.c),), _dtype(p.wdtype)),
+        "THREAD": CompoundIndex(*thread_dims),
+        "DATA": Type(_dtype(p.dtype)),
+        "WEIGHT": Type(_dtype(p.wdtype)),
+        "CHANNELS": Constant(p.c),
+        "VEC": Constant(g.vec),
+        "ROW_VECS": Constant(g.row_vecs),
+        "VECS_PER_THREAD": Constant(g.vecs_per_thread),
+        "THREADS_PER_ROW": Constant(t),
+        "ROWS_PER_BLOCK": Constant(r),
+        "BLOCK_THREADS": Constant(cfg.block_threads),
+        "PREFETCH": Constant(cfg.prefetch),
+        "HAS_WEIGHT": Constant(p.has_weight),
+        "HAS_BIAS": Constant(p.has_bias),
     }
 
 
-def _types_text(p: LayerNorm2dParams) -> str:
-    return f"using data_t = {CTYPES[p.dtype]};\nusing weight_t = {CTYPES[p.wdtype]};\n"
-
-
 def _spec(p: LayerNorm2dParams, cfg: LayerNorm2dConfig, source: str, entry: str,
-          signature: str, smem: int = 0) -> KernelSpec:
+          signature: str) -> KernelSpec:
     p = p.static()
     return KernelSpec(
         source=source,
         entry=entry,
         signature=signature,
-        specs={**_constants(p, cfg), "TYPES": _types_text(p)},
+        specs=_row_specs(p, cfg),
         title=f"{entry} {p} {cfg}",
         block=(cfg.block_threads, 1, 1),
-        smem=smem,
     )
 
 
@@ -90,14 +118,28 @@ def backward_spec(p: LayerNorm2dParams, cfg: LayerNorm2dConfig, dev: Any) -> Ker
 
 def reduce_spec(p: LayerNorm2dParams, cfg: ReduceConfig, dev: Any) -> KernelSpec:
     """(dweight_partial, dbias_partial, dweight, dbias, parts)."""
+    from spio.generators import CompoundIndex, Constant, Dim, Tensor, Type, dtype
+
     p = p.static()
+    part, c = Dim(), Dim()
     return KernelSpec(
         source="layernorm_2d_bwd_reduce.cu",
         entry="layernorm_2d_bwd_reduce",
         signature="ppppi",
-        specs={"C": p.c, "SPLITS": cfg.splits, "CHANNELS": REDUCE_CHANNELS,
-               "HAS_WEIGHT": int(p.has_weight), "HAS_BIAS": int(p.has_bias),
-               "TYPES": _types_text(p)},
+        specs={
+            "PART": part,
+            "C": c,
+            "PARTIALS": Tensor((part(MAX_ROWS // p.c), c(p.c)), dtype.float),
+            "OUT": Tensor((c(p.c),), _dtype(p.wdtype)),
+            "THREAD": CompoundIndex((part % cfg.splits)(cfg.splits),
+                                    (c % REDUCE_CHANNELS)(REDUCE_CHANNELS)),
+            "COLUMN": c / REDUCE_CHANNELS,
+            "WEIGHT": Type(_dtype(p.wdtype)),
+            "CHANNELS": Constant(p.c),
+            "SPLITS": Constant(cfg.splits),
+            "HAS_WEIGHT": Constant(p.has_weight),
+            "HAS_BIAS": Constant(p.has_bias),
+        },
         title=f"layernorm_2d_bwd_reduce {p} {cfg}",
         block=(REDUCE_CHANNELS * cfg.splits, 1, 1),
     )

@@ -29,9 +29,16 @@ MIN_C = 8
 MAX_C = 16384
 VEC_BYTES = (16, 8)
 MAX_BLOCK_THREADS = 1024
-# Register budget for the resident row (32-bit words per thread): forward keeps one row (two when
-# prefetching the next); backward keeps x and dy plus fp32 dweight/dbias accumulators.
-MAX_ROW_WORDS = 32
+# Register budget (32-bit words per thread) of what a thread keeps for the whole kernel: the
+# resident row (two with prefetch; x and dy in backward) and its channels of weight and bias as fp32
+# (backward: weight and the fp32 dweight/dbias accumulators). Leaves room for addresses and
+# temporaries under ~128 registers.
+MAX_LIVE_WORDS = 80
+# Shared memory of the backward's per-CTA dweight/dbias combine (rows_per_block x C fp32).
+MAX_BWD_SMEM = 32 * 1024
+# Element offsets are 32-bit in the kernels: M * C must stay below 2**32 (2**31 vectors of >= 2
+# elements).
+MAX_ELEMENTS = 2**32
 
 
 def _is_pow2(v: int) -> bool:
@@ -76,6 +83,11 @@ class LayerNorm2dParams:
             )
         if self.m < 0:
             raise ValueError(f"LayerNorm2dParams.m (rows N*H*W) must be >= 0, got {self.m}")
+        if self.m * self.c >= MAX_ELEMENTS:
+            raise ValueError(
+                f"LayerNorm2dParams: M*C = {self.m * self.c} elements must be < 2**32 (32-bit "
+                "offsets); split the batch"
+            )
         if self.dtype not in DTYPES:
             raise ValueError(
                 f"LayerNorm2dParams.dtype must be one of {DTYPES}, got {self.dtype!r}"
@@ -180,19 +192,24 @@ def geometry(p: LayerNorm2dParams, cfg: LayerNorm2dConfig) -> Geometry:
 def fits(p: LayerNorm2dParams, cfg: LayerNorm2dConfig, backward: bool) -> bool:
     """Whether cfg is a sensible, register-feasible mapping for p.
 
-    Rules: at least half of the threads of a row hold data (threads_per_row <= 2·C/vec, and
-    utilization >= 0.5); the resident row fits the register budget (forward: one row, two with
-    prefetch; backward: x and dy plus 2 fp32 accumulators per channel of dweight/dbias).
+    Rules: at least half of the vector slots of a row hold data (utilization >= 0.5); what a
+    thread keeps live fits MAX_LIVE_WORDS (forward: the row, twice with prefetch, and fp32
+    weight/bias of its channels; backward: x and dy, fp32 weight, dweight and dbias of its
+    channels); backward's per-CTA combine of rows_per_block rows fits MAX_BWD_SMEM.
     """
     g = geometry(p, cfg)
     if g.utilization < 0.5:
         return False
+    channels = g.vecs_per_thread * g.vec
     if backward:
         if cfg.prefetch:
             return False
-        acc_words = g.vecs_per_thread * g.vec * (int(p.has_weight) + int(p.has_bias))
-        return 2 * g.row_words + acc_words <= 2 * MAX_ROW_WORDS
-    return g.row_words * (2 if cfg.prefetch else 1) <= MAX_ROW_WORDS
+        live = 2 * g.row_words + channels * (2 * int(p.has_weight) + int(p.has_bias))
+        combine = cfg.rows_per_block * p.c * 4 if cfg.rows_per_block > 1 else 0
+        return live <= MAX_LIVE_WORDS and combine <= MAX_BWD_SMEM
+    live = g.row_words * (2 if cfg.prefetch else 1)
+    live += channels * (int(p.has_weight) + int(p.has_bias))
+    return live <= MAX_LIVE_WORDS
 
 
 def configs(p: LayerNorm2dParams, dev: Any, backward: bool = False) -> list[LayerNorm2dConfig]:
