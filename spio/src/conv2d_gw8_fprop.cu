@@ -76,14 +76,15 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
     const C8 group0 = block.get<GB>().unfold().template fold<8>();
     const C8 group = group0 + warp_group;
     const long long image = blockIdx.y;  // 64-bit: the whole batch may exceed 2^31 elements
-    const Input input(in_ptr + image * Input::storage_size());        // (H, W, C8) uint4
+    // Tensors take non-const pointers; the kernel only reads x, w and b.
+    const Input input(const_cast<uint4*>(in_ptr) + image * Input::storage_size());  // (H, W, C8)
     const Output output(out_ptr + image * Output::storage_size());    // (P, Q, C8, CP) half2
     const CP lane_pair(lane % 4);  // this thread's channel pair (2t, 2t+1) in A, B and C
     const int lane_row = lane / 4;  // this thread's fragment row (pixel) and B column (channel)
 
     // Weights of every tap in registers: B[c][k] = w[g8 + k, c, r, s], k = lane/4, c = 2t, 2t+1.
     unsigned reg_weight[KERNEL_R][KERNEL_S];
-    const Weight weight(weight_ptr);  // (C8, KO, CI, R, S)
+    const Weight weight(const_cast<Elem*>(weight_ptr));  // (C8, KO, CI, R, S)
 #pragma unroll
     for (int r = 0; r < KERNEL_R; ++r) {
 #pragma unroll
@@ -95,7 +96,7 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
     }
     float bias_lo = 0.f, bias_hi = 0.f;
     if constexpr (HAS_BIAS) {
-        const Bias bias(bias_ptr);  // (C8, KO)
+        const Bias bias(const_cast<Elem*>(bias_ptr));  // (C8, KO)
         bias_lo = static_cast<float>(*bias[group][KO(2 * lane_pair.get())]);
         bias_hi = static_cast<float>(*bias[group][KO(2 * lane_pair.get() + 1)]);
     }

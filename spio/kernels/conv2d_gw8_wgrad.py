@@ -1,0 +1,401 @@
+"""conv2d_gw8 weight-gradient kernels: partial sums per split, then an ordered reduction.
+
+`WGRAD` (spio/src/conv2d_gw8_wgrad.cu) writes one fp32 partial of dw (and db) per (split, column
+tile); `WGRAD_REDUCE` (spio/src/conv2d_gw8_wgrad_reduce.cu) sums them in slice order. Same inputs
+give the same bits: there are no float atomics and the summation order is fixed by the config
+and the device's SM count.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from spio.kernels.conv2d_gw8_params import (
+    GROUP_WIDTH,
+    Conv2dGw8Params,
+    Conv2dGw8ReduceConfig,
+    Conv2dGw8WgradConfig,
+)
+from spio.kernels.kernel_def import KernelDef, KernelSpec, KernelStats
+
+SOURCE = "conv2d_gw8_wgrad.cu"
+REDUCE_SOURCE = "conv2d_gw8_wgrad_reduce.cu"
+BLOCK_P_CHOICES = (4, 8, 16, 32)
+BLOCK_Q_CHOICES = (16, 32, 64, 128)
+WARP_CHOICES = (1, 2, 4)
+STAGE_CHOICES = (2, 3)
+SPLIT_CHOICES = (1, 2, 4)
+MAX_LIVE_REGS = 160  # R * ceil(S/2) * 4 accumulators + ceil(S/2) * 2 operands + bias
+
+
+def s_pairs(p: Conv2dGw8Params) -> int:
+    return (p.s + 1) // 2
+
+
+def tile_w(p: Conv2dGw8Params, cfg: Conv2dGw8WgradConfig) -> int:
+    return cfg.block_q + 2 * s_pairs(p) - 1
+
+
+def dy_rows(p: Conv2dGw8Params, cfg: Conv2dGw8WgradConfig) -> int:
+    return p.r + cfg.stages - 1
+
+
+def smem_bytes(p: Conv2dGw8Params, cfg: Conv2dGw8WgradConfig) -> int:
+    """x ring (STAGES rows) plus dy ring (R + STAGES - 1 rows), 16 B per pixel and group."""
+    x = cfg.stages * cfg.warps * tile_w(p, cfg) * 16
+    dy = dy_rows(p, cfg) * cfg.warps * cfg.block_q * 16
+    return x + dy
+
+
+def live_regs(p: Conv2dGw8Params, cfg: Conv2dGw8WgradConfig) -> int:
+    return p.r * s_pairs(p) * 4 + s_pairs(p) * 2 + 4
+
+
+def q_tiles(p: Conv2dGw8Params, cfg: Conv2dGw8WgradConfig) -> int:
+    return math.ceil(p.q / cfg.block_q)
+
+
+def p_chunks(p: Conv2dGw8Params, cfg: Conv2dGw8WgradConfig) -> int:
+    return math.ceil(p.p / cfg.block_p)
+
+
+def split_plan(p: Conv2dGw8Params, cfg: Conv2dGw8WgradConfig, dev: Any) -> tuple[int, int, int]:
+    """(tasks, tasks per split, splits): splits_per_sm CTAs per SM over the whole grid, at most
+    one split per task, and every split non-empty."""
+    tasks = p.n * p_chunks(p, cfg)
+    per_split_grid = q_tiles(p, cfg) * (p.groups // cfg.warps)
+    wanted = max(1, (cfg.splits_per_sm * dev.sm_count) // per_split_grid)
+    splits = min(tasks, wanted)
+    tps = math.ceil(tasks / splits)
+    splits = math.ceil(tasks / tps)
+    return tasks, tps, splits
+
+
+def num_slices(p: Conv2dGw8Params, cfg: Conv2dGw8WgradConfig, dev: Any) -> int:
+    """Partial slices the reduction sums: splits x column tiles."""
+    return split_plan(p, cfg, dev)[2] * q_tiles(p, cfg)
+
+
+def grid(p: Conv2dGw8Params, cfg: Conv2dGw8WgradConfig, dev: Any) -> tuple[int, int, int]:
+    return (q_tiles(p, cfg) * (p.groups // cfg.warps), split_plan(p, cfg, dev)[2], 1)
+
+
+def configs(p: Conv2dGw8Params, dev: Any) -> list[Conv2dGw8WgradConfig]:
+    """Every valid wgrad config: block rows up to P, column tiles up to the first covering Q,
+    warps dividing the groups, shared memory and registers within the device's limits."""
+    out = []
+    p_choices = sorted({min(bp, p.p) for bp in BLOCK_P_CHOICES})
+    q_choices = []
+    for bq in BLOCK_Q_CHOICES:
+        q_choices.append(bq)
+        if bq >= p.q:
+            break
+    for block_p in p_choices:
+        for block_q in q_choices:
+            for warps in WARP_CHOICES:
+                if p.groups % warps:
+                    continue
+                for stages in STAGE_CHOICES:
+                    for splits in SPLIT_CHOICES:
+                        cfg = Conv2dGw8WgradConfig(
+                            block_p=block_p,
+                            block_q=block_q,
+                            warps=warps,
+                            stages=stages,
+                            splits_per_sm=splits,
+                        )
+                        if smem_bytes(p, cfg) > dev.max_smem_per_block_optin:
+                            continue
+                        if live_regs(p, cfg) > MAX_LIVE_REGS:
+                            continue
+                        out.append(cfg)
+    return out
+
+
+def heuristic(p: Conv2dGw8Params, dev: Any) -> Conv2dGw8WgradConfig:
+    """The config used until a performance model exists.
+
+    Rule: the smallest column tile covering Q up to 64 (one tile per row for most layers, so
+    no column partials); 4 warps when the groups allow; block_p 16 (few halo rows, short tasks);
+    2 stages; 2 splits per SM (two co-resident CTAs hide each other's barriers).
+    """
+    valid = configs(p, dev)
+    if not valid:
+        raise ValueError(f"conv2d_gw8 wgrad: no valid config for {p} on {dev.name}")
+    warps = max(w for w in WARP_CHOICES if p.groups % w == 0)
+    block_q = next((bq for bq in BLOCK_Q_CHOICES if bq >= p.q), 64)
+    block_q = min(block_q, 64)
+    block_p = min(16, p.p)
+
+    def distance(c: Conv2dGw8WgradConfig) -> tuple:
+        return (
+            abs(c.warps - warps),
+            abs(c.block_q - block_q),
+            abs(c.block_p - block_p),
+            c.stages != 2,
+            c.splits_per_sm != 2,
+        )
+
+    return min(valid, key=distance)
+
+
+def spec(p: Conv2dGw8Params, cfg: Conv2dGw8WgradConfig, dev: Any = None) -> KernelSpec:
+    """The compile-and-launch description of one wgrad variant (no batch size in it)."""
+    from spio.generators.compound_index import CompoundIndex
+    from spio.generators.constant import Constant
+    from spio.generators.dim import Dim
+    from spio.generators.dtype import bfloat16, half, uint4
+    from spio.generators.dtype import float as f32
+    from spio.generators.tensor import Tensor
+    from spio.generators.type_alias import Type
+
+    elem = half if p.dtype == "float16" else bfloat16
+    H, W, P, Q, C = Dim(), Dim(), Dim(), Dim(), Dim()
+    R, S, KO, CI, STAGE, DYROW = Dim(), Dim(), Dim(), Dim(), Dim(), Dim()
+    C8 = C / GROUP_WIDTH
+    GB, QB = C / (GROUP_WIDTH * cfg.warps), Q / cfg.block_q
+    g = p.groups
+    specs = {
+        "H": H,
+        "W": W,
+        "P": P,
+        "Q": Q,
+        "C": C,
+        "R": R,
+        "S": S,
+        "KO": KO,
+        "CI": CI,
+        "STAGE": STAGE,
+        "DYROW": DYROW,
+        "C8": C8,
+        "GB": GB,
+        "QB": QB,
+        "Elem": Type(elem),
+        "Input": Tensor((H(p.h), W(p.w), C8(g)), uint4),
+        "Grad": Tensor((P(p.p), Q(p.q), C8(g)), uint4),
+        "Partial": Tensor((C8(g), KO(8), CI(8), R(p.r), S(p.s)), f32),
+        "BiasPartial": Tensor((C8(g), KO(8)), f32),
+        "SmemInput": Tensor((STAGE(cfg.stages), C8(cfg.warps), W(tile_w(p, cfg))), uint4),
+        "SmemGrad": Tensor((DYROW(dy_rows(p, cfg)), C8(cfg.warps), Q(cfg.block_q)), uint4),
+        "BlockIdx": CompoundIndex(QB(q_tiles(p, cfg)), GB(g // cfg.warps)),
+        "IN_H": Constant(p.h),
+        "IN_W": Constant(p.w),
+        "OUT_P": Constant(p.p),
+        "OUT_Q": Constant(p.q),
+        "KERNEL_R": Constant(p.r),
+        "KERNEL_S": Constant(p.s),
+        "S_PAIRS": Constant(s_pairs(p)),
+        "PAD_H": Constant(p.pad_h),
+        "PAD_W": Constant(p.pad_w),
+        "HAS_BIAS": Constant(bool(p.has_bias)),
+        "WARPS": Constant(cfg.warps),
+        "STAGES": Constant(cfg.stages),
+        "BLOCK_P": Constant(cfg.block_p),
+        "BLOCK_Q": Constant(cfg.block_q),
+        "TILE_H": Constant(cfg.block_p + p.r - 1),
+        "TILE_W": Constant(tile_w(p, cfg)),
+        "DY_ROWS": Constant(dy_rows(p, cfg)),
+        "P_CHUNKS": Constant(p_chunks(p, cfg)),
+        "Q_TILES": Constant(q_tiles(p, cfg)),
+    }
+    return KernelSpec(
+        source=SOURCE,
+        entry="conv2d_gw8_wgrad",
+        signature="ppppii",
+        specs=specs,
+        title=f"conv2d_gw8_wgrad {p.with_batch(1)} {cfg}",
+        block=(32 * cfg.warps, 1, 1),
+        smem=smem_bytes(p, cfg),
+    )
+
+
+def stats(p: Conv2dGw8Params) -> KernelStats:
+    """x and dy read once, dw (and db) written once; MMA FLOPs of the reduction."""
+    act = p.n * p.c * (p.h * p.w + p.p * p.q) * 2
+    wts = p.c * GROUP_WIDTH * p.r * p.s * 2 + (p.c * 2 if p.has_bias else 0)
+    return KernelStats(
+        bytes_moved=act + wts, flops=2 * p.n * p.p * p.q * p.c * GROUP_WIDTH * p.r * p.s
+    )
+
+
+def features(p: Conv2dGw8Params, cfg: Conv2dGw8WgradConfig, dev: Any) -> dict[str, float]:
+    tasks, tps, splits = split_plan(p, cfg, dev)
+    g = grid(p, cfg, dev)
+    st = stats(p)
+    return {
+        "n": p.n,
+        "c": p.c,
+        "h": p.h,
+        "w": p.w,
+        "r": p.r,
+        "s": p.s,
+        "p": p.p,
+        "q": p.q,
+        "pad_h": p.pad_h,
+        "pad_w": p.pad_w,
+        "has_bias": float(p.has_bias),
+        "bf16": float(p.dtype == "bfloat16"),
+        "block_p": cfg.block_p,
+        "block_q": cfg.block_q,
+        "warps": cfg.warps,
+        "stages": cfg.stages,
+        "splits_per_sm": cfg.splits_per_sm,
+        "tasks": tasks,
+        "tasks_per_split": tps,
+        "splits": splits,
+        "blocks": g[0] * g[1],
+        "waves": g[0] * g[1] / max(1, dev.sm_count),
+        "smem_bytes": smem_bytes(p, cfg),
+        "live_regs": live_regs(p, cfg),
+        "halo_ratio": (cfg.block_p + p.r - 1) / cfg.block_p * tile_w(p, cfg) / cfg.block_q,
+        "partial_bytes": num_slices(p, cfg, dev) * (p.c * GROUP_WIDTH * p.r * p.s + p.c) * 4,
+        "bytes": st.bytes_moved,
+        "flops": st.flops,
+        "sm_count": dev.sm_count,
+    }
+
+
+def launch(
+    kernel: Any,
+    p: Conv2dGw8Params,
+    cfg: Conv2dGw8WgradConfig,
+    dev: Any,
+    partial: Any,
+    bias_partial: Any,
+    x: Any,
+    grad_output: Any,
+    stream: int,
+) -> None:
+    """Runs a loaded wgrad variant; partial has num_slices(p, cfg, dev) * C*8*R*S floats and
+    bias_partial num_slices * C floats (any pointer when the layer has no bias)."""
+    tasks, tps, _ = split_plan(p, cfg, dev)
+    kernel.launch(
+        grid(p, cfg, dev), (partial, bias_partial, x, grad_output, tasks, tps), stream=stream
+    )
+
+
+# ---- the ordered reduction -----------------------------------------------------------------------
+
+
+def reduce_configs(p: Conv2dGw8Params, dev: Any) -> list[Conv2dGw8ReduceConfig]:
+    return [Conv2dGw8ReduceConfig(threads=t) for t in (128, 256, 512)]
+
+
+def reduce_heuristic(p: Conv2dGw8Params, dev: Any) -> Conv2dGw8ReduceConfig:
+    """256 threads: the pass is a handful of coalesced streams; occupancy hides the latency."""
+    return Conv2dGw8ReduceConfig(threads=256)
+
+
+def reduce_elements(p: Conv2dGw8Params) -> int:
+    return p.c * GROUP_WIDTH * p.r * p.s + (p.c if p.has_bias else 0)
+
+
+def reduce_grid(p: Conv2dGw8Params, cfg: Conv2dGw8ReduceConfig) -> tuple[int, int, int]:
+    return (math.ceil(reduce_elements(p) / cfg.threads), 1, 1)
+
+
+def reduce_spec(p: Conv2dGw8Params, cfg: Conv2dGw8ReduceConfig, dev: Any = None) -> KernelSpec:
+    from spio.generators.compound_index import CompoundIndex
+    from spio.generators.constant import Constant
+    from spio.generators.dim import Dim
+    from spio.generators.dtype import bfloat16, half
+    from spio.generators.dtype import float as f32
+    from spio.generators.tensor import Tensor
+    from spio.generators.type_alias import Type
+
+    elem = half if p.dtype == "float16" else bfloat16
+    E = Dim()
+    EB = E / cfg.threads
+    weight_size = p.c * GROUP_WIDTH * p.r * p.s
+    specs = {
+        "E": E,
+        "EB": EB,
+        "Elem": Type(elem),
+        "WeightSlices": Tensor((E(weight_size),), f32),
+        "BlockIdx": CompoundIndex(EB(reduce_grid(p, cfg)[0])),
+        "THREADS": Constant(cfg.threads),
+        "WEIGHT_SIZE": Constant(weight_size),
+        "CHANNELS": Constant(p.c),
+        "HAS_BIAS": Constant(bool(p.has_bias)),
+    }
+    return KernelSpec(
+        source=REDUCE_SOURCE,
+        entry="conv2d_gw8_wgrad_reduce",
+        signature="ppppi",
+        specs=specs,
+        title=f"conv2d_gw8_wgrad_reduce {p.with_batch(1)} {cfg}",
+        block=(cfg.threads, 1, 1),
+    )
+
+
+def reduce_stats(p: Conv2dGw8Params) -> KernelStats:
+    """Lower bound of the pass's traffic: one slice read, the result written."""
+    return KernelStats(bytes_moved=reduce_elements(p) * (4 + 2), flops=reduce_elements(p))
+
+
+def reduce_features(p: Conv2dGw8Params, cfg: Conv2dGw8ReduceConfig, dev: Any) -> dict[str, float]:
+    return {
+        "c": p.c,
+        "r": p.r,
+        "s": p.s,
+        "elements": reduce_elements(p),
+        "threads": cfg.threads,
+        "blocks": reduce_grid(p, cfg)[0],
+        "sm_count": dev.sm_count,
+    }
+
+
+def reduce_launch(
+    kernel: Any,
+    p: Conv2dGw8Params,
+    cfg: Conv2dGw8ReduceConfig,
+    grad_weight: Any,
+    grad_bias: Any,
+    partial: Any,
+    bias_partial: Any,
+    slices: int,
+    stream: int,
+) -> None:
+    kernel.launch(
+        reduce_grid(p, cfg),
+        (
+            grad_weight,
+            grad_bias if grad_bias is not None else grad_weight,
+            partial,
+            bias_partial,
+            slices,
+        ),
+        stream=stream,
+    )
+
+
+def examples() -> list[Conv2dGw8Params]:
+    from spio.kernels.conv2d_gw8_fprop import examples as fprop_examples
+
+    return fprop_examples()
+
+
+WGRAD = KernelDef(
+    name="conv2d_gw8_wgrad",
+    params_type=Conv2dGw8Params,
+    config_type=Conv2dGw8WgradConfig,
+    configs=configs,
+    spec=spec,
+    heuristic=heuristic,
+    stats=stats,
+    features=features,
+    examples=examples,
+)
+
+WGRAD_REDUCE = KernelDef(
+    name="conv2d_gw8_wgrad_reduce",
+    params_type=Conv2dGw8Params,
+    config_type=Conv2dGw8ReduceConfig,
+    configs=reduce_configs,
+    spec=reduce_spec,
+    heuristic=reduce_heuristic,
+    stats=reduce_stats,
+    features=reduce_features,
+    examples=examples,
+)

@@ -1,0 +1,185 @@
+/// Grouped 2-D convolution, group width 8, stride 1, weight and bias gradients (partial sums):
+///   dw[g8+k, c, r, s] = sum_{n,p,q} dy[n, p, q, g8+k] x[n, p+r-PAD_H, q+s-PAD_W, g8+c]
+///   db[g8+k]          = sum_{n,p,q} dy[n, p, q, g8+k]
+/// This kernel writes one fp32 partial of dw and db per (split, column tile); the
+/// conv2d_gw8_wgrad_reduce kernel sums the partials in a fixed order, so results are bitwise
+/// reproducible (no float atomics).
+///
+/// Tiling: blockIdx.x = (column tile of BLOCK_Q output columns, block of WARPS channel groups);
+///   blockIdx.y = split. A task is (image n, chunk of BLOCK_P output rows); split y runs tasks
+///   [y*TPS, min((y+1)*TPS, tasks)) in order (tasks and TPS are run-time: the batch is not
+///   compiled in). One warp per channel group.
+/// MMA mapping (m16n8k8): M = 16 = (two filter columns s, s+1) x 8 input channels, N = 8 output
+///   channels, K = 8 output columns q. A = x rows loaded transposed by ldmatrix.x2.trans (one 8x8
+///   matrix per filter column), B = dy loaded by ldmatrix.x1.trans. The bias gradient is one more
+///   mma per dy row chunk with A = ones.
+/// Rows: input row i of a task feeds dy rows i - r (r < R) through filter row r; dy rows stay in
+///   a shared-memory ring of R + STAGES - 1 rows until their last use.
+/// Traffic per CTA and task: reads (BLOCK_P+R-1)·(BLOCK_Q+2·ceil(S/2)-1)·WARPS·16 B of x and
+///   BLOCK_P·BLOCK_Q·WARPS·16 B of dy; writes WARPS·8·8·R·S·4 B of partials once at the end.
+///   Bound: DRAM at 3x3; at 7x7 the mma.sync rate.
+/// Pipeline: STAGES rows of x (and the matching dy row) in flight via cp.async, zero-filled
+///   outside the image; one __syncthreads per input row.
+/// Assumes: NHWC x and dy, C % 8 == 0, 16-byte aligned pointers; partials laid out like the
+///   weight (C, 8, R, S) in fp32, one slice per (split, column tile).
+
+#include "spio/async_copy.h"
+#include "spio/ldmatrix.h"
+#include "spio/mma.h"
+
+namespace {
+
+/// 1.0 in both halves of a 32-bit word: the A operand that turns an mma into a column sum.
+constexpr unsigned ones2() {
+    if constexpr (spio::detail::is_half_v<Elem>) {
+        return 0x3c003c00u;
+    } else {
+        return 0x3f803f80u;
+    }
+}
+
+}  // namespace
+
+extern "C" __global__ void __launch_bounds__(WARPS * 32)
+    conv2d_gw8_wgrad(float* __restrict__ partial_ptr, float* __restrict__ bias_partial_ptr,
+                     const uint4* __restrict__ in_ptr, const uint4* __restrict__ grad_ptr,
+                     int num_tasks, int tasks_per_split) {
+    // ---- setup --------------------------------------------------------------------------------
+    extern __shared__ uint4 smem_raw[];
+    const SmemInput smem_input(smem_raw);                         // (STAGE, C8, W, ...) uint4
+    const SmemGrad smem_grad(smem_raw + SmemInput::storage_size());  // (DYROW, C8, Q) uint4
+    const int lane = spio::lane_id();
+    const C8 warp_group(spio::warp_id());
+    const BlockIdx block(blockIdx.x);
+    const int q0 = block.get<QB>().unfold().get();
+    const C8 group0 = block.get<GB>().unfold().template fold<8>();
+    const C8 group = group0 + warp_group;
+    const int slice = blockIdx.y * Q_TILES + block.get<QB>().get();
+
+    float reg_acc[KERNEL_R][S_PAIRS][4];  // dW of taps (r, 2j) rows 0-7 and (r, 2j+1) rows 8-15
+    float reg_bias[4];                    // every row holds sum_q dy[q][k]
+#pragma unroll
+    for (int r = 0; r < KERNEL_R; ++r)
+#pragma unroll
+        for (int j = 0; j < S_PAIRS; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) reg_acc[r][j][e] = 0.f;
+#pragma unroll
+    for (int e = 0; e < 4; ++e) reg_bias[e] = 0.f;
+
+    // ---- stages ---------------------------------------------------------------------------------
+    // Task row i: x image row p0 - PAD_H + i (tile column j = image column q0 - PAD_W + j) and,
+    // for i < BLOCK_P, dy row p0 + i (tile column j = output column q0 + j). Zero-filled outside.
+    auto load_rows = [&](const Input& input, const Grad& grad, int p0, int i) {
+        const int h = p0 - PAD_H + i;
+        const bool row_inside = h >= 0 && h < IN_H;
+        for (int t = threadIdx.x; t < WARPS * TILE_W; t += WARPS * 32) {
+            const C8 g(t % WARPS);
+            const int j = t / WARPS;
+            const int w = q0 - PAD_W + j;
+            const bool inside = row_inside && w >= 0 && w < IN_W;
+            const uint4* src = inside ? input[H(h)][W(w)][group0 + g].get() : in_ptr;
+            spio::cp_async_16(smem_input[STAGE(i % STAGES)][g][W(j)].get(), src, inside);
+        }
+        const int p = p0 + i;
+        if (i < BLOCK_P) {
+            for (int t = threadIdx.x; t < WARPS * BLOCK_Q; t += WARPS * 32) {
+                const C8 g(t % WARPS);
+                const int j = t / WARPS;
+                const bool inside = p < OUT_P && q0 + j < OUT_Q;
+                const uint4* src = inside ? grad[P(p)][Q(q0 + j)][group0 + g].get() : grad_ptr;
+                spio::cp_async_16(smem_grad[DYROW(i % DY_ROWS)][g][Q(j)].get(), src, inside);
+            }
+        }
+    };
+
+    // Input row i times dy rows i - r, 8 columns at a time.
+    auto multiply_row = [&](int i) {
+        const auto x_plane = smem_input[STAGE(i % STAGES)][warp_group];
+#pragma unroll 1
+        for (int qc = 0; qc < BLOCK_Q / 8; ++qc) {
+            unsigned a[S_PAIRS][2];
+#pragma unroll
+            for (int j = 0; j < S_PAIRS; ++j) {
+                // lanes 0-7: columns of filter column 2j, lanes 8-15: of 2j + 1 (16-31 unused).
+                const int col = 8 * qc + 2 * j + (lane / 8) % 2 + lane % 8;
+                spio::ldmatrix_x2_trans(a[j], x_plane[W(col)].get());
+            }
+#pragma unroll
+            for (int r = 0; r < KERNEL_R; ++r) {
+                const int row = i - r;
+                if (row >= 0 && row < BLOCK_P) {
+                    unsigned b[1];
+                    const auto dy_plane = smem_grad[DYROW(row % DY_ROWS)][warp_group];
+                    spio::ldmatrix_x1_trans(b, dy_plane[Q(8 * qc + lane % 8)].get());
+#pragma unroll
+                    for (int j = 0; j < S_PAIRS; ++j) spio::mma_m16n8k8<Elem>(reg_acc[r][j], a[j], b[0]);
+                    if constexpr (HAS_BIAS) {
+                        if (r == 0) {
+                            const unsigned ones[2] = {ones2(), ones2()};
+                            spio::mma_m16n8k8<Elem>(reg_bias, ones, b[0]);
+                        }
+                    }
+                }
+            }
+        }
+    };
+
+    // ---- main loop: tasks of this split, each streaming its TILE_H input rows -----------------
+    const int first = blockIdx.y * tasks_per_split;
+    const int last = min(first + tasks_per_split, num_tasks);
+#pragma unroll 1
+    for (int task = first; task < last; ++task) {
+        const int image = task / P_CHUNKS;
+        const int p0 = (task % P_CHUNKS) * BLOCK_P;
+        // Tensors take non-const pointers; the kernel only reads x and dy.
+        const Input input(const_cast<uint4*>(in_ptr) +
+                          static_cast<long long>(image) * Input::storage_size());
+        const Grad grad(const_cast<uint4*>(grad_ptr) +
+                        static_cast<long long>(image) * Grad::storage_size());
+        __syncthreads();  // the previous task's rows are no longer read
+#pragma unroll
+        for (int i = 0; i < STAGES - 1; ++i) {
+            if (i < TILE_H) load_rows(input, grad, p0, i);
+            spio::cp_async_commit();
+        }
+#pragma unroll 1
+        for (int i = 0; i < TILE_H; ++i) {
+            spio::cp_async_wait<STAGES - 2>();
+            __syncthreads();  // row i visible; everyone is done with the stage being refilled
+            const int next = i + STAGES - 1;
+            if (next < TILE_H) load_rows(input, grad, p0, next);
+            spio::cp_async_commit();
+            multiply_row(i);
+        }
+    }
+    spio::cp_async_wait<0>();
+
+    // ---- epilogue: this CTA's partial, laid out like the weight (C8, KO, CI, R, S) ------------
+    // Fragment element e of a[j]: row = 8 * (e / 2) + lane / 4 -> (filter column 2j + e / 2,
+    // input channel lane / 4); column = 2 * (lane % 4) + e % 2 -> output channel.
+    const Partial partial(partial_ptr + static_cast<long long>(slice) * Partial::storage_size());
+#pragma unroll
+    for (int r = 0; r < KERNEL_R; ++r) {
+#pragma unroll
+        for (int j = 0; j < S_PAIRS; ++j) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int s = 2 * j + e / 2;
+                if (s < KERNEL_S) {
+                    *partial[group][KO(2 * (lane % 4) + e % 2)][CI(lane / 4)][R(r)][S(s)] =
+                        reg_acc[r][j][e];
+                }
+            }
+        }
+    }
+    if constexpr (HAS_BIAS) {
+        if (lane < 4) {  // fragment row 0: columns 2 * lane and 2 * lane + 1
+            const BiasPartial bias_partial(bias_partial_ptr +
+                                           static_cast<long long>(slice) *
+                                               BiasPartial::storage_size());
+            *bias_partial[group][KO(2 * lane)] = reg_bias[0];
+            *bias_partial[group][KO(2 * lane + 1)] = reg_bias[1];
+        }
+    }
+}
