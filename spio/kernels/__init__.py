@@ -1,7 +1,9 @@
 """Kernel families: params, configs, specs and launches, and the registry that lists them."""
 
-from spio.kernels import matmul as _matmul
+from spio.kernels import conv2d_gw8_fprop as _conv2d_gw8_fprop
+from spio.kernels import conv2d_gw8_wgrad as _conv2d_gw8_wgrad
 from spio.kernels import layernorm_2d
+from spio.kernels import matmul as _matmul
 from spio.kernels.kernel_def import KernelDef, KernelSpec, KernelStats
 
 # Registry of every kernel family, written out (no discovery by import side effect).
@@ -10,6 +12,10 @@ KERNELS: dict[str, KernelDef] = {
     "layernorm_2d_fwd": layernorm_2d.FWD,
     "layernorm_2d_bwd": layernorm_2d.BWD,
     "layernorm_2d_bwd_reduce": layernorm_2d.BWD_REDUCE,
+    "conv2d_gw8_fprop": _conv2d_gw8_fprop.FPROP,
+    "conv2d_gw8_dgrad": _conv2d_gw8_fprop.DGRAD,
+    "conv2d_gw8_wgrad": _conv2d_gw8_wgrad.WGRAD,
+    "conv2d_gw8_wgrad_reduce": _conv2d_gw8_wgrad.WGRAD_REDUCE,
 }
 
 __all__ = ["KERNELS", "KernelDef", "KernelSpec", "KernelStats"]
