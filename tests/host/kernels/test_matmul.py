@@ -142,6 +142,14 @@ def test_heuristic_big_tiles_for_big_problems_small_tiles_for_decode():
     assert decode.block_m * decode.block_n < big.block_m * big.block_n
 
 
+def _assert_no_local_memory(image: bytes, cfg: MatmulConfig) -> None:
+    from spio.compiler import kernel_resources
+
+    res = kernel_resources(image)["spio_matmul"]
+    assert res.local_bytes == 0, f"{cfg}: {res}"
+    assert res.registers <= 255, f"{cfg}: {res}"
+
+
 # ---- NVRTC compiles -----------------------------------------------------------------------
 
 _COMPILE_LIMIT = 6  # per arch in CI: ~1 s of NVRTC each on 2 cores
@@ -168,20 +176,21 @@ def test_configs_compile(arch, index):
     if index >= len(cfgs):
         pytest.skip(f"only {len(cfgs)} distinct configs")
     image = _compile(_params(), cfgs[index], arch)
-    assert len(image) > 1000
+    _assert_no_local_memory(image, cfgs[index])
 
 
 @pytest.mark.parametrize("flags", sample(FLAGS, settings().max_test_params or 6), ids=str)
 def test_flag_variants_compile(flags):
     p = _params(*flags)
-    assert len(_compile(p, mm.heuristic(p, _device("H100")), "sm_90")) > 1000
+    cfg = mm.heuristic(p, _device("H100"))
+    _assert_no_local_memory(_compile(p, cfg, "sm_90"), cfg)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("arch", ARCHS)
 @pytest.mark.parametrize("flags", FLAGS, ids=str)
 def test_every_variant_compiles(arch, flags):
-    from spio.compiler import compile_many
+    from spio.compiler import CompileJob, compile_many
 
     p = _params(*flags)
     cfgs = [
@@ -189,11 +198,13 @@ def test_every_variant_compiles(arch, flags):
     ]
     specs = [mm.spec(p, cfg, _device("H100")) for cfg in cfgs]
     jobs = [
-        dict(source=s.source_text(), arch=arch, options=s.options, name=s.source, scope=s.specs)
+        CompileJob(s.source_text(), arch, options=s.options, name=s.source, scope=s.specs)
         for s in specs
     ]
     images = compile_many(jobs)
-    assert len(images) == len(cfgs) and all(len(i) > 1000 for i in images)
+    assert len(images) == len(cfgs)
+    for image, cfg in zip(images, cfgs, strict=False):
+        _assert_no_local_memory(image, cfg)
 
 
 # ---- SASS ---------------------------------------------------------------------------------

@@ -1,0 +1,128 @@
+"""torch.ops.spio.matmul on the GPU: kernel path vs fp64, layouts and odd strides, opcheck,
+torch.compile (fullgraph), autograd vs fp64, CUDA graphs, no recompiles for new token counts."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from spio.functional import matmul
+from spio.settings import override
+from spio.testing import assert_close, tolerance
+
+pytestmark = pytest.mark.gpu
+
+
+def _inputs(seed, m, n, k, dtype=torch.bfloat16, b_transposed=False, bias=True, grad=False):
+    g = torch.Generator("cuda").manual_seed(seed)
+
+    def rand(*shape):
+        return torch.randn(*shape, generator=g, device="cuda").to(dtype).requires_grad_(grad)
+
+    a = rand(m, k)
+    b = rand(n, k) if b_transposed else rand(k, n)
+    return a, b, rand(n) if bias else None
+
+
+def _reference(a, b, bias, b_transposed):
+    bd = b.double()
+    out = a.double() @ (bd.t() if b_transposed else bd)
+    return out + bias.double() if bias is not None else out
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize(
+    "m, n, k", [(1, 4096, 4096), (17, 17, 40), (255, 1000, 264), (1000, 13, 8)]
+)
+@pytest.mark.parametrize("b_transposed", [False, True])
+@pytest.mark.parametrize("bias", [False, True])
+@pytest.mark.parametrize("out_dtype", [None, torch.float32])
+def test_matches_fp64(seed, dtype, m, n, k, b_transposed, bias, out_dtype):
+    a, b, c = _inputs(seed, m, n, k, dtype, b_transposed, bias)
+    with override(disable_fallback=True):
+        y = matmul(a, b, c, out_dtype=out_dtype, b_transposed=b_transposed)
+    assert y.dtype == (out_dtype or dtype) and y.shape == (m, n)
+    tol = tolerance(y.dtype, depth=k)
+    assert_close(y, _reference(a, b, c, b_transposed), tol, where=f"seed={seed}")
+
+
+def test_non_contiguous_and_offset_inputs(seed):
+    """Transposed views and storage offsets that break 16-byte alignment are copied, not misread."""
+    a, b, c = _inputs(seed, 65, 72, 48)
+    a_odd = torch.empty(65 * 48 + 1, dtype=a.dtype, device="cuda")[1:].view(65, 48).copy_(a)
+    b_view = b.t().contiguous().t()  # (k, n) with strides (1, k)
+    y = matmul(a_odd, b_view, c)
+    assert_close(y, _reference(a, b, c, False), tolerance(y.dtype, depth=48), where="views")
+
+
+def test_empty_and_zero_k():
+    a = torch.empty(0, 16, dtype=torch.half, device="cuda")
+    b = torch.randn(16, 8, device="cuda").half()
+    assert matmul(a, b).shape == (0, 8)
+    c = torch.randn(8, device="cuda").half()
+    z = matmul(torch.empty(3, 0, dtype=torch.half, device="cuda"), b[:0], c)
+    assert torch.equal(z, c.expand(3, 8))
+
+
+def test_opcheck(seed):
+    a, b, c = _inputs(seed, 33, 40, 64, b_transposed=True, grad=True)
+    torch.library.opcheck(torch.ops.spio.matmul, (a, b, c, torch.float32, True))
+    torch.library.opcheck(torch.ops.spio.matmul, (a.detach(), b.detach().t(), None, None, False))
+
+
+def test_torch_compile_fullgraph(seed):
+    a, b, c = _inputs(seed, 100, 264, 128, b_transposed=True)
+
+    @torch.compile(fullgraph=True)
+    def f(a, b, c):
+        return torch.relu(matmul(a, b, c, b_transposed=True))
+
+    y = f(a, b, c)
+    ref = torch.relu(_reference(a, b, c, True))
+    assert_close(y, ref, tolerance(torch.bfloat16, depth=128), where=f"compiled seed={seed}")
+
+
+@pytest.mark.parametrize("b_transposed", [False, True])
+@pytest.mark.parametrize("m", [1, 13, 256])
+def test_autograd_matches_fp64(seed, b_transposed, m):
+    n, k = 72, 136
+    a, b, c = _inputs(seed, m, n, k, torch.float16, b_transposed, True, grad=True)
+    y = matmul(a, b, c, out_dtype=torch.float32, b_transposed=b_transposed)
+    g = torch.randn(m, n, generator=torch.Generator("cuda").manual_seed(seed + 1), device="cuda")
+    y.backward(g)
+    a64, b64, c64 = (t.detach().double().requires_grad_() for t in (a, b, c))
+    _reference(a64, b64, c64, b_transposed).backward(g.double())
+    # dC is rounded to fp16 before the backward matmuls: one more rounding than the forward.
+    for name, got, want, depth in (
+        ("dA", a.grad, a64.grad, n),
+        ("dB", b.grad, b64.grad, m),
+        ("dbias", c.grad, c64.grad, m),
+    ):
+        tol = 2 * tolerance(torch.float16, depth=depth)
+        assert_close(got, want, tol, where=f"{name} seed={seed}")
+
+
+def test_cuda_graph_replay(seed):
+    a, b, c = _inputs(seed, 64, 128, 256)
+    y = matmul(a, b, c)  # compile + load outside the capture
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        y = matmul(a, b, c)
+    a.copy_(torch.randn_like(a))
+    graph.replay()
+    torch.cuda.synchronize()
+    assert_close(y, _reference(a, b, c, False), tolerance(y.dtype, depth=256), where="graph")
+
+
+def test_token_counts_do_not_compile(seed):
+    a, b, c = _inputs(seed, 512, 4096, 1024, b_transposed=True)
+    matmul(a, b, c, b_transposed=True)
+    warm = {1 << i for i in range(14)}  # selection buckets M to powers of two: warm every bucket
+    for m in sorted(warm):
+        matmul(a[:1].expand(m, -1).contiguous(), b, c, b_transposed=True)
+    with override(assert_no_compile=True):
+        for m in (3, 100, 777, 4000):
+            y = matmul(a[:m], b, c, b_transposed=True)
+            assert_close(
+                y, _reference(a[:m], b, c, True), tolerance(y.dtype, depth=1024), where=f"m={m}"
+            )
