@@ -42,6 +42,7 @@ static void note_gil(void) {
 }
 
 void fake_set_init_status(int s) { init_status = s; }
+void fake_clear_current(void) { current = 0; pushed_from = 0; }
 int fake_gil_held_calls(void) { return gil_held_calls; }
 int fake_loads(void) { return loads; }
 int fake_unloads(void) { return unloads; }

@@ -1,0 +1,234 @@
+"""The binding end to end against a fake libcuda (fake_libcuda.c): no GPU, real dlopen.
+
+The fake answers like an H100 and records what the binding passes it: launch geometry, the
+packed parameter bytes, the stream, module unloads and whether the GIL was held during each call.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import gc
+import shutil
+import struct
+import subprocess
+import threading
+from pathlib import Path
+
+import pytest
+
+from spio.cuda import device_attributes, device_count, driver, driver_version, known_device
+from spio.cuda import Module
+from spio.errors import CudaDriverError, LibraryNotFoundError
+from spio.settings import override
+
+SOURCE = Path(__file__).with_name("fake_libcuda.c")
+CUBIN = b"\x7fELF" + bytes(60)  # the fake accepts any image with the ELF magic
+
+
+def _build(out: Path, *defines: str) -> Path:
+    cc = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+    if cc is None:
+        pytest.skip("needs a C compiler (cc, gcc or clang) to build the fake libcuda")
+    subprocess.run([cc, "-shared", "-fPIC", "-O1", *defines, "-o", str(out), str(SOURCE)],
+                   check=True, capture_output=True)
+    return out
+
+
+@pytest.fixture(scope="module")
+def fake_paths(tmp_path_factory) -> dict[str, Path]:
+    d = tmp_path_factory.mktemp("fake_libcuda")
+    return {"full": _build(d / "libcuda_fake.so"),
+            "no_launch": _build(d / "libcuda_fake_no_launch.so", "-DOMIT_LAUNCH")}
+
+
+def _use(path: Path):
+    """Makes the binding load `path` at its next use; returns a ctypes view of the library."""
+    driver._reset()
+    device_attributes.cache_clear()
+    return ctypes.CDLL(str(path))
+
+
+@pytest.fixture
+def fake(fake_paths):
+    if driver.is_loaded():
+        pytest.skip("a real driver is loaded in this process; fake-driver tests need a fresh one")
+    with override(libcuda=str(fake_paths["full"])):
+        lib = _use(fake_paths["full"])
+        lib.fake_set_init_status(0)
+        lib.fake_set_signature(b"")
+        lib.fake_clear_current()  # contexts are per thread and would leak between tests
+        try:
+            yield lib
+        finally:
+            driver._reset()
+            device_attributes.cache_clear()
+
+
+def _last_launch(lib) -> tuple[tuple[int, ...], tuple[int, ...], int, int, bytes]:
+    dims = (ctypes.c_uint * 6)()
+    smem = ctypes.c_uint()
+    stream = ctypes.c_ulonglong()
+    lib.fake_last_launch(dims, ctypes.byref(smem), ctypes.byref(stream))
+    buf = ctypes.create_string_buffer(4096)
+    n = lib.fake_last_params(buf)
+    return tuple(dims[:3]), tuple(dims[3:]), smem.value, stream.value, buf.raw[:n]
+
+
+def test_device_queries_map_each_attribute(fake):
+    assert device_count() == 2
+    assert driver_version() == (12, 4)
+    dev = device_attributes(0)
+    expected = known_device("H100")
+    # Every field but the memory size equals the published H100 figures the fake reports.
+    for field in expected.__slots__:
+        if field != "total_mem_bytes":
+            assert getattr(dev, field) == getattr(expected, field), field
+    assert dev.total_mem_bytes == 85520809984
+    with pytest.raises(ValueError, match=r"ordinal must be in \[0, 2\)"):
+        device_attributes(2)
+
+
+def test_launch_passes_geometry_stream_and_packed_args(fake):
+    fake.fake_set_signature(b"ppifld")
+    f = Module.load(CUBIN).function("k", signature="ppifld")
+    args = (0x1000, None, -7, 0.5, 2**40, -1.5)
+
+    class Stream:  # like torch.cuda.Stream
+        cuda_stream = 0xABC0
+
+    f.launch((3, 2), 128, args, smem=4096, stream=Stream())
+    grid, block, smem, stream, params = _last_launch(fake)
+    assert (grid, block, smem, stream) == ((3, 2, 1), (128, 1, 1), 4096, 0xABC0)
+    assert params == struct.pack("<QQifqd", 0x1000, 0, -7, 0.5, 2**40, -1.5)
+    f.launch([1, 1, 5], (32, 4, 2), list(args), stream=0x10)
+    assert _last_launch(fake)[:4] == ((1, 1, 5), (32, 4, 2), 0, 0x10)
+
+
+def test_gil_is_released_around_every_driver_call(fake):
+    fake.fake_set_signature(b"pi")
+    device_attributes(0)
+    f = Module.load(CUBIN).function("k", signature="pi")
+    f.launch(1, 1, (0, 1))
+    _ = (f.num_regs, f.local_bytes, f.max_active_blocks(128))
+    driver.synchronize()
+    assert fake.fake_gil_held_calls() == 0
+
+
+@pytest.mark.parametrize("grid, block, error, match", [
+    (0, 32, ValueError, r"grid\[0\] = 0: every grid dimension must be at least 1"),
+    ((1, 2, 3, 4), 32, TypeError, r"grid must be an int or a tuple of 1 to 3 ints"),
+    (1, (32, -1), ValueError, r"block\[1\] = -1"),
+    (1, 32.0, TypeError, r"block must be an int or a tuple"),
+])
+def test_bad_geometry_is_rejected_before_the_driver(fake, grid, block, error, match):
+    f = Module.load(CUBIN).function("k", signature="")
+    with pytest.raises(error, match=match):
+        f.launch(grid, block, ())
+
+
+def test_bad_stream_and_smem(fake):
+    f = Module.load(CUBIN).function("k", signature="")
+    with pytest.raises(TypeError, match="stream must be a raw handle"):
+        f.launch(1, 1, (), stream="default")
+    with pytest.raises(ValueError, match=r"smem must be a number of bytes"):
+        f.launch(1, 1, (), smem=-1)
+
+
+def test_driver_errors_carry_status_name_message_and_call(fake):
+    f = Module.load(CUBIN).function("k", signature="")
+    with pytest.raises(CudaDriverError) as e:
+        f.launch(1, 2048, ())  # more threads per block than the device allows
+    assert (e.value.status, e.value.name) == (1, "CUDA_ERROR_INVALID_VALUE")
+    assert e.value.message == "fake driver error text"
+    assert "cuLaunchKernel(k, grid=(1, 1, 1), block=(2048, 1, 1)" in e.value.call
+    with pytest.raises(CudaDriverError, match="cuModuleLoadData: CUDA_ERROR_INVALID_IMAGE"):
+        Module.load(b"not a cubin")
+    with pytest.raises(CudaDriverError, match=r"cuModuleGetFunction\('missing'\).*NOT_FOUND"):
+        Module.load(CUBIN).function("missing", signature="")
+    with pytest.raises(CudaDriverError, match="MAX_DYNAMIC_SHARED_SIZE_BYTES=300000"):
+        f.set_max_dynamic_smem(300_000)
+
+
+def test_function_attributes_and_occupancy(fake):
+    f = Module.load(CUBIN).function("k", signature="pp")
+    assert (f.num_regs, f.local_bytes, f.static_smem_bytes) == (32, 0, 0)
+    assert (f.max_threads_per_block, f.binary_version) == (1024, 90)
+    assert f.max_active_blocks(256) == 8
+    assert f.max_active_blocks(128, smem=100_000) == 2
+    f.set_max_dynamic_smem(232448)
+    assert repr(f) == "Function('k', signature='pp')"
+    assert f.module.image == CUBIN
+
+
+def test_module_is_unloaded_in_its_own_context(fake):
+    m = Module.load(CUBIN)
+    f = m.function("k", signature="")
+    loads, unloads = fake.fake_loads(), fake.fake_unloads()
+    del m
+    gc.collect()
+    assert fake.fake_unloads() == unloads  # the function keeps its module alive
+    driver.ctx_set_current(driver.primary_context(1))  # another context is current now
+    del f
+    gc.collect()
+    assert fake.fake_unloads() == unloads + 1
+    assert fake.fake_unload_in_module_ctx() >= 1
+    assert fake.fake_loads() == loads
+
+
+def test_context_rules(fake):
+    # No context current: device 0's primary context is made current, as PyTorch would use.
+    assert driver.ctx_get_current() == 0
+    f = Module.load(CUBIN).function("k", signature="")
+    ctx0 = driver.ctx_get_current()
+    assert ctx0 == driver.primary_context(0) and driver.ctx_get_device() == 0
+
+    # A thread that never touched CUDA gets the module's context bound at launch.
+    failures = []
+
+    def worker():
+        try:
+            f.launch(1, 1, ())
+            assert driver.ctx_get_current() == ctx0
+        except Exception as e:  # reported to the main thread
+            failures.append(e)
+
+    t = threading.Thread(target=worker)
+    t.start()
+    t.join()
+    assert not failures
+
+    # Another device's context is current: a clear error instead of a launch on the wrong GPU.
+    driver.ctx_set_current(driver.primary_context(1))
+    with pytest.raises(CudaDriverError, match="CUDA_ERROR_INVALID_CONTEXT.*make its device current"):
+        f.launch(1, 1, ())
+    driver.ctx_set_current(ctx0)
+    f.launch(1, 1, ())
+
+
+@pytest.mark.parametrize("status, count", [(100, 0), (34, 0)])
+def test_no_device_or_stub_library_counts_zero(fake, status, count):
+    fake.fake_set_init_status(status)
+    driver._reset()
+    assert device_count() == count
+    assert driver_version() is None
+    with pytest.raises(CudaDriverError, match=r"^cuInit: CUDA_ERROR_"):
+        driver.synchronize()
+
+
+def test_other_init_failures_raise(fake):
+    fake.fake_set_init_status(999)
+    driver._reset()
+    with pytest.raises(CudaDriverError, match=r"cuInit: CUresult 999 \(999\): unknown error"):
+        device_count()
+
+
+def test_driver_without_a_symbol_is_reported(fake_paths):
+    if driver.is_loaded():
+        pytest.skip("a real driver is loaded in this process; fake-driver tests need a fresh one")
+    try:
+        with override(libcuda=str(fake_paths["no_launch"])):
+            _use(fake_paths["no_launch"])
+            with pytest.raises(LibraryNotFoundError, match="entry point cuLaunchKernel"):
+                driver.synchronize()
+    finally:
+        driver._reset()
