@@ -24,16 +24,35 @@ _LIMITS = {
 }
 
 
-def _gpu(name: str, cc: tuple[int, int], sm_count: int, l2_bytes: int, clock_mhz: int,
-         memory_clock_mhz: int, memory_bus_bits: int, total_mem_bytes: int) -> DeviceAttributes:
+def _gpu(
+    name: str,
+    cc: tuple[int, int],
+    sm_count: int,
+    l2_bytes: int,
+    clock_mhz: int,
+    memory_clock_mhz: int,
+    memory_bus_bits: int,
+    total_mem_bytes: int,
+) -> DeviceAttributes:
     threads, optin, per_sm = _LIMITS[cc]
     return DeviceAttributes(
-        name=name, ordinal=0, arch=f"sm_{cc[0]}{cc[1]}", compute_capability=cc,
-        sm_count=sm_count, max_threads_per_sm=threads, max_smem_per_block=48 * KiB,
-        max_smem_per_block_optin=optin, max_smem_per_sm=per_sm, regs_per_sm=64 * 1024,
-        regs_per_block=64 * 1024, l2_bytes=l2_bytes, clock_khz=clock_mhz * 1000,
-        memory_clock_khz=memory_clock_mhz * 1000, memory_bus_bits=memory_bus_bits,
-        total_mem_bytes=total_mem_bytes, warp_size=32,
+        name=name,
+        ordinal=0,
+        arch=f"sm_{cc[0]}{cc[1]}",
+        compute_capability=cc,
+        sm_count=sm_count,
+        max_threads_per_sm=threads,
+        max_smem_per_block=48 * KiB,
+        max_smem_per_block_optin=optin,
+        max_smem_per_sm=per_sm,
+        regs_per_sm=64 * 1024,
+        regs_per_block=64 * 1024,
+        l2_bytes=l2_bytes,
+        clock_khz=clock_mhz * 1000,
+        memory_clock_khz=memory_clock_mhz * 1000,
+        memory_bus_bits=memory_bus_bits,
+        total_mem_bytes=total_mem_bytes,
+        warp_size=32,
     )
 
 

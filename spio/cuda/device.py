@@ -178,8 +178,9 @@ def known_device(name_or_arch: str) -> DeviceAttributes:
     from spio.cuda._known_devices import ALIASES, BY_ARCH, KNOWN
 
     if not isinstance(name_or_arch, str):
-        raise TypeError(f"known_device: expected a device name or arch (str), got "
-                        f"{type(name_or_arch).__name__}")
+        raise TypeError(
+            f"known_device: expected a device name or arch (str), got {type(name_or_arch).__name__}"
+        )
     by_key = {_key(d.name): d for d in KNOWN}
     by_key.update({_key(alias): by_key[_key(name)] for alias, name in ALIASES.items()})
     arch = name_or_arch.strip().lower()

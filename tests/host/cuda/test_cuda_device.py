@@ -12,8 +12,17 @@ from spio.cuda.device import arch_of
 KiB = 1024
 
 
-@pytest.mark.parametrize("cc, arch", [((8, 0), "sm_80"), ((8, 6), "sm_86"), ((8, 9), "sm_89"),
-                                      ((9, 0), "sm_90"), ((10, 0), "sm_100"), ((12, 0), "sm_120")])
+@pytest.mark.parametrize(
+    "cc, arch",
+    [
+        ((8, 0), "sm_80"),
+        ((8, 6), "sm_86"),
+        ((8, 9), "sm_89"),
+        ((9, 0), "sm_90"),
+        ((10, 0), "sm_100"),
+        ((12, 0), "sm_120"),
+    ],
+)
 def test_arch_string_of_compute_capability(cc, arch):
     assert arch_of(cc) == arch
 
@@ -50,21 +59,24 @@ def test_table_is_consistent(device: DeviceAttributes):
     assert 250 <= device.dram_bandwidth_gbps <= 5000
 
 
-@pytest.mark.parametrize("query, name", [
-    ("H100", "NVIDIA H100 80GB HBM3"),
-    ("nvidia h100 80gb hbm3", "NVIDIA H100 80GB HBM3"),
-    ("H100 PCIe", "NVIDIA H100 PCIe"),
-    ("h200", "NVIDIA H200"),
-    ("A100", "NVIDIA A100-SXM4-80GB"),
-    ("A100-SXM4-40GB", "NVIDIA A100-SXM4-40GB"),
-    ("RTX 4090", "NVIDIA GeForce RTX 4090"),
-    ("NVIDIA GeForce RTX 3090", "NVIDIA GeForce RTX 3090"),
-    ("l40s", "NVIDIA L40S"),
-    ("sm_90", "NVIDIA H100 80GB HBM3"),
-    ("sm_80", "NVIDIA A100-SXM4-80GB"),
-    ("SM_89", "NVIDIA L40S"),
-    ("sm_86", "NVIDIA A10"),
-])
+@pytest.mark.parametrize(
+    "query, name",
+    [
+        ("H100", "NVIDIA H100 80GB HBM3"),
+        ("nvidia h100 80gb hbm3", "NVIDIA H100 80GB HBM3"),
+        ("H100 PCIe", "NVIDIA H100 PCIe"),
+        ("h200", "NVIDIA H200"),
+        ("A100", "NVIDIA A100-SXM4-80GB"),
+        ("A100-SXM4-40GB", "NVIDIA A100-SXM4-40GB"),
+        ("RTX 4090", "NVIDIA GeForce RTX 4090"),
+        ("NVIDIA GeForce RTX 3090", "NVIDIA GeForce RTX 3090"),
+        ("l40s", "NVIDIA L40S"),
+        ("sm_90", "NVIDIA H100 80GB HBM3"),
+        ("sm_80", "NVIDIA A100-SXM4-80GB"),
+        ("SM_89", "NVIDIA L40S"),
+        ("sm_86", "NVIDIA A10"),
+    ],
+)
 def test_lookup_by_name_alias_or_arch(query, name):
     assert known_device(query).name == name
 
@@ -74,7 +86,11 @@ def test_published_figures_of_two_gpus():
     h100, a100 = known_device("H100"), known_device("A100 40GB")
     assert (h100.sm_count, h100.arch, h100.max_smem_per_block_optin) == (132, "sm_90", 227 * KiB)
     assert round(h100.dram_bandwidth_gbps) == 3352
-    assert (a100.sm_count, a100.l2_bytes, round(a100.dram_bandwidth_gbps)) == (108, 40 * 2**20, 1555)
+    assert (a100.sm_count, a100.l2_bytes, round(a100.dram_bandwidth_gbps)) == (
+        108,
+        40 * 2**20,
+        1555,
+    )
 
 
 def test_unknown_device_lists_what_is_known():

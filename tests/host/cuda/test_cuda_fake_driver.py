@@ -16,8 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from spio.cuda import device_attributes, device_count, driver, driver_version, known_device
-from spio.cuda import Module
+from spio.cuda import Module, device_attributes, device_count, driver, driver_version, known_device
 from spio.errors import CudaDriverError, LibraryNotFoundError
 from spio.settings import override
 
@@ -29,16 +28,21 @@ def _build(out: Path, *defines: str) -> Path:
     cc = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
     if cc is None:
         pytest.skip("needs a C compiler (cc, gcc or clang) to build the fake libcuda")
-    subprocess.run([cc, "-shared", "-fPIC", "-O1", *defines, "-o", str(out), str(SOURCE)],
-                   check=True, capture_output=True)
+    subprocess.run(
+        [cc, "-shared", "-fPIC", "-O1", *defines, "-o", str(out), str(SOURCE)],
+        check=True,
+        capture_output=True,
+    )
     return out
 
 
 @pytest.fixture(scope="module")
 def fake_paths(tmp_path_factory) -> dict[str, Path]:
     d = tmp_path_factory.mktemp("fake_libcuda")
-    return {"full": _build(d / "libcuda_fake.so"),
-            "no_launch": _build(d / "libcuda_fake_no_launch.so", "-DOMIT_LAUNCH")}
+    return {
+        "full": _build(d / "libcuda_fake.so"),
+        "no_launch": _build(d / "libcuda_fake_no_launch.so", "-DOMIT_LAUNCH"),
+    }
 
 
 def _use(path: Path):
@@ -114,12 +118,15 @@ def test_gil_is_released_around_every_driver_call(fake):
     assert fake.fake_gil_held_calls() == 0
 
 
-@pytest.mark.parametrize("grid, block, error, match", [
-    (0, 32, ValueError, r"grid\[0\] = 0: every grid dimension must be at least 1"),
-    ((1, 2, 3, 4), 32, TypeError, r"grid must be an int or a tuple of 1 to 3 ints"),
-    (1, (32, -1), ValueError, r"block\[1\] = -1"),
-    (1, 32.0, TypeError, r"block must be an int or a tuple"),
-])
+@pytest.mark.parametrize(
+    "grid, block, error, match",
+    [
+        (0, 32, ValueError, r"grid\[0\] = 0: every grid dimension must be at least 1"),
+        ((1, 2, 3, 4), 32, TypeError, r"grid must be an int or a tuple of 1 to 3 ints"),
+        (1, (32, -1), ValueError, r"block\[1\] = -1"),
+        (1, 32.0, TypeError, r"block must be an int or a tuple"),
+    ],
+)
 def test_bad_geometry_is_rejected_before_the_driver(fake, grid, block, error, match):
     f = Module.load(CUBIN).function("k", signature="")
     with pytest.raises(error, match=match):
@@ -199,7 +206,9 @@ def test_context_rules(fake):
 
     # Another device's context is current: a clear error instead of a launch on the wrong GPU.
     driver.ctx_set_current(driver.primary_context(1))
-    with pytest.raises(CudaDriverError, match="CUDA_ERROR_INVALID_CONTEXT.*make its device current"):
+    with pytest.raises(
+        CudaDriverError, match="CUDA_ERROR_INVALID_CONTEXT.*make its device current"
+    ):
         f.launch(1, 1, ())
     driver.ctx_set_current(ctx0)
     f.launch(1, 1, ())

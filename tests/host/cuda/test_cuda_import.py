@@ -11,8 +11,13 @@ import pytest
 def _python(code: str, **env: str) -> subprocess.CompletedProcess:
     import os
 
-    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          env={**os.environ, **env}, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **env},
+        timeout=120,
+    )
 
 
 def test_import_has_no_side_effects():

@@ -24,21 +24,43 @@ class FakeArray:
     """An object exposing __cuda_array_interface__ (CuPy, Numba, ...)."""
 
     def __init__(self, ptr: int):
-        self.__cuda_array_interface__ = {"data": (ptr, False), "shape": (4,), "typestr": "<f4",
-                                         "version": 3}
+        self.__cuda_array_interface__ = {
+            "data": (ptr, False),
+            "shape": (4,),
+            "typestr": "<f4",
+            "version": 3,
+        }
 
 
 def test_every_kind_packs_at_its_natural_size():
-    args = (0x7F00_0000_1000, FakeTensor(0x7F00_0000_2000), FakeArray(0x7F00_0000_3000), None,
-            -5, 2**40 + 3, 1.25, -2.5e300)
-    expected = struct.pack("<QQQQiqfd", 0x7F00_0000_1000, 0x7F00_0000_2000, 0x7F00_0000_3000, 0,
-                           -5, 2**40 + 3, 1.25, -2.5e300)
+    args = (
+        0x7F00_0000_1000,
+        FakeTensor(0x7F00_0000_2000),
+        FakeArray(0x7F00_0000_3000),
+        None,
+        -5,
+        2**40 + 3,
+        1.25,
+        -2.5e300,
+    )
+    expected = struct.pack(
+        "<QQQQiqfd",
+        0x7F00_0000_1000,
+        0x7F00_0000_2000,
+        0x7F00_0000_3000,
+        0,
+        -5,
+        2**40 + 3,
+        1.25,
+        -2.5e300,
+    )
     assert pack_args("ppppilfd", args) == expected
 
 
 def test_limits_of_each_kind_are_accepted():
     assert pack_args("iill", (-(2**31), 2**31 - 1, -(2**63), 2**63 - 1)) == struct.pack(
-        "<iiqq", -(2**31), 2**31 - 1, -(2**63), 2**63 - 1)
+        "<iiqq", -(2**31), 2**31 - 1, -(2**63), 2**63 - 1
+    )
     assert pack_args("p", (2**64 - 1,)) == b"\xff" * 8
     assert pack_args("ff", (3, float("inf"))) == struct.pack("<ff", 3.0, float("inf"))
     assert pack_args("", ()) == b""
@@ -67,7 +89,12 @@ def test_int_like_objects_are_accepted():
         ("pi", (1, 2**31), ValueError, r"argument 1 .* must fit int32"),
         ("pi", (1, -(2**31) - 1), ValueError, r"must fit int32"),
         ("l", (2**63,), ValueError, r"argument 0 .* must fit int64"),
-        ("ff", (1.0, "2"), TypeError, r"argument 1 \(signature letter 'f', float32\) must be a float"),
+        (
+            "ff",
+            (1.0, "2"),
+            TypeError,
+            r"argument 1 \(signature letter 'f', float32\) must be a float",
+        ),
         ("f", (1e39,), ValueError, r"overflows float32"),
         ("d", (None,), TypeError, r"argument 0 .* float64\) must be a float"),
     ],
@@ -82,10 +109,13 @@ def test_error_names_the_kernel():
         pack_args("pi", (1, "x"), entry="axpy")
 
 
-@pytest.mark.parametrize("signature, match", [
-    ("ppx", r"letter 2 is 'x'; use one of p \(device pointer\), i \(int32\)"),
-    ("p" * 257, r"at most 256"),
-])
+@pytest.mark.parametrize(
+    "signature, match",
+    [
+        ("ppx", r"letter 2 is 'x'; use one of p \(device pointer\), i \(int32\)"),
+        ("p" * 257, r"at most 256"),
+    ],
+)
 def test_bad_signature(signature, match):
     with pytest.raises(ValueError, match=match):
         pack_args(signature, ())
