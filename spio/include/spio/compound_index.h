@@ -36,7 +36,7 @@ class CompoundIndex {
         : index_(static_cast<int>(index)) {}
 
     /// Number of distinct indices: the product of the sizes.
-    static constexpr int size() { return (1 * ... * Extents::size); }
+    SPIO_HOST_DEVICE static constexpr int size() { return (1 * ... * Extents::size); }
 
     /// The linear index.
     SPIO_HOST_DEVICE constexpr int get() const { return index_; }

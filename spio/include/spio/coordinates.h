@@ -43,6 +43,16 @@ inline constexpr bool has_base_v = (is_same_v<typename Ds::base, Base> || ...);
 template <class E, class D>
 using add_entry_t = conditional_t<same_base_v<E, D>, common_dim_t<E, D>, E>;
 
+/// e + d when they share a base, else e.
+template <class E, class D>
+SPIO_HOST_DEVICE constexpr add_entry_t<E, D> add_if_same_base(E e, D d) {
+    if constexpr (same_base_v<E, D>) {
+        return e + d;
+    } else {
+        return e;
+    }
+}
+
 }  // namespace detail
 
 /// Values of several dimensions with distinct bases, in insertion order.
@@ -67,7 +77,7 @@ class Coordinates : private detail::CoordLeaf<Ds>... {
 
     /// True when an entry has the base of D.
     template <DimLike D>
-    static constexpr bool has() {
+    SPIO_HOST_DEVICE static constexpr bool has() {
         return detail::has_base_v<typename D::base, Ds...>;
     }
 
@@ -111,14 +121,8 @@ SPIO_HOST_DEVICE constexpr auto make_coordinates(Ds... ds) {
 template <DimLike... Ds, DimLike D>
 SPIO_HOST_DEVICE constexpr auto operator+(const Coordinates<Ds...>& c, D d) {
     if constexpr (detail::has_base_v<typename D::base, Ds...>) {
-        auto add = [d](auto e) {
-            if constexpr (same_base_v<decltype(e), D>) {
-                return e + d;
-            } else {
-                return e;
-            }
-        };
-        return Coordinates<detail::add_entry_t<Ds, D>...>(add(c.template entry<Ds>())...);
+        return Coordinates<detail::add_entry_t<Ds, D>...>(
+            detail::add_if_same_base(c.template entry<Ds>(), d)...);
     } else {
         return Coordinates<Ds..., D>(c.template entry<Ds>()..., d);
     }
@@ -162,20 +166,36 @@ SPIO_HOST_DEVICE constexpr auto operator-(const Coordinates<Ds...>& a,
 }
 
 namespace detail {
-/// True when Pred(a_entry, b_entry) holds for every pair of entries with the same base.
+/// pred(e, b's entry of e's base), or true when b has no entry of that base.
+template <class E, class... Es, class Pred>
+SPIO_HOST_DEVICE constexpr bool match_one(E e, const Coordinates<Es...>& b, Pred pred) {
+    if constexpr (has_base_v<typename E::base, Es...>) {
+        return pred(e, b.template entry<entry_for_base_t<typename E::base, Es...>>());
+    } else {
+        return true;
+    }
+}
+
+/// True when pred(a_entry, b_entry) holds for every pair of entries with the same base.
 template <class... Ds, class... Es, class Pred>
 SPIO_HOST_DEVICE constexpr bool all_matching(const Coordinates<Ds...>& a,
                                              const Coordinates<Es...>& b, Pred pred) {
-    auto one = [&](auto e) {
-        using E = decltype(e);
-        if constexpr (has_base_v<typename E::base, Es...>) {
-            return pred(e, b.template entry<entry_for_base_t<typename E::base, Es...>>());
-        } else {
-            return true;
-        }
-    };
-    return (true && ... && one(a.template entry<Ds>()));
+    return (true && ... && match_one(a.template entry<Ds>(), b, pred));
 }
+
+#define SPIO_COMPARE_FUNCTOR(NAME, OP)                                                           \
+    struct NAME {                                                                                \
+        template <class A, class B>                                                              \
+        SPIO_HOST_DEVICE constexpr bool operator()(A a, B b) const {                             \
+            return a OP b;                                                                       \
+        }                                                                                        \
+    };
+SPIO_COMPARE_FUNCTOR(EqualTo, ==)
+SPIO_COMPARE_FUNCTOR(Less, <)
+SPIO_COMPARE_FUNCTOR(LessEqual, <=)
+SPIO_COMPARE_FUNCTOR(Greater, >)
+SPIO_COMPARE_FUNCTOR(GreaterEqual, >=)
+#undef SPIO_COMPARE_FUNCTOR
 }  // namespace detail
 
 /// Equal when both have the same set of bases and every pair of entries is equal.
@@ -186,7 +206,7 @@ SPIO_HOST_DEVICE constexpr bool operator==(const Coordinates<Ds...>& a,
                       (detail::has_base_v<typename Ds::base, Es...> && ...),
                   "spio::Coordinates ==: both sides must have the same set of base dims; "
                   "compare get<D>() values, or use < / <= for a check over the shared dims");
-    return detail::all_matching(a, b, [](auto x, auto y) { return x == y; });
+    return detail::all_matching(a, b, detail::EqualTo{});
 }
 template <DimLike... Ds, DimLike... Es>
 SPIO_HOST_DEVICE constexpr bool operator!=(const Coordinates<Ds...>& a,
@@ -210,11 +230,11 @@ SPIO_HOST_DEVICE constexpr bool operator==(D, const Coordinates<Ds...>&) {
     return false;
 }
 
-#define SPIO_COORD_ORDERING(OP)                                                                  \
+#define SPIO_COORD_ORDERING(OP, FUNCTOR)                                                         \
     template <DimLike... Ds, DimLike... Es>                                                      \
     SPIO_HOST_DEVICE constexpr bool operator OP(const Coordinates<Ds...>& a,                     \
                                                 const Coordinates<Es...>& b) {                   \
-        return detail::all_matching(a, b, [](auto x, auto y) { return x OP y; });                \
+        return detail::all_matching(a, b, detail::FUNCTOR{});                                    \
     }                                                                                            \
     template <DimLike... Ds, DimLike D>                                                          \
     SPIO_HOST_DEVICE constexpr bool operator OP(const Coordinates<Ds...>& a, D b) {              \
@@ -226,10 +246,10 @@ SPIO_HOST_DEVICE constexpr bool operator==(D, const Coordinates<Ds...>&) {
     }
 
 /// Ordering: true when every pair of entries with the same base satisfies it (true if none match).
-SPIO_COORD_ORDERING(<)
-SPIO_COORD_ORDERING(<=)
-SPIO_COORD_ORDERING(>)
-SPIO_COORD_ORDERING(>=)
+SPIO_COORD_ORDERING(<, Less)
+SPIO_COORD_ORDERING(<=, LessEqual)
+SPIO_COORD_ORDERING(>, Greater)
+SPIO_COORD_ORDERING(>=, GreaterEqual)
 #undef SPIO_COORD_ORDERING
 
 }  // namespace spio

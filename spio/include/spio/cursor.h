@@ -52,11 +52,7 @@ class Cursor {
     /// Moves by every entry of c whose base the tensor has; other entries are ignored.
     template <DimLike... Ds>
     SPIO_HOST_DEVICE constexpr Cursor& step(const Coordinates<Ds...>& c) {
-        c.for_each([this](auto d) {
-            if constexpr (Layout::template has_base<typename decltype(d)::base>) {
-                step(d);
-            }
-        });
+        (step_if_present(c.template entry<Ds>()), ...);
         return *this;
     }
 
@@ -82,6 +78,13 @@ class Cursor {
     }
 
   private:
+    template <class D>
+    SPIO_HOST_DEVICE constexpr void step_if_present(D d) {
+        if constexpr (Layout::template has_base<typename D::base>) {
+            step(d);
+        }
+    }
+
     T* ptr_;
     int acc_[Layout::num_slots > 0 ? Layout::num_slots : 1];
 };

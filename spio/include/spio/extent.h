@@ -57,7 +57,7 @@ struct Array {
 ///
 /// Example: (Extent<I, 16>, Extent<K, 32>) -> {32, 1};  (Extent<I, 16>, Extent<K, 32, 2>) -> {64, 2}.
 template <class... Es>
-constexpr Array<int, sizeof...(Es)> resolved_strides() {
+SPIO_HOST_DEVICE constexpr Array<int, sizeof...(Es)> resolved_strides() {
     Array<int, sizeof...(Es)> out{};
     if constexpr (sizeof...(Es) > 0) {
         constexpr int n = sizeof...(Es);

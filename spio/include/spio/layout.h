@@ -61,6 +61,10 @@ struct Layout<TypeList<Es...>, TypeList<Ss...>> {
     static constexpr int rank = sizeof...(Es);
     static constexpr Array<int, sizeof...(Es)> strides = resolved_strides<Es...>();
 
+    /// Elements spanned: max over extents of size * stride, at least 1 (padding included).
+    static constexpr int storage_size =
+        max_of(1, (Es::size * strides[index_of_v<Es, Es...>])...);
+
     /// The element stride of extent E.
     template <class E>
     static constexpr int stride_of = strides[index_of_v<E, Es...>];
@@ -85,30 +89,16 @@ struct Layout<TypeList<Es...>, TypeList<Ss...>> {
 
     /// The largest dim stride among B's extents (the coarsest extent) and the smallest.
     template <class B>
-    static constexpr int max_dim_stride = [] {
-        int m = 0;
-        ((m = is_same_v<typename Es::dim::base, B> && Es::dim::stride > m ? Es::dim::stride : m),
-         ...);
-        return m;
-    }();
+    static constexpr int max_dim_stride =
+        max_of(0, (is_same_v<typename Es::dim::base, B> ? Es::dim::stride : 0)...);
     template <class B>
-    static constexpr int min_dim_stride = [] {
-        int m = 2147483647;
-        ((m = is_same_v<typename Es::dim::base, B> && Es::dim::stride < m ? Es::dim::stride : m),
-         ...);
-        return m;
-    }();
+    static constexpr int min_dim_stride = min_of(
+        2147483647, (is_same_v<typename Es::dim::base, B> ? Es::dim::stride : 2147483647)...);
 
     /// The logical span of base B in base units: max over its extents of size * dim stride.
     template <class B>
-    static constexpr int span = [] {
-        int m = 0;
-        ((m = is_same_v<typename Es::dim::base, B> && Es::size * Es::dim::stride > m
-                  ? Es::size * Es::dim::stride
-                  : m),
-         ...);
-        return m;
-    }();
+    static constexpr int span =
+        max_of(0, (is_same_v<typename Es::dim::base, B> ? Es::size * Es::dim::stride : 0)...);
 
     /// The extent of B when B has exactly one (else some extent of B).
     template <class B>
@@ -135,9 +125,8 @@ struct Layout<TypeList<Es...>, TypeList<Ss...>> {
     template <class B>
     static constexpr int slot = index_in_list_v<B, slot_bases>;
 
-    /// True when a subscript of dim D moves the pointer at once (see the file comment).
     template <class D>
-    static constexpr bool immediate = [] {
+    SPIO_HOST_DEVICE static constexpr bool immediate_impl() {
         using B = typename D::base;
         if constexpr (count<B> != 1 || swizzled<B>) {
             return false;
@@ -145,14 +134,17 @@ struct Layout<TypeList<Es...>, TypeList<Ss...>> {
             using E = first_extent<B>;
             return !is_module_v<typename E::dim> && D::stride % E::dim::stride == 0;
         }
-    }();
+    }
+
+    /// True when a subscript of dim D moves the pointer at once (see the file comment).
+    template <class D>
+    static constexpr bool immediate = immediate_impl<D>();
 
     /// Elements the pointer moves per unit of an immediate subscript D.
     template <class D>
-    static constexpr int immediate_scale = [] {
-        using E = first_extent<typename D::base>;
-        return (D::stride / E::dim::stride) * stride_of<E>;
-    }();
+    static constexpr int immediate_scale =
+        (D::stride / first_extent<typename D::base>::dim::stride) *
+        stride_of<first_extent<typename D::base>>;
 
     /// The index of extent E resolved from the accumulated slots (before swizzles).
     template <class E>
@@ -169,19 +161,21 @@ struct Layout<TypeList<Es...>, TypeList<Ss...>> {
         }
     }
 
+    /// Swizzle S applied to index i of extent E (i itself when S's Col is not E's dim).
+    template <class S, class E>
+    SPIO_HOST_DEVICE static constexpr int apply_swizzle(int i, const int* acc) {
+        if constexpr (is_same_v<typename S::col, typename E::dim>) {
+            return S::apply(i, index<extent_for_dim<typename S::row>>(acc));
+        } else {
+            return i;
+        }
+    }
+
     /// The index of extent E after the swizzle (if any) whose Col is E's dim.
     template <class E>
     SPIO_HOST_DEVICE static constexpr int swizzled_index(const int* acc) {
         int i = index<E>(acc);
-        if constexpr (sizeof...(Ss) > 0) {
-            auto apply = [&](auto s) {
-                using S = decltype(s);
-                if constexpr (is_same_v<typename S::col, typename E::dim>) {
-                    i = S::apply(i, index<extent_for_dim<typename S::row>>(acc));
-                }
-            };
-            (apply(Ss{}), ...);
-        }
+        ((i = apply_swizzle<Ss, E>(i, acc)), ...);
         return i;
     }
 
@@ -217,13 +211,15 @@ struct Layout<TypeList<Es...>, TypeList<Ss...>> {
                   "spio::Tensor: a spio::Xor<Row, Col, ...> needs extents whose dims are exactly "
                   "Row and Col; use the tensor's own dim types in the swizzle");
     template <class S>
-    static constexpr bool swizzle_fits = [] {
+    SPIO_HOST_DEVICE static constexpr bool swizzle_fits_impl() {
         if constexpr (swizzle_ok<S>) {
             return extent_for_dim<typename S::col>::size % (1 << S::bits) == 0;
         } else {
             return true;
         }
-    }();
+    }
+    template <class S>
+    static constexpr bool swizzle_fits = swizzle_fits_impl<S>();
     static_assert((swizzle_fits<Ss> && ...),
                   "spio::Tensor: spio::Xor<Row, Col, Bits>: Col's extent size must be a multiple "
                   "of 2^Bits so the permutation stays inside the row; lower Bits or widen Col");

@@ -59,17 +59,17 @@ struct RemoveCvref<T&&> : RemoveCvref<T> {};
 template <class T>
 using remove_cvref_t = typename RemoveCvref<T>::type;
 
-template <class T>
-T&& declval() noexcept;
-
-/// Index of T in Ts... (the first occurrence), or -1 when absent.
 template <class T, class... Ts>
-inline constexpr int index_of_v = [] {
+SPIO_HOST_DEVICE constexpr int index_of_impl() {
     int i = 0;
     bool found = false;
     ((found = found || is_same_v<T, Ts>, i += found ? 0 : 1), ...);
     return found ? i : -1;
-}();
+}
+
+/// Index of T in Ts... (the first occurrence), or -1 when absent.
+template <class T, class... Ts>
+inline constexpr int index_of_v = index_of_impl<T, Ts...>();
 
 /// The I-th type of Ts...
 template <int I, class... Ts>
@@ -125,13 +125,29 @@ template <class... Ts>
 inline constexpr bool all_distinct_v = unique_t<Ts...>::size == sizeof...(Ts);
 
 /// Greatest common divisor of two positive integers.
-constexpr int gcd(int a, int b) { return b == 0 ? a : gcd(b, a % b); }
+SPIO_HOST_DEVICE constexpr int gcd(int a, int b) { return b == 0 ? a : gcd(b, a % b); }
 
 /// True when n is a positive power of two.
-constexpr bool is_pow2(int n) { return n > 0 && (n & (n - 1)) == 0; }
+SPIO_HOST_DEVICE constexpr bool is_pow2(int n) { return n > 0 && (n & (n - 1)) == 0; }
 
 /// log2 of a positive power of two.
-constexpr int log2(int n) { return n <= 1 ? 0 : 1 + log2(n / 2); }
+SPIO_HOST_DEVICE constexpr int log2(int n) { return n <= 1 ? 0 : 1 + log2(n / 2); }
+
+/// The largest of the arguments.
+template <class... Ints>
+SPIO_HOST_DEVICE constexpr int max_of(int first, Ints... rest) {
+    int m = first;
+    ((m = rest > m ? rest : m), ...);
+    return m;
+}
+
+/// The smallest of the arguments.
+template <class... Ints>
+SPIO_HOST_DEVICE constexpr int min_of(int first, Ints... rest) {
+    int m = first;
+    ((m = rest < m ? rest : m), ...);
+    return m;
+}
 
 /// Floor division by a positive compile-time divisor (rounds toward negative infinity).
 ///

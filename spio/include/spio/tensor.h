@@ -51,24 +51,19 @@ class Tensor {
     SPIO_HOST_DEVICE constexpr explicit Tensor(T* ptr) : ptr_(ptr) {}
 
     /// Elements the tensor spans: max over extents of size * stride (padding included).
-    static constexpr int storage_size() {
-        int m = 1;
-        for (int i = 0; i < layout::rank; ++i) {
-            const int s = sizes_[i] * layout::strides[i];
-            m = s > m ? s : m;
-        }
-        return m;
+    SPIO_HOST_DEVICE static constexpr int storage_size() {
+        return layout::storage_size;
     }
 
     /// Bytes the tensor spans: storage_size() * sizeof(T).
-    static constexpr int storage_bytes() { return storage_size() * static_cast<int>(sizeof(T)); }
+    SPIO_HOST_DEVICE static constexpr int storage_bytes() { return storage_size() * static_cast<int>(sizeof(T)); }
 
     /// The size of dim D: the extent's size when D is one of the dims, else the logical extent
     /// of D's base (max over its extents of size * stride) in units of D.
     ///
     /// Example: for (K8: 4, I: 16, K % 8: 8), size<K8>() == K8(4), size<K>() == K(32).
     template <DimLike D>
-    static constexpr D size() {
+    SPIO_HOST_DEVICE static constexpr D size() {
         using B = typename D::base;
         static_assert(layout::template has_base<B>,
                       "spio::Tensor::size<D>(): the tensor has no dim of D's base; ask for one "
@@ -84,7 +79,7 @@ class Tensor {
     /// Coordinates of the logical extent of every base dim, in the finest stride of the tensor.
     ///
     /// Example: (N: 4, C8: 8) -> N(4) + C8(8);  (K8: 4, I: 16, K % 8: 8) -> K(32) + I(16).
-    static constexpr auto extents() { return extents_of(typename layout::bases{}); }
+    SPIO_HOST_DEVICE static constexpr auto extents() { return extents_of(typename layout::bases{}); }
 
     /// A cursor at the tensor's origin.
     SPIO_HOST_DEVICE constexpr cursor_type cursor() const { return cursor_type(ptr_); }
@@ -100,20 +95,8 @@ class Tensor {
     SPIO_HOST_DEVICE constexpr T& operator*() const { return *ptr_; }
 
   private:
-    static constexpr detail::Array<int, layout::rank> sizes_ = [] {
-        detail::Array<int, layout::rank> out{};
-        int i = 0;
-        auto put = [&](int s) { out[i++] = s; };
-        (
-            [&] {
-                if constexpr (detail::is_extent_v<Parts>) put(Parts::size);
-            }(),
-            ...);
-        return out;
-    }();
-
     template <class... Bs>
-    static constexpr auto extents_of(detail::TypeList<Bs...>) {
+    SPIO_HOST_DEVICE static constexpr auto extents_of(detail::TypeList<Bs...>) {
         return make_coordinates(detail::fold_t<Bs, layout::template min_dim_stride<Bs>>(
             layout::template span<Bs> / layout::template min_dim_stride<Bs>)...);
     }
