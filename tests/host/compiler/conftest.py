@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import zlib
+
 import pytest
 
 from spio.compiler import DiskCache
@@ -29,12 +31,13 @@ def disk(tmp_path) -> DiskCache:
 
 
 def _tiny(tag: object = 0) -> str:
-    """A small valid kernel; `tag` makes the source (and so the cache key) distinct."""
+    """A small valid kernel; `tag` makes the source, the key and the machine code distinct."""
+    offset = zlib.crc32(repr(tag).encode()) % 100_000
     return (
         "#include <cuda_fp16.h>\n"
         "#include <cuda_bf16.h>\n"
         f'extern "C" __global__ void tiny(float* y, const __half* x) {{  // {tag}\n'
-        "    y[threadIdx.x] = __half2float(x[threadIdx.x]) * 2.0f;\n"
+        f"    y[threadIdx.x] = __half2float(x[threadIdx.x]) * 2.0f + {offset}.0f;\n"
         "}\n"
     )
 

@@ -1,0 +1,314 @@
+"""Every rule of the disk cache: the key, verified loads, atomic concurrent writes, compile once."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import multiprocessing
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from spio.compiler import DiskCache, compile, default_cache
+from spio.compiler.cache import (
+    FORMAT_VERSION,
+    cache_key,
+    decode_entry,
+    encode_entry,
+    include_checksum,
+)
+from spio.compiler.compile import prepare
+from spio.errors import CompileError, CompileForbiddenError
+from spio.settings import override
+
+BASE = dict(
+    nvrtc_version=(12, 9),
+    arch="sm_90",
+    options=("-std=c++20", "-DA=1", "-DB=2"),
+    source="kernel source",
+    name="k.cu",
+    generated="generated header",
+    headers={"a.h": "A", "b.h": "B"},
+    ptx=False,
+    include_sum="0" * 64,
+)
+
+
+def _key(**changes) -> str:
+    return cache_key(**{**BASE, **changes})
+
+
+def test_key_is_stable_within_and_across_processes():
+    assert _key() == _key()
+    assert _key(headers={"b.h": "B", "a.h": "A"}) == _key()  # header order cannot matter
+    code = (
+        "import json, sys; from spio.compiler.cache import cache_key;"
+        "kw = json.loads(sys.argv[1]); kw['nvrtc_version'] = tuple(kw['nvrtc_version']);"
+        "print(cache_key(**kw))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code, json.dumps(BASE)], capture_output=True, text=True, check=True
+    )
+    assert out.stdout.strip() == _key()
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"nvrtc_version": (12, 8)},
+        {"nvrtc_version": (13, 9)},
+        {"arch": "sm_90a"},
+        {"options": ("-std=c++20", "-DA=1", "-DB=3")},
+        {"options": ("-std=c++20", "-DB=2", "-DA=1")},  # option order matters (-I, -D)
+        {"options": ("-std=c++20", "-DA=1", "-DB=2", "-lineinfo")},
+        {"options": ("-std=c++20", "-DA=1-DB=2")},  # no concatenation collisions
+        {"source": "kernel source "},
+        {"name": "other.cu"},
+        {"generated": "generated header //"},
+        {"generated": None},
+        {"headers": {"a.h": "A", "b.h": "B2"}},
+        {"headers": {"a.h": "A"}},
+        {"ptx": True},
+        {"include_sum": "1" + "0" * 63},
+    ],
+    ids=repr,
+)
+def test_key_changes_with_every_input(change):
+    assert _key(**change) != _key()
+
+
+def test_key_includes_the_format_version():
+    assert FORMAT_VERSION.startswith("spio-")
+
+
+def test_include_checksum_follows_every_header(tmp_path):
+    root = tmp_path / "include"
+    (root / "spio").mkdir(parents=True)
+    (root / "spio" / "dim.h").write_text("#pragma once\n")
+    checksum = include_checksum.__wrapped__
+    first = checksum(root)
+    assert checksum(root) == first
+    (root / "spio" / "dim.h").write_text("#pragma once\n// edited\n")
+    edited = checksum(root)
+    (root / "spio" / "new.h").write_text("")
+    added = checksum(root)
+    (root / "spio" / "new.h").rename(root / "spio" / "renamed.h")
+    assert len({first, edited, added, checksum(root)}) == 4
+    assert include_checksum() == include_checksum()  # the real tree, computed once
+
+
+def test_compiled_key_changes_with_the_include_checksum(tiny, monkeypatch):
+    comp = importlib.import_module("spio.compiler.compile")  # the package's compile() shadows it
+
+    a = prepare(tiny(), "sm_80").key
+    monkeypatch.setattr(comp, "include_checksum", lambda: "changed")
+    assert prepare(tiny(), "sm_80").key != a
+
+
+def test_entry_roundtrip_and_rejections():
+    payload = os.urandom(1000)
+    entry = encode_entry(payload)
+    assert decode_entry(entry) == payload
+    assert decode_entry(entry[:-1]) is None  # truncated
+    assert decode_entry(entry[:20]) is None  # truncated inside the header
+    assert decode_entry(b"") is None
+    flipped = bytearray(entry)
+    flipped[-5] ^= 0x40
+    assert decode_entry(bytes(flipped)) is None  # corrupted payload
+    assert decode_entry(b"X" + entry[1:]) is None  # foreign magic
+    assert decode_entry(entry + b"\0") is None  # trailing garbage
+
+
+def test_compiles_once(tiny, disk):
+    images = [compile(tiny(), "sm_80", cache=disk) for _ in range(10)]
+    assert len(set(images)) == 1
+    s = disk.stats()
+    assert (s.compiles, s.misses, s.hits) == (1, 1, 9)
+
+
+def test_a_new_cache_object_reads_the_entry(tiny, disk):
+    image = compile(tiny(), "sm_80", cache=disk)
+    again = DiskCache(disk.root)
+    with override(assert_no_compile=True):
+        assert compile(tiny(), "sm_80", cache=again) == image
+    assert again.stats().compiles == 0 and again.stats().hits == 1
+
+
+@pytest.mark.parametrize("damage", ["truncate", "flip", "empty", "garbage"])
+def test_damaged_entry_is_a_miss_that_recompiles(damage, tiny, disk):
+    image = compile(tiny(), "sm_80", cache=disk)
+    path = disk.path(prepare(tiny(), "sm_80").key)
+    data = path.read_bytes()
+    if damage == "truncate":
+        path.write_bytes(data[: len(data) // 2])
+    elif damage == "flip":
+        path.write_bytes(data[:-10] + bytes([data[-10] ^ 1]) + data[-9:])
+    elif damage == "empty":
+        path.write_bytes(b"")
+    else:
+        path.write_bytes(os.urandom(len(data)))
+    assert compile(tiny(), "sm_80", cache=disk) == image
+    s = disk.stats()
+    assert (s.compiles, s.corrupt) == (2, 1)
+    assert decode_entry(path.read_bytes()) == image  # the entry was rewritten whole
+
+
+def test_no_leftover_temp_files(tiny, disk):
+    compile(tiny(), "sm_80", cache=disk)
+    files = [p.name for p in disk.root.rglob("*") if p.is_file() and p.parent.name != "locks"]
+    assert len(files) == 1 and files[0].endswith(".cubin")
+
+
+def test_assert_no_compile(tiny, disk):
+    with override(assert_no_compile=True), pytest.raises(CompileForbiddenError, match="kernel.cu"):
+        compile(tiny(), "sm_80", cache=disk)
+    with override(assert_no_compile=True), pytest.raises(CompileForbiddenError):
+        compile(tiny(), "sm_80", cache=None)
+    assert disk.stats().compiles == 0
+
+
+def test_no_disk_cache_setting(tiny, tmp_path):
+    with override(no_disk_cache=True):
+        assert default_cache() is None
+        compile(tiny(), "sm_80")
+    assert not (tmp_path / "default-cache").exists()
+    with override(cache_dir=tmp_path / "c"):
+        assert default_cache() is default_cache()
+        assert default_cache().root == tmp_path / "c"
+        compile(tiny(), "sm_80")
+        assert default_cache().stats().compiles == 1
+
+
+def test_compile_error_is_not_cached(broken, disk):
+    for _ in range(2):
+        with pytest.raises(CompileError):
+            compile(broken, "sm_80", cache=disk)
+    assert not list(disk.root.glob("kernels/*/*"))
+
+
+def test_save_source(disk):
+    src = '#include "x.h"\nextern "C" __global__ void k(int* y) { y[0] = X; }\n'
+    with override(cache_save_source=True):
+        compile(src, "sm_80", headers={"x.h": "#define X 1\n"}, options=("-DZ",), cache=disk)
+    cubin = next(disk.root.glob("kernels/*/*.cubin"))
+    assert cubin.with_suffix(".cu").read_text() == src
+    assert cubin.with_suffix(".options").read_text().splitlines()[-1] == "-DZ"
+    assert not cubin.with_suffix(".h").exists()  # no @spio blocks, no generated header
+
+
+def test_disasm_with_a_tool(tiny, disk, tmp_path, monkeypatch):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    tool = bin_dir / "cuobjdump"
+    tool.write_text('#!/bin/sh\necho "SASS of $2"\n')
+    tool.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}")
+    with override(disasm=True):
+        compile(tiny(), "sm_80", cache=disk)
+    sass = next(disk.root.glob("kernels/*/*.sass"))
+    assert sass.read_text().startswith("SASS of ")
+    sass.unlink()
+    with override(disasm=True):
+        compile(tiny(), "sm_80", cache=disk)  # a hit writes the missing dump
+    assert sass.exists() and disk.stats().compiles == 1
+
+
+def test_disasm_without_a_tool_only_warns(tiny, disk, monkeypatch, caplog):
+    comp = importlib.import_module("spio.compiler.compile")  # the package's compile() shadows it
+
+    monkeypatch.setattr(comp, "find_tool", lambda name: None)
+    with override(disasm=True):
+        assert compile(tiny(), "sm_80", cache=disk)[:4] == b"\x7fELF"
+    assert "neither cuobjdump nor nvdisasm" in caplog.text
+    assert not list(disk.root.glob("kernels/*/*.sass"))
+
+
+def _compile_in_child(root: str, tag: str, barrier, queue) -> None:
+    source = f'extern "C" __global__ void k(float* y) {{ y[threadIdx.x] = 2; }} // {tag}\n'
+    cache = DiskCache(Path(root))
+    barrier.wait()
+    image = compile(source, "sm_80", cache=cache)
+    queue.put((image, cache.stats().compiles))
+
+
+def test_concurrent_processes_compile_one_key(tmp_path):
+    ctx = multiprocessing.get_context("spawn")
+    barrier, queue = ctx.Barrier(2), ctx.Queue()
+    procs = [
+        ctx.Process(target=_compile_in_child, args=(str(tmp_path), "same", barrier, queue))
+        for _ in range(2)
+    ]
+    for p in procs:
+        p.start()
+    results = [queue.get(timeout=120) for _ in procs]
+    for p in procs:
+        p.join(timeout=60)
+        assert p.exitcode == 0
+    images = {r[0] for r in results}
+    assert len(images) == 1
+    assert sum(r[1] for r in results) == 1  # the per-key lock let only one process compile
+    entries = list(tmp_path.glob("kernels/*/*.cubin"))
+    assert len(entries) == 1 and decode_entry(entries[0].read_bytes()) == images.pop()
+
+
+def _hammer(root: str, payload: bytes, n: int) -> None:
+    cache = DiskCache(Path(root))
+    for _ in range(n):
+        cache.put("ab" * 32, payload)
+
+
+def test_concurrent_writers_never_expose_a_partial_entry(tmp_path):
+    """Two processes rewrite one key while this one reads it: every read is whole or absent."""
+    payload = os.urandom(256 * 1024)
+    ctx = multiprocessing.get_context("spawn")
+    writers = [ctx.Process(target=_hammer, args=(str(tmp_path), payload, 200)) for _ in range(2)]
+    for w in writers:
+        w.start()
+    reader = DiskCache(tmp_path)
+    seen = 0
+    while any(w.is_alive() for w in writers):
+        got = reader.get("ab" * 32)
+        assert got is None or got == payload
+        seen += got is not None
+    for w in writers:
+        w.join()
+        assert w.exitcode == 0
+    assert seen > 0, "the reader never overlapped the writers; the test proved nothing"
+    assert reader.get("ab" * 32) == payload and reader.stats().corrupt == 0
+
+
+def test_second_process_with_assert_no_compile_hits(tiny, tmp_path):
+    code = (
+        "import sys; from spio.compiler import compile, default_cache;"
+        "image = compile(sys.argv[1], 'sm_80');"
+        "print(len(image), default_cache().stats().compiles)"
+    )
+    env = {**os.environ, "SPIO_CACHE_DIR": str(tmp_path / "shared")}
+    first = subprocess.run(
+        [sys.executable, "-c", code, tiny("two processes")],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    env["SPIO_ASSERT_NO_COMPILE"] = "1"
+    second = subprocess.run(
+        [sys.executable, "-c", code, tiny("two processes")],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    size = first.stdout.split()[0]
+    assert first.stdout.split() == [size, "1"]
+    assert second.stdout.split() == [size, "0"]
+    third = subprocess.run(
+        [sys.executable, "-c", code, tiny("never compiled")],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert third.returncode != 0 and "CompileForbiddenError" in third.stderr
