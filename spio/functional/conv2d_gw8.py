@@ -98,7 +98,9 @@ def _validate(x, w, b, padding) -> tuple[int, int]:
             f"spio conv2d_gw8: kernel size {tuple(w.shape[2:])} exceeds {MAX_KERNEL}x{MAX_KERNEL}; "
             "use torch.nn.functional.conv2d"
         )
-    Conv2dGw8Params.from_tensors(x, w, b, pads)  # shapes, group width, output size
+    # Shapes, group width, kernel and output size (float32 is checked as if it were fp16).
+    shape_dtype = "float16" if x.dtype == torch.float32 else None
+    Conv2dGw8Params.from_tensors(x, w, b, pads, dtype=shape_dtype)
     return pads
 
 

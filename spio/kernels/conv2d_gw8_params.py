@@ -125,9 +125,17 @@ class Conv2dGw8Params:
 
     @classmethod
     def from_tensors(
-        cls, x: Any, weight: Any, bias: Any = None, padding: int | tuple[int, int] | None = None
+        cls,
+        x: Any,
+        weight: Any,
+        bias: Any = None,
+        padding: int | tuple[int, int] | None = None,
+        dtype: str | None = None,
     ) -> Conv2dGw8Params:
-        """Params of conv2d_gw8(x, weight, bias, padding); raises on anything unsupported."""
+        """Params of conv2d_gw8(x, weight, bias, padding); raises on anything unsupported.
+
+        `dtype` overrides x's dtype (the CPU fallback checks float32 shapes with it).
+        """
         if x.dim() != 4:
             raise ValueError(
                 f"conv2d_gw8: input must be 4-D (N, C, H, W), got shape {tuple(x.shape)}"
@@ -151,7 +159,7 @@ class Conv2dGw8Params:
         if bias is not None and tuple(bias.shape) != (c,):
             raise ValueError(f"conv2d_gw8: bias must have shape ({c},), got {tuple(bias.shape)}")
         pad_h, pad_w = normalize_padding(padding, r, s)
-        dtype = str(x.dtype).removeprefix("torch.")
+        dtype = dtype or str(x.dtype).removeprefix("torch.")
         return cls(
             n=n,
             c=c,

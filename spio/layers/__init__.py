@@ -1,5 +1,6 @@
 """nn.Module layers backed by spio ops, and the model transform that swaps them in."""
 
+from spio.layers.conv2d_gw8 import Conv2dGw8
 from spio.layers.layernorm_2d import LayerNorm2d
 
-__all__: list[str] = ["LayerNorm2d"]
+__all__: list[str] = ["Conv2dGw8", "LayerNorm2d"]

@@ -1,0 +1,129 @@
+"""`spio.layers.Conv2dGw8`: grouped conv2d with 8 channels per group, on spio's kernels."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from spio.functional.conv2d_gw8 import conv2d_gw8
+from spio.kernels.conv2d_gw8_params import GROUP_WIDTH, MAX_KERNEL, normalize_padding
+
+
+def _pair(v, what: str) -> tuple[int, int]:
+    if isinstance(v, int) and not isinstance(v, bool):
+        return (v, v)
+    if isinstance(v, (tuple, list)) and len(v) == 2 and all(isinstance(e, int) for e in v):
+        return (int(v[0]), int(v[1]))
+    raise TypeError(f"Conv2dGw8: {what} must be an int or a pair of ints, got {v!r}")
+
+
+class Conv2dGw8(nn.Module):
+    """Conv2d with groups = channels / 8, stride 1: a drop-in for such an nn.Conv2d.
+
+    Args:
+        channels: C (input = output channels), a multiple of 8.
+        kernel_size: int or (R, S), each 1..7.
+        padding: int, (pad_h, pad_w) or None for "same" (R // 2, S // 2).
+        bias: learn a bias.
+        device, dtype: of the parameters.
+
+    Parameters are initialized like nn.Conv2d's. The output is channels_last; channels_last
+    inputs avoid a conversion (see spio.functional.conv2d_gw8 for where it runs, the fallback
+    and autocast).
+    """
+
+    def __init__(
+        self,
+        channels: int,
+        kernel_size: int | tuple[int, int],
+        padding: int | tuple[int, int] | None = None,
+        bias: bool = True,
+        device=None,
+        dtype=None,
+    ):
+        super().__init__()
+        if not isinstance(channels, int) or channels < GROUP_WIDTH or channels % GROUP_WIDTH:
+            raise ValueError(
+                f"Conv2dGw8: channels must be a positive multiple of {GROUP_WIDTH}, got {channels!r}"
+            )
+        r, s = _pair(kernel_size, "kernel_size")
+        if not (1 <= r <= MAX_KERNEL and 1 <= s <= MAX_KERNEL):
+            raise ValueError(
+                f"Conv2dGw8: kernel_size must be 1..{MAX_KERNEL} in each dim, got {(r, s)}; use "
+                "nn.Conv2d for larger kernels"
+            )
+        self.channels = channels
+        self.kernel_size = (r, s)
+        self.padding = normalize_padding(padding, r, s)
+        factory = {"device": device, "dtype": dtype}
+        self.weight = nn.Parameter(torch.empty(channels, GROUP_WIDTH, r, s, **factory))
+        self.bias = nn.Parameter(torch.empty(channels, **factory)) if bias else None
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        # nn.Conv2d's initialization: kaiming_uniform(a=sqrt(5)), bias U(-1/sqrt(fan_in), ...).
+        nn.init.kaiming_uniform_(self.weight, a=math.sqrt(5))
+        if self.bias is not None:
+            bound = 1 / math.sqrt(GROUP_WIDTH * self.kernel_size[0] * self.kernel_size[1])
+            nn.init.uniform_(self.bias, -bound, bound)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return conv2d_gw8(x, self.weight, self.bias, self.padding)
+
+    def extra_repr(self) -> str:
+        return (
+            f"{self.channels}, kernel_size={self.kernel_size}, padding={self.padding}, "
+            f"bias={self.bias is not None}"
+        )
+
+    @classmethod
+    def from_conv2d(cls, conv: nn.Conv2d) -> Conv2dGw8:
+        """A Conv2dGw8 computing what `conv` computes, sharing its weight and bias Parameters.
+
+        Eligible: in_channels == out_channels == 8 * groups, stride 1, dilation 1, kernel
+        1..7, numeric (not "same"/"valid" string) zero padding. Raises ValueError/TypeError
+        naming the first rule `conv` breaks.
+        """
+        if not isinstance(conv, nn.Conv2d):
+            raise TypeError(f"Conv2dGw8.from_conv2d: expected nn.Conv2d, got {type(conv).__name__}")
+        c = conv.in_channels
+        if conv.out_channels != c:
+            raise ValueError(
+                f"Conv2dGw8.from_conv2d: out_channels ({conv.out_channels}) must equal "
+                f"in_channels ({c})"
+            )
+        if conv.groups * GROUP_WIDTH != c:
+            raise ValueError(
+                f"Conv2dGw8.from_conv2d: group width must be {GROUP_WIDTH} (groups = C / 8 = "
+                f"{c // GROUP_WIDTH}), got groups={conv.groups} ({c / conv.groups:g} per group)"
+            )
+        if tuple(conv.stride) != (1, 1):
+            raise ValueError(f"Conv2dGw8.from_conv2d: stride must be 1, got {tuple(conv.stride)}")
+        if tuple(conv.dilation) != (1, 1):
+            raise ValueError(
+                f"Conv2dGw8.from_conv2d: dilation must be 1, got {tuple(conv.dilation)}"
+            )
+        if isinstance(conv.padding, str):
+            raise ValueError(
+                f"Conv2dGw8.from_conv2d: padding={conv.padding!r} (a string) is not supported; "
+                "use numeric padding"
+            )
+        if conv.padding_mode != "zeros":
+            raise ValueError(
+                f"Conv2dGw8.from_conv2d: padding_mode must be 'zeros', got {conv.padding_mode!r}"
+            )
+        r, s = conv.kernel_size
+        if not (1 <= r <= MAX_KERNEL and 1 <= s <= MAX_KERNEL):
+            raise ValueError(
+                f"Conv2dGw8.from_conv2d: kernel_size must be 1..{MAX_KERNEL}, got {(r, s)}"
+            )
+        out = cls.__new__(cls)
+        nn.Module.__init__(out)
+        out.channels = c
+        out.kernel_size = (r, s)
+        out.padding = (int(conv.padding[0]), int(conv.padding[1]))
+        out.weight = conv.weight
+        out.bias = conv.bias
+        return out
