@@ -1,6 +1,7 @@
 """layernorm_2d kernel family: LayerNorm over the C channels of channels_last (N, C, H, W) data.
 
-Three kernels (spio/src/layernorm_2d_{fwd,bwd,bwd_reduce}.cu):
+Three kernels (spio/src/layernorm_2d.cu holds the first two, picked by a generated macro, and
+spio/src/layernorm_2d_bwd_reduce.cu the third):
   layernorm_2d_fwd          y = (x - mean) * rstd * weight + bias; saves mean and rstd (fp32, M)
   layernorm_2d_bwd          dx, plus per-CTA partial sums of dweight = Σ dy·x̂ and dbias = Σ dy
   layernorm_2d_bwd_reduce   sums the per-CTA partials in a fixed order into dweight and dbias
@@ -53,10 +54,10 @@ def _dtype(name: str):
     return {"float16": dtype.half, "bfloat16": dtype.bfloat16, "float32": dtype.float}[name]
 
 
-def _row_specs(p: LayerNorm2dParams, cfg: LayerNorm2dConfig) -> dict[str, Any]:
-    """Generator specs of the forward/backward kernels: typed dims, row tensors, the thread
-    decomposition and the compile-time constants (names the .cu files use)."""
-    from spio.generators import CompoundIndex, Constant, Dim, Tensor, Type, dtype
+def _row_specs(p: LayerNorm2dParams, cfg: LayerNorm2dConfig, backward: bool) -> dict[str, Any]:
+    """Generator specs of spio/src/layernorm_2d.cu: typed dims, row tensors, the thread
+    decomposition, the compile-time constants and the entry switch (names the .cu uses)."""
+    from spio.generators import CompoundIndex, Constant, Dim, Macro, Tensor, Type, dtype
 
     g = geometry(p, cfg)
     t, r = cfg.threads_per_row, cfg.rows_per_block
@@ -67,9 +68,18 @@ def _row_specs(p: LayerNorm2dParams, cfg: LayerNorm2dConfig) -> dict[str, Any]:
         thread_dims.append((row % r)(r))  # the row of the CTA's group this thread works on
     if t > 1:
         thread_dims.append((cv % t)(t))  # the thread's first vector of the row
+    part = Dim()  # one CTA's row of dweight/dbias partials
+    # The row slots of a CTA (backward combine); a placeholder of 2 keeps the names defined
+    # when rows_per_block is 1 (that path does not use them).
+    row_in_group = row % max(r, 2)
     return {
         "ROW": row,
         "C": c,
+        "PART": part,
+        "ROW_IN_GROUP": row_in_group,
+        "PARTIALS": Tensor((part(MAX_ROWS // p.c), c(p.c)), dtype.float),
+        "COMBINE": Tensor((row_in_group(max(r, 2)), c(p.c)), dtype.float),
+        "SPIO_LAYERNORM_2D_BACKWARD": Macro(backward),
         "CV": cv,
         "ROW_GROUP": row / r if r > 1 else row,  # one step = the CTA's rows_per_block rows
         "VEC_STEP": cv / t if t > 1 else cv,  # one step = a thread's next vector of the row
@@ -93,14 +103,14 @@ def _row_specs(p: LayerNorm2dParams, cfg: LayerNorm2dConfig) -> dict[str, Any]:
     }
 
 
-def _spec(p: LayerNorm2dParams, cfg: LayerNorm2dConfig, source: str, entry: str,
-          signature: str) -> KernelSpec:
+def _spec(p: LayerNorm2dParams, cfg: LayerNorm2dConfig, entry: str, signature: str,
+          backward: bool) -> KernelSpec:
     p = p.static()
     return KernelSpec(
-        source=source,
+        source="layernorm_2d.cu",
         entry=entry,
         signature=signature,
-        specs=_row_specs(p, cfg),
+        specs=_row_specs(p, cfg, backward),
         title=f"{entry} {p} {cfg}",
         block=(cfg.block_threads, 1, 1),
     )
@@ -108,12 +118,12 @@ def _spec(p: LayerNorm2dParams, cfg: LayerNorm2dConfig, source: str, entry: str,
 
 def forward_spec(p: LayerNorm2dParams, cfg: LayerNorm2dConfig, dev: Any) -> KernelSpec:
     """(x, weight, bias, y, mean, rstd, m, eps)."""
-    return _spec(p, cfg, "layernorm_2d_fwd.cu", "layernorm_2d_fwd", "ppppppif")
+    return _spec(p, cfg, "layernorm_2d_fwd", "ppppppif", backward=False)
 
 
 def backward_spec(p: LayerNorm2dParams, cfg: LayerNorm2dConfig, dev: Any) -> KernelSpec:
     """(x, dy, mean, rstd, weight, dx, dweight_partial, dbias_partial, m)."""
-    return _spec(p, cfg, "layernorm_2d_bwd.cu", "layernorm_2d_bwd", "ppppppppi")
+    return _spec(p, cfg, "layernorm_2d_bwd", "ppppppppi", backward=True)
 
 
 def reduce_spec(p: LayerNorm2dParams, cfg: ReduceConfig, dev: Any) -> KernelSpec:
@@ -122,6 +132,8 @@ def reduce_spec(p: LayerNorm2dParams, cfg: ReduceConfig, dev: Any) -> KernelSpec
 
     p = p.static()
     part, c = Dim(), Dim()
+    split = part % cfg.splits  # which every-splits-th partial row a warp sums
+    lane = c % REDUCE_CHANNELS  # the thread's channel of the CTA's 32
     return KernelSpec(
         source="layernorm_2d_bwd_reduce.cu",
         entry="layernorm_2d_bwd_reduce",
@@ -131,8 +143,10 @@ def reduce_spec(p: LayerNorm2dParams, cfg: ReduceConfig, dev: Any) -> KernelSpec
             "C": c,
             "PARTIALS": Tensor((part(MAX_ROWS // p.c), c(p.c)), dtype.float),
             "OUT": Tensor((c(p.c),), _dtype(p.wdtype)),
-            "THREAD": CompoundIndex((part % cfg.splits)(cfg.splits),
-                                    (c % REDUCE_CHANNELS)(REDUCE_CHANNELS)),
+            "SPLIT": split,
+            "LANE": lane,
+            "THREAD": CompoundIndex(split(cfg.splits), lane(REDUCE_CHANNELS)),
+            "SUMS": Tensor((split(cfg.splits), lane(REDUCE_CHANNELS)), dtype.float),
             "COLUMN": c / REDUCE_CHANNELS,
             "WEIGHT": Type(_dtype(p.wdtype)),
             "CHANNELS": Constant(p.c),

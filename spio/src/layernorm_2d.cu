@@ -1,0 +1,331 @@
+/// LayerNorm over the C channels of channels_last (N, C, H, W) activations: M = N·H·W rows of C.
+///
+/// Forward (layernorm_2d_fwd), per row r:
+///   mean = Σ_c x[r,c] / C,  var = Σ_c (x[r,c] − mean)² / C,  rstd = 1 / sqrt(var + eps),
+///   y[r,c] = (x[r,c] − mean) · rstd · weight[c] + bias[c];  mean[r], rstd[r] saved (fp32).
+/// Backward (layernorm_2d_bwd), with x̂ = (x − mean) · rstd and g = dy · weight:
+///   dx[r,c] = rstd · (g[r,c] − mean_c g − x̂[r,c] · mean_c(g · x̂)),
+///   dweight_part[cta, c] = Σ_{rows of cta} dy · x̂,  dbias_part[cta, c] = Σ_{rows of cta} dy
+///   (layernorm_2d_bwd_reduce.cu sums the per-CTA partials in a fixed order: no float atomics).
+///
+/// Tiling: a CTA of BLOCK_THREADS = ROWS_PER_BLOCK × THREADS_PER_ROW threads (THREAD: row of the
+///   group, first vector) takes ROWS_PER_BLOCK rows at a time and strides over row groups
+///   (grid ≤ resident CTAs). A row's THREADS_PER_ROW threads (a sub-warp group, a warp or several
+///   warps) hold VECS_PER_THREAD vectors of VEC channels each: vector k·THREADS_PER_ROW + lane.
+/// Traffic per row: forward reads C·sizeof(DATA) of x once (kept in registers for both passes) and
+///   writes as much y plus 8 B of mean/rstd; backward reads x and dy and writes dx. weight and
+///   bias are read once per thread. Bound: DRAM (≤ 12 flops per 2–4 bytes); targets ≥ 85% of an
+///   elementwise pass (forward) and ≥ 75% of copy bandwidth (backward).
+/// Pipeline: row sums use xor-shuffles within the row's threads; rows of several warps add one
+///   shared-memory exchange (two barriers). With PREFETCH the next row group's vectors load into
+///   a second register buffer before the current group's reductions.
+/// Assumes: C % VEC == 0; x, y, dy, dx, weight, bias 16-byte aligned; rows contiguous
+///   (channels_last); M·C < 2³² (32-bit offsets). SPIO_LAYERNORM_2D_BACKWARD picks the entry.
+#include "spio/reduce.h"
+
+namespace {
+
+using Raw = X::data_type;  // one vector of VEC elements: uint4 (16 B) or long long (8 B)
+constexpr int K = VECS_PER_THREAD;
+constexpr int WORDS = static_cast<int>(sizeof(Raw)) / 4;
+constexpr bool FP32_DATA = spio::detail::is_same_v<DATA, float>;
+constexpr int WARPS = BLOCK_THREADS / spio::warp_size;
+
+// Preconditions
+static_assert(VEC * static_cast<int>(sizeof(DATA)) == static_cast<int>(sizeof(Raw)),
+              "layernorm_2d: VEC elements must fill one vector; regenerate the header");  // VEC
+static_assert(ROW_VECS * VEC == CHANNELS,
+              "layernorm_2d: C must be whole vectors; choose vec_bytes dividing C's bytes");  // C
+static_assert(K * THREADS_PER_ROW >= ROW_VECS,
+              "layernorm_2d: the row's threads must cover its vectors; raise VECS_PER_THREAD");
+static_assert(BLOCK_THREADS == THREADS_PER_ROW * ROWS_PER_BLOCK && BLOCK_THREADS % 32 == 0,
+              "layernorm_2d: the CTA must be whole warps of whole rows; fix rows_per_block");
+static_assert(THREADS_PER_ROW <= spio::warp_size || THREADS_PER_ROW % spio::warp_size == 0,
+              "layernorm_2d: a row is a power-of-two sub-warp group or whole warps");
+
+/// One weight/bias element as a float (exact).
+template <class T>
+SPIO_DEVICE float to_float(T v) {
+    if constexpr (spio::detail::is_same_v<T, float>) {
+        return v;
+    } else if constexpr (spio::detail::is_same_v<T, __half>) {
+        return __half2float(v);
+    } else {
+        return __bfloat162float(v);
+    }
+}
+
+/// The VEC elements of one raw vector as floats (exact).
+SPIO_DEVICE void unpack(const Raw& v, float (&out)[VEC]) {
+    const unsigned* w = reinterpret_cast<const unsigned*>(&v);
+#pragma unroll
+    for (int i = 0; i < WORDS; ++i) {
+        if constexpr (FP32_DATA) {
+            out[i] = __uint_as_float(w[i]);
+        } else if constexpr (spio::detail::is_same_v<DATA, __half>) {
+            const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&w[i]));
+            out[2 * i] = f.x;
+            out[2 * i + 1] = f.y;
+        } else {
+            const float2 f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&w[i]));
+            out[2 * i] = f.x;
+            out[2 * i + 1] = f.y;
+        }
+    }
+}
+
+/// VEC floats rounded to DATA (nearest even), in one raw vector.
+SPIO_DEVICE Raw pack(const float (&in)[VEC]) {
+    Raw v;
+    unsigned* w = reinterpret_cast<unsigned*>(&v);
+#pragma unroll
+    for (int i = 0; i < WORDS; ++i) {
+        if constexpr (FP32_DATA) {
+            w[i] = __float_as_uint(in[i]);
+        } else if constexpr (spio::detail::is_same_v<DATA, __half>) {
+            const __half2 h = __floats2half2_rn(in[2 * i], in[2 * i + 1]);
+            w[i] = *reinterpret_cast<const unsigned*>(&h);
+        } else {
+            const __nv_bfloat162 h = __floats2bfloat162_rn(in[2 * i], in[2 * i + 1]);
+            w[i] = *reinterpret_cast<const unsigned*>(&h);
+        }
+    }
+    return v;
+}
+
+/// Sums N values over the THREADS_PER_ROW threads of each row; every thread gets its row's sums.
+///
+/// Block-wide when a row spans several warps (one exchange through smem_scratch, N·WARPS floats,
+/// two barriers); otherwise warp-wide (xor-shuffles stay inside each aligned group of threads).
+template <int N>
+SPIO_DEVICE void row_sum(float (&v)[N], float* smem_scratch) {
+    constexpr int width = THREADS_PER_ROW < spio::warp_size ? THREADS_PER_ROW : spio::warp_size;
+#pragma unroll
+    for (int offset = width / 2; offset > 0; offset /= 2) {
+#pragma unroll
+        for (int n = 0; n < N; ++n) v[n] += __shfl_xor_sync(spio::full_warp_mask, v[n], offset);
+    }
+    if constexpr (THREADS_PER_ROW > spio::warp_size) {
+        // (max: this branch is still parsed when a row is one warp or less)
+        constexpr int warps_per_row = THREADS_PER_ROW > spio::warp_size ? THREADS_PER_ROW / spio::warp_size : 1;
+        const int warp = spio::warp_id();
+        if (spio::lane_id() == 0) {
+#pragma unroll
+            for (int n = 0; n < N; ++n) smem_scratch[n * WARPS + warp] = v[n];
+        }
+        __syncthreads();
+        const int first = warp - warp % warps_per_row;  // the row's first warp
+#pragma unroll
+        for (int n = 0; n < N; ++n) {
+            float total = 0.0f;
+#pragma unroll
+            for (int i = 0; i < warps_per_row; ++i) total += smem_scratch[n * WARPS + first + i];
+            v[n] = total;
+        }
+        __syncthreads();  // the scratch is reused by the next call
+    }
+}
+
+/// Whether this thread's k-th vector lies inside the row (threads past C/VEC idle).
+template <class Coords>
+SPIO_DEVICE bool vector_in_row(const Coords& thread, int k) {
+    return (thread + VEC_STEP(k)).template get<CV>() < CV(ROW_VECS);
+}
+
+/// Loads this thread's vectors of row `at` (coordinates with a ROW entry); zeros outside.
+template <class Coords>
+SPIO_DEVICE void load_row(const X& t, const Coords& at, ROW rows, Raw (&reg)[K]) {
+    const bool row_ok = at.template get<ROW>() < rows;
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+        const auto pos = at + VEC_STEP(k);
+        reg[k] = row_ok && pos.template get<CV>() < CV(ROW_VECS) ? __ldg(t[pos].get()) : Raw{};
+    }
+}
+
+/// This thread's channels of weight or bias as floats (`absent` where there are none).
+template <class Coords>
+SPIO_DEVICE void load_affine(WEIGHT* ptr, const Coords& thread, float (&out)[K][VEC],
+                             float absent) {
+    const AFFINE a(ptr);
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+        const auto pos = thread + VEC_STEP(k);
+        const bool ok = ptr != nullptr && vector_in_row(thread, k);
+#pragma unroll
+        for (int i = 0; i < VEC; ++i) out[k][i] = ok ? to_float(*a[pos][C(i)].get()) : absent;
+    }
+}
+
+/// Writes this CTA's per-channel partial sums (acc of each row slot of the CTA) to row
+/// blockIdx.x of `partials`, adding the CTA's row slots in a fixed order (deterministic).
+template <class Coords>
+SPIO_DEVICE void write_partials(const float (&acc)[K][VEC], const Coords& thread,
+                                float* partials_ptr, float* smem_combine) {
+    const PARTIALS partials(partials_ptr);
+    const PART cta(static_cast<int>(blockIdx.x));
+    if constexpr (ROWS_PER_BLOCK == 1) {
+#pragma unroll
+        for (int k = 0; k < K; ++k) {
+            if (!vector_in_row(thread, k)) continue;
+#pragma unroll
+            for (int i = 0; i < VEC; ++i) *partials[cta][thread + VEC_STEP(k)][C(i)].get() = acc[k][i];
+        }
+    } else {
+        const COMBINE combine(smem_combine);  // (ROW_IN_GROUP, C) fp32
+#pragma unroll
+        for (int k = 0; k < K; ++k) {
+            if (!vector_in_row(thread, k)) continue;
+#pragma unroll
+            for (int i = 0; i < VEC; ++i) *combine[thread + VEC_STEP(k)][C(i)].get() = acc[k][i];
+        }
+        __syncthreads();
+        for (C c(static_cast<int>(threadIdx.x)); c < C(CHANNELS); c = c + C(BLOCK_THREADS)) {
+            float total = 0.0f;
+            for (int r = 0; r < ROWS_PER_BLOCK; ++r) total += *combine[ROW_IN_GROUP(r)][c].get();
+            *partials[cta][c].get() = total;
+        }
+        __syncthreads();  // combine is reused for the next output
+    }
+}
+
+}  // namespace
+
+#if !SPIO_LAYERNORM_2D_BACKWARD
+extern "C" __global__ void __launch_bounds__(BLOCK_THREADS)
+layernorm_2d_fwd(Raw* x_ptr, WEIGHT* weight_ptr, WEIGHT* bias_ptr, Raw* y_ptr, float* mean_ptr,
+                 float* rstd_ptr, int m, float eps) {
+    // ---- setup: typed views, this thread's place, its channels of weight and bias
+    __shared__ float smem_scratch[WARPS];
+    const X x(x_ptr), y(y_ptr);
+    const STATS mean(mean_ptr), rstd(rstd_ptr);
+    const auto thread = THREAD(threadIdx.x).coordinates();  // (row of the group, first vector)
+    const ROW rows(m);
+    const ROW_GROUP groups((m + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK);
+    const ROW_GROUP grid(static_cast<int>(gridDim.x));
+    const bool leader = (thread + VEC_STEP(0)).template get<CV>() == CV(0);
+    float reg_w[K][VEC], reg_b[K][VEC];
+    if constexpr (HAS_WEIGHT) load_affine(weight_ptr, thread, reg_w, 1.0f);
+    if constexpr (HAS_BIAS) load_affine(bias_ptr, thread, reg_b, 0.0f);
+
+    // ---- prologue: the first row group
+    Raw reg_x[K];
+    Raw reg_next[K];  // used only with PREFETCH
+    ROW_GROUP group(static_cast<int>(blockIdx.x));
+    if (group < groups) load_row(x, group + thread, rows, reg_x);
+
+    // ---- main loop: stats from registers (two passes), normalize, store; next group
+    for (; group < groups; group = group + grid) {
+        const ROW_GROUP next = group + grid;
+        if constexpr (PREFETCH) {
+            if (next < groups) load_row(x, next + thread, rows, reg_next);
+        }
+        const auto at = group + thread;
+        float f[K][VEC];
+        float s[1] = {0.0f};
+#pragma unroll
+        for (int k = 0; k < K; ++k) {
+            unpack(reg_x[k], f[k]);
+#pragma unroll
+            for (int i = 0; i < VEC; ++i) s[0] += f[k][i];  // vectors outside the row are 0
+        }
+        row_sum(s, smem_scratch);
+        const float mu = s[0] * (1.0f / CHANNELS);
+        float q[1] = {0.0f};
+#pragma unroll
+        for (int k = 0; k < K; ++k) {
+            if (!vector_in_row(thread, k)) continue;
+#pragma unroll
+            for (int i = 0; i < VEC; ++i) q[0] += (f[k][i] - mu) * (f[k][i] - mu);
+        }
+        row_sum(q, smem_scratch);
+        const float rs = rsqrtf(q[0] * (1.0f / CHANNELS) + eps);
+        if (at.template get<ROW>() < rows) {
+#pragma unroll
+            for (int k = 0; k < K; ++k) {
+                if (!vector_in_row(thread, k)) continue;
+                float o[VEC];
+#pragma unroll
+                for (int i = 0; i < VEC; ++i) {
+                    o[i] = (f[k][i] - mu) * rs;
+                    if constexpr (HAS_WEIGHT) o[i] *= reg_w[k][i];
+                    if constexpr (HAS_BIAS) o[i] += reg_b[k][i];
+                }
+                *y[at + VEC_STEP(k)].get() = pack(o);
+            }
+            if (leader) {
+                *mean[at].get() = mu;
+                *rstd[at].get() = rs;
+            }
+        }
+        if constexpr (PREFETCH) {
+#pragma unroll
+            for (int k = 0; k < K; ++k) reg_x[k] = reg_next[k];
+        } else if (next < groups) {
+            load_row(x, next + thread, rows, reg_x);
+        }
+    }
+}
+#else
+extern "C" __global__ void __launch_bounds__(BLOCK_THREADS)
+layernorm_2d_bwd(Raw* x_ptr, Raw* dy_ptr, float* mean_ptr, float* rstd_ptr, WEIGHT* weight_ptr,
+                 Raw* dx_ptr, float* dweight_part, float* dbias_part, int m) {
+    // ---- setup
+    __shared__ float smem_scratch[2 * WARPS];
+    __shared__ float smem_combine[ROWS_PER_BLOCK > 1 ? COMBINE::storage_size() : 1];
+    const X x(x_ptr), dy(dy_ptr), dx(dx_ptr);
+    const STATS mean(mean_ptr), rstd(rstd_ptr);
+    const auto thread = THREAD(threadIdx.x).coordinates();
+    const ROW rows(m);
+    const ROW_GROUP groups((m + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK);
+    const ROW_GROUP grid(static_cast<int>(gridDim.x));
+    float reg_w[K][VEC];
+    if constexpr (HAS_WEIGHT) load_affine(weight_ptr, thread, reg_w, 1.0f);
+    float acc_dw[K][VEC] = {}, acc_db[K][VEC] = {};
+
+    // ---- main loop: one row group per step; x and dy read once
+    for (ROW_GROUP group(static_cast<int>(blockIdx.x)); group < groups; group = group + grid) {
+        const auto at = group + thread;
+        const bool row_ok = at.template get<ROW>() < rows;
+        Raw reg_x[K], reg_dy[K];
+        load_row(x, at, rows, reg_x);
+        load_row(dy, at, rows, reg_dy);
+        const float mu = row_ok ? *mean[at].get() : 0.0f;
+        const float rs = row_ok ? *rstd[at].get() : 0.0f;
+        float xhat[K][VEC], g[K][VEC];
+        float s[2] = {0.0f, 0.0f};  // Σ g, Σ g·x̂ over the row
+#pragma unroll
+        for (int k = 0; k < K; ++k) {
+            float d[VEC];
+            unpack(reg_x[k], xhat[k]);
+            unpack(reg_dy[k], d);
+#pragma unroll
+            for (int i = 0; i < VEC; ++i) {
+                xhat[k][i] = (xhat[k][i] - mu) * rs;
+                g[k][i] = d[i];  // dy = 0 outside the row
+                if constexpr (HAS_WEIGHT) g[k][i] *= reg_w[k][i];
+                s[0] += g[k][i];
+                s[1] += g[k][i] * xhat[k][i];
+                if constexpr (HAS_WEIGHT) acc_dw[k][i] += d[i] * xhat[k][i];
+                if constexpr (HAS_BIAS) acc_db[k][i] += d[i];
+            }
+        }
+        row_sum(s, smem_scratch);
+        const float c1 = s[0] * (1.0f / CHANNELS), c2 = s[1] * (1.0f / CHANNELS);
+        if (row_ok) {
+#pragma unroll
+            for (int k = 0; k < K; ++k) {
+                if (!vector_in_row(thread, k)) continue;
+                float o[VEC];
+#pragma unroll
+                for (int i = 0; i < VEC; ++i) o[i] = rs * (g[k][i] - c1 - xhat[k][i] * c2);
+                *dx[at + VEC_STEP(k)].get() = pack(o);
+            }
+        }
+    }
+
+    // ---- epilogue: this CTA's dweight/dbias partials (fixed order)
+    if constexpr (HAS_WEIGHT) write_partials(acc_dw, thread, dweight_part, smem_combine);
+    if constexpr (HAS_BIAS) write_partials(acc_db, thread, dbias_part, smem_combine);
+}
+#endif
