@@ -248,3 +248,31 @@ def test_vector_conversions(type_name, n, seed):
     assert torch.equal(widened, x.float()), f"to_float is exact: {where}"
     assert torch.equal(narrowed, f.to(dtype)), f"from_float rounds to nearest even: {where}"
     assert torch.equal(copied.view(torch.int16), x.view(torch.int16)), f"16-byte copy: {where}"
+
+
+# --- the typed layer end to end ---------------------------------------------------------------
+
+TYPED_CASES = sample([(t, kdim, s) for t in DTYPES for kdim in (16, 64, 256) for s in (2, 3, 4)])
+
+
+@pytest.mark.parametrize("type_name, kdim, stages", TYPED_CASES, ids=lambda v: str(v))
+def test_typed_matmul(type_name, kdim, stages, seed):
+    """Typed tensors + SmemAllocator + Pipeline + fragments: C = A B for a 16 x kdim x 8 tile."""
+    dtype = DTYPES[type_name]
+    g = _gen(seed)
+    a = torch.randn(16, kdim, generator=g, device="cuda").to(dtype)
+    b = torch.randn(kdim, 8, generator=g, device="cuda").to(dtype)
+    ref = a.double() @ b.double()
+    defines = {"SPIO_T": type_name, "SPIO_KDIM": kdim, "SPIO_STAGES": stages}
+    smem = torch.zeros(1, dtype=torch.int32, device="cuda")
+    _launch("typed_matmul", "smem_bytes", "p", defines, 1, 1, [smem])
+    smem_bytes = int(smem.item())
+    assert smem_bytes == stages * (16 * 16 + 16 * 8) * 2, (
+        f"smem_bytes<SmemA, SmemB>() = {smem_bytes}"
+    )
+    c = poison(torch.empty(16, 8, device="cuda"))
+    _launch("typed_matmul", "typed_matmul", "ppp", defines, 1, 32, [c, a, b], smem=smem_bytes)
+    tol = tolerance(torch.float32, depth=kdim, c=16.0)  # see test_mma_fragments
+    assert_close(
+        c, ref, tol, where=f"typed_matmul {type_name} K={kdim} stages={stages} seed={seed}"
+    )

@@ -18,8 +18,8 @@
 /// Example (a 16x8 output tile, fp32 accumulate, epilogue by meaning):
 ///     spio::MmaA<__half, 16, I, K> a;   spio::MmaB<__half, 16, K, J> b;   spio::MmaC<I, J> c;
 ///     c.fill(0.0f);
-///     a.load(&a_smem[a.ldmatrix_row() + a.ldmatrix_col()]);      // rows of A, K contiguous
-///     b.load_trans(&b_smem[b.ldmatrix_trans_row() + b.ldmatrix_trans_col()]);  // N contiguous
+///     a.load(a_smem[a.ldmatrix_row() + a.ldmatrix_col()].get());      // K contiguous
+///     b.load_trans(b_smem[b.ldmatrix_trans_row() + b.ldmatrix_trans_col()].get());  // J contig.
 ///     spio::mma(c, a, b);
 ///     c.for_each([&](I i, J j, float v) { *out[i0 + i][j0 + j] = v; });
 #pragma once
@@ -39,9 +39,21 @@ inline constexpr bool same_v<A, A> = true;
 
 SPIO_DEVICE int group_of(int lane) { return lane >> 2; }        // g: row (A, C) or col (B)
 SPIO_DEVICE int thread_in_group(int lane) { return lane & 3; }  // t: pair index
+
+/// True unless D is a dim with a stride other than 1 (a fold).
+template <typename D>
+SPIO_HOST_DEVICE constexpr bool unit_stride() {
+    if constexpr (requires { D::stride; }) {
+        return D::stride == 1;
+    } else {
+        return true;
+    }
+}
 }  // namespace detail
 
-/// A type that can index a fragment: a spio dim (or int) constructible from an int offset.
+/// A type that can index a fragment: an int or a spio dim, constructible from an element offset.
+/// Fragments also require stride 1 (a base dim such as I, or Module<I, n, 1>; not a fold), since
+/// fragment coordinates count elements, and say so in a static_assert.
 template <typename D>
 concept FragmentIndex = requires { D(0); };
 
@@ -84,6 +96,9 @@ struct OperandRegs {
 ///   Col   the dim of the K columns (the reduction dim)
 template <typename T, int K, FragmentIndex Row = int, FragmentIndex Col = int>
 struct MmaA : OperandRegs<T, K / 4> {
+    static_assert(detail::unit_stride<Row>() && detail::unit_stride<Col>(),
+                  "spio::MmaA<T, K, Row, Col>: Row and Col must have stride 1 (fragment "
+                  "coordinates count elements); use the base dim, not a fold");
     static_assert(K == 16 || K == 8,
                   "spio::MmaA<T, K>: K must be 16 (m16n8k16) or 8 (m16n8k8); split larger K into "
                   "several fragments");
@@ -153,6 +168,9 @@ struct MmaA : OperandRegs<T, K / 4> {
 ///   Col   the dim of the 8 columns (N)
 template <typename T, int K, FragmentIndex Row = int, FragmentIndex Col = int>
 struct MmaB : OperandRegs<T, K / 8> {
+    static_assert(detail::unit_stride<Row>() && detail::unit_stride<Col>(),
+                  "spio::MmaB<T, K, Row, Col>: Row and Col must have stride 1 (fragment "
+                  "coordinates count elements); use the base dim, not a fold");
     static_assert(K == 16 || K == 8,
                   "spio::MmaB<T, K>: K must be 16 (m16n8k16) or 8 (m16n8k8); split larger K into "
                   "several fragments");
@@ -210,6 +228,9 @@ struct MmaB : OperandRegs<T, K / 8> {
 ///   Col   the dim of the 8 columns (N)
 template <FragmentIndex Row = int, FragmentIndex Col = int>
 struct MmaC {
+    static_assert(detail::unit_stride<Row>() && detail::unit_stride<Col>(),
+                  "spio::MmaC<Row, Col>: Row and Col must have stride 1 (fragment coordinates "
+                  "count elements); use the base dim, not a fold");
     using row_type = Row;
     using col_type = Col;
     static constexpr int rows = 16;

@@ -65,9 +65,9 @@ def test_header_is_empty_under_host_compiler(header, tmp_path):
 # --- rejected at compile time -----------------------------------------------------------------
 
 DIMS = """
-struct I { int v; __device__ I(int x) : v(x) {} };
-struct J { int v; __device__ J(int x) : v(x) {} };
-struct K { int v; __device__ K(int x) : v(x) {} };
+struct I : spio::Dim<I> { using spio::Dim<I>::Dim; };
+struct J : spio::Dim<J> { using spio::Dim<J>::Dim; };
+struct K : spio::Dim<K> { using spio::Dim<K>::Dim; };
 """
 
 REJECTED = [
@@ -90,6 +90,7 @@ REJECTED = [
         "A's row dim must be C's row dim",
     ),
     ("spio::MmaA<__half, 32, I, K> a; (void)a;", "K must be 16 \\(m16n8k16\\) or 8"),
+    ("spio::MmaC<spio::Fold<I, 8>, J> c; (void)c;", "Row and Col must have stride 1"),
     ("spio::MmaB<float, 16, K, J> b; (void)b;", "T must be __half or __nv_bfloat16"),
     ("spio::Pipeline<1>::run(1, [](int, int) {}, [](int, int) {});", "Stages must be >= 2"),
     ("spio::Vec8<float> v; (void)v;", "Vec8<T>: T must be __half or __nv_bfloat16"),
@@ -108,9 +109,9 @@ def test_rejected_at_compile_time(snippet, message):
 # --- instructions and local memory --------------------------------------------------------------
 
 PROBE = (
-    DIMS
+    '#include "spio/gpu.h"\n'
+    + DIMS
     + """
-#include "spio/gpu.h"
 using T = SPIO_T;
 // A 16x16 A tile and a 16x8 B tile staged by cp.async, loaded by ldmatrix, multiplied twice.
 extern "C" __global__ void probe(float* out, const T* a, const T* b) {
@@ -128,13 +129,13 @@ extern "C" __global__ void probe(float* out, const T* a, const T* b) {
     spio::MmaB<T, 8, K, J> fb8;
     spio::MmaC<I, J> c;
     c.fill(0.0f);
-    fa.load(&sa[fa.ldmatrix_row().v * 16 + fa.ldmatrix_col().v]);
-    fb.load_trans(&sb[fb.ldmatrix_trans_row().v * 8 + fb.ldmatrix_trans_col().v]);
-    fa8.load(&sa[fa8.ldmatrix_row().v * 16 + fa8.ldmatrix_col().v]);
-    fb8.load_trans(&sb[fb8.ldmatrix_trans_row().v * 8 + fb8.ldmatrix_trans_col().v]);
+    fa.load(&sa[fa.ldmatrix_row().get() * 16 + fa.ldmatrix_col().get()]);
+    fb.load_trans(&sb[fb.ldmatrix_trans_row().get() * 8 + fb.ldmatrix_trans_col().get()]);
+    fa8.load(&sa[fa8.ldmatrix_row().get() * 16 + fa8.ldmatrix_col().get()]);
+    fb8.load_trans(&sb[fb8.ldmatrix_trans_row().get() * 8 + fb8.ldmatrix_trans_col().get()]);
     spio::mma(c, fa, fb);
     spio::mma(c, fa8, fb8);
-    c.for_each([&](I i, J j, float v) { out[i.v * 8 + j.v] = v; });
+    c.for_each([&](I i, J j, float v) { out[i.get() * 8 + j.get()] = v; });
 }
 """
 )
@@ -178,3 +179,17 @@ def test_probe_sass(arch, type_name, tmp_path):
     for needed in ("HMMA", "LDSM", "LDGSTS"):
         assert needed in opcodes, f"{needed} missing from the {arch} SASS:\n{sass}"
     assert not {"STL", "LDL"} & opcodes, f"local memory traffic in the {arch} SASS:\n{sass}"
+
+
+# --- the typed layer end to end (also run on the GPU by tests/gpu/test_gpu_blocks.py) -----------
+
+TYPED_MATMUL = Path(__file__).parents[2] / "gpu" / "data" / "gpu_blocks" / "typed_matmul.cu"
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("stages", [2, 4])
+def test_typed_matmul_compiles_without_local_memory(arch, stages):
+    options = ("-DSPIO_T=__nv_bfloat16", "-DSPIO_KDIM=64", f"-DSPIO_STAGES={stages}")
+    cubin = spio_compile(TYPED_MATMUL.read_text(), arch=arch, options=options, name="tm.cu")
+    resources = kernel_resources(cubin)["typed_matmul"]
+    assert resources.local_bytes == 0, f"typed_matmul uses local memory: {resources}"
