@@ -31,21 +31,6 @@
 
 namespace {
 
-/// A compile-time int as a value, so an unrolled loop body sees its index as a constant.
-template <int V>
-struct Int {
-    static constexpr int value = V;
-};
-
-/// Calls f(Int<0>{}), ..., f(Int<N-1>{}): ring-slot indices become compile-time constants.
-template <int N, int I = 0, class F>
-SPIO_DEVICE void static_for(F&& f) {
-    if constexpr (I < N) {
-        f(Int<I>{});
-        static_for<N, I + 1>(f);
-    }
-}
-
 /// The 16 bits of a half or bfloat16 value.
 SPIO_DEVICE unsigned bits16(Elem v) { return *reinterpret_cast<const unsigned short*>(&v); }
 
@@ -127,7 +112,7 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
 
     // Input row (ring position u = i mod R): A(s) = pixels j + s of the row, shared by every r;
     // it adds to output row i - r, whose ring slot is (u - r) mod R.
-    auto multiply_row = [&](int stage, auto u) {
+    auto multiply_row = [&](int stage, int u) {
         const auto plane = smem_input[STAGE(stage)][warp_group];
 #pragma unroll
         for (int s = 0; s < KERNEL_S; ++s) {
@@ -137,7 +122,7 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
                 const unsigned a[2] = {*pixel, *pixel[W(8)]};
 #pragma unroll
                 for (int r = 0; r < KERNEL_R; ++r) {
-                    spio::mma_m16n8k8<Elem>(reg_acc[(decltype(u)::value - r + KERNEL_R) % KERNEL_R][m], a,
+                    spio::mma_m16n8k8<Elem>(reg_acc[(u - r + KERNEL_R) % KERNEL_R][m], a,
                                             reg_weight[r][s]);
                 }
             }
@@ -145,7 +130,7 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
     };
 
     // Output row j = i - (R - 1) has all its contributions after input row i.
-    auto store_row = [&](int j, auto slot) {
+    auto store_row = [&](int j, int slot) {
         const int p = p0 + j;
         if (j >= 0 && p < OUT_P) {
 #pragma unroll
@@ -155,8 +140,8 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
                     const int q = q0 + 16 * m + lane_row + 8 * half;
                     if (q < OUT_Q) {
                         *output[P(p)][Q(q)][group][lane_pair] =
-                            pack2(reg_acc[decltype(slot)::value][m][2 * half] + bias_lo,
-                                  reg_acc[decltype(slot)::value][m][2 * half + 1] + bias_hi);
+                            pack2(reg_acc[slot][m][2 * half] + bias_lo,
+                                  reg_acc[slot][m][2 * half + 1] + bias_hi);
                     }
                 }
             }
@@ -164,7 +149,7 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
 #pragma unroll
         for (int m = 0; m < MMA_M_TILES; ++m)
 #pragma unroll
-            for (int e = 0; e < 4; ++e) reg_acc[decltype(slot)::value][m][e] = 0.f;
+            for (int e = 0; e < 4; ++e) reg_acc[slot][m][e] = 0.f;
     };
 
     // ---- prologue: the first STAGES - 1 rows in flight ----------------------------------------
@@ -177,9 +162,9 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
     // ---- main loop: rows in groups of R so ring slots are compile-time constants --------------
 #pragma unroll 1
     for (int i0 = 0; i0 < TILE_H; i0 += KERNEL_R) {
-        static_for<KERNEL_R>([&](auto u) {
-            constexpr int U = decltype(u)::value;
-            const int i = i0 + U;
+#pragma unroll
+        for (int u = 0; u < KERNEL_R; ++u) {  // fully unrolled: u and every slot are constants
+            const int i = i0 + u;
             if (i < TILE_H) {  // uniform across the CTA: the barrier below is safe
                 spio::cp_async_wait<STAGES - 2>();
                 __syncthreads();  // row i visible to all; everyone is done with row i - 1
@@ -187,8 +172,8 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
                 if (next < TILE_H) load_input_row(next, next % STAGES);
                 spio::cp_async_commit();
                 multiply_row(i % STAGES, u);
-                store_row(i - (KERNEL_R - 1), Int<(U + 1) % KERNEL_R>{});
+                store_row(i - (KERNEL_R - 1), (u + 1) % KERNEL_R);
             }
-        });
+        }
     }
 }

@@ -30,7 +30,7 @@
 namespace {
 
 /// 1.0 in both halves of a 32-bit word: the A operand that turns an mma into a column sum.
-constexpr unsigned ones2() {
+SPIO_DEVICE constexpr unsigned ones2() {
     if constexpr (spio::detail::is_half_v<Elem>) {
         return 0x3c003c00u;
     } else {
