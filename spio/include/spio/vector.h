@@ -16,32 +16,18 @@
 #if SPIO_GPU_BLOCKS
 namespace spio {
 
-/// Loads 16 bytes from global memory (ld.global.v4.u32). ptr must be 16-byte aligned.
-SPIO_DEVICE uint4 load_global_16(const void* ptr) {
-    uint4 v;
-    asm volatile("ld.global.v4.u32 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                 : "l"(ptr));
-    return v;
-}
-
-/// Loads 16 bytes through the read-only (non-coherent) path (ld.global.nc.v4.u32).
+/// Loads 16 bytes from global memory (one LDG.E.128). ptr must be 16-byte aligned.
 ///
-/// Only for data that no thread of the grid writes during the kernel. 16-byte aligned.
-SPIO_DEVICE uint4 ldg_nc_16(const void* ptr) {
-    uint4 v;
-    asm volatile("ld.global.nc.v4.u32 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                 : "l"(ptr));
-    return v;
-}
+/// A plain C++ load, so the compiler sees the access and orders it against this thread's stores.
+SPIO_DEVICE uint4 load_global_16(const void* ptr) { return *static_cast<const uint4*>(ptr); }
 
-/// Stores 16 bytes to global memory (st.global.v4.u32). ptr must be 16-byte aligned.
-SPIO_DEVICE void store_global_16(void* ptr, const uint4& v) {
-    asm volatile("st.global.v4.u32 [%0], {%1,%2,%3,%4};\n" ::"l"(ptr), "r"(v.x), "r"(v.y),
-                 "r"(v.z), "r"(v.w)
-                 : "memory");
-}
+/// Loads 16 bytes through the read-only (non-coherent) path (ld.global.nc.v4.u32). 16-byte aligned.
+///
+/// Only for data that no thread of the grid writes during the kernel.
+SPIO_DEVICE uint4 ldg_nc_16(const void* ptr) { return __ldg(static_cast<const uint4*>(ptr)); }
+
+/// Stores 16 bytes to global memory (one STG.E.128). ptr must be 16-byte aligned.
+SPIO_DEVICE void store_global_16(void* ptr, const uint4& v) { *static_cast<uint4*>(ptr) = v; }
 
 namespace detail {
 template <typename T>
