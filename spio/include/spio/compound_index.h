@@ -2,8 +2,8 @@
 ///
 /// `CompoundIndex<Extent<P16, 4>, Extent<Q16, 4>>` is row-major (the last dim varies fastest):
 /// index i has P16 = i / 4 and Q16 = i % 4. Explicit strides in the extents give other orders.
-/// The first extent (the coarsest in row-major order) is not reduced modulo its size, so an index
-/// past size() maps past the end, like a pointer.
+/// The coarsest extent (largest stride; the first in row-major order) is not reduced modulo its
+/// size, so an index past size() maps past the end, like a pointer.
 ///
 /// Example:
 ///     using BlockIdx = spio::CompoundIndex<spio::Extent<P16, 4>, spio::Extent<Q16, 4>>;
@@ -29,6 +29,8 @@ class CompoundIndex {
                   "duplicate Extent");
     static constexpr detail::Array<int, sizeof...(Extents)> strides_ =
         detail::resolved_strides<Extents...>();
+    static constexpr int coarsest_stride_ =
+        detail::max_of(0, strides_[detail::index_of_v<Extents, Extents...>]...);
 
   public:
     SPIO_HOST_DEVICE constexpr explicit CompoundIndex(int index) : index_(index) {}
@@ -69,7 +71,7 @@ class CompoundIndex {
     SPIO_HOST_DEVICE constexpr int component() const {
         constexpr int i = detail::index_of_v<E, Extents...>;
         const int q = index_ / strides_[i];
-        if constexpr (i == 0) {
+        if constexpr (strides_[i] == coarsest_stride_) {
             return q;
         } else {
             return q % E::size;

@@ -38,14 +38,18 @@ class Tensor {
     static_assert((detail::is_layout_part_v<Parts> && ...),
                   "spio::Tensor<T, Parts...>: every Part must be a spio::Extent<D, Size, Stride> "
                   "or a spio::Xor swizzle; wrap dims in Extent");
-    static_assert(detail::filter_t<detail::IsExtent, Parts...>::size > 0,
-                  "spio::Tensor<T, Parts...>: a tensor needs at least one Extent");
 
   public:
     using data_type = T;
     using layout =
         detail::Layout<detail::filter_t<detail::IsExtent, Parts...>,
                        detail::filter_t<detail::IsSwizzle, Parts...>>;
+
+  private:
+    // Naming layout::rank instantiates the layout, which checks its extents and swizzles.
+    static_assert(layout::rank > 0, "spio::Tensor<T, Parts...>: a tensor needs at least one Extent");
+
+  public:
     using cursor_type = Cursor<T, layout>;
 
     SPIO_HOST_DEVICE constexpr explicit Tensor(T* ptr) : ptr_(ptr) {}
