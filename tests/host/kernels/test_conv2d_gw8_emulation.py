@@ -1,0 +1,246 @@
+"""Lane-level emulation of the conv2d_gw8 kernels on the host, against PyTorch.
+
+The CI machine has no GPU, so this file replays the index logic of spio/src/conv2d_gw8_fprop.cu
+and conv2d_gw8_wgrad.cu statement by statement in numpy: the block -> tile mapping, the cp.async
+row loads with zero fill, the shared-memory stage and dy rings, the accumulator ring of the
+overlap-add, the mma.m16n8k8 and ldmatrix(.trans) fragment layouts of the PTX ISA (the same
+tables spio/include/spio/fragment.h implements), the epilogue's fragment -> (pixel, channel)
+mapping, the split plan and the ordered reduction. A wrong offset, ring slot or fragment index
+in the design shows up here as a mismatch with F.conv2d (or an IndexError on shared memory).
+It does not replace the GPU tests (tests/gpu/kernels/test_conv2d_gw8.py), which run the real code.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from spio.cuda import known_device
+from spio.kernels import conv2d_gw8_fprop as fp
+from spio.kernels import conv2d_gw8_reference as ref
+from spio.kernels import conv2d_gw8_wgrad as wg
+from spio.kernels.conv2d_gw8_params import Conv2dGw8Params
+from spio.testing import sample
+
+LANES = np.arange(32)
+G, T = LANES // 4, LANES % 4  # fragment group (row of A/C, column of B) and pair index
+
+
+def mma_m16n8k8(acc, a, b):
+    """acc[32, 4] += A @ B with A from a[32, 2 regs, 2 halves], B from b[32, 2 halves]."""
+    A = np.zeros((16, 8))
+    B = np.zeros((8, 8))
+    for reg in range(2):
+        for h in range(2):
+            A[G + 8 * reg, 2 * T + h] = a[:, reg, h]
+    for h in range(2):
+        B[2 * T + h, G] = b[:, h]
+    D = A @ B
+    for e in range(4):
+        acc[:, e] += D[G + 8 * (e // 2), 2 * T + e % 2]
+
+
+def ldmatrix_trans(rows):
+    """One 8x8 matrix from 8 row vectors (rows[8, 8], from lanes 8i..8i+7), transposed:
+    lane gets (M[2t][g], M[2t + 1][g])."""
+    return np.stack([rows[2 * T, G], rows[2 * T + 1, G]], axis=1)
+
+
+def emulate_fprop(x, w, b, p: Conv2dGw8Params, cfg):
+    """x (N, H, W, C), w (C, 8, R, S), b (C,) or None -> y (N, P, Q, C), as the fprop kernel."""
+    y = np.full((p.n, p.p, p.q, p.c), np.nan)
+    n_p, n_q = math.ceil(p.p / cfg.block_p), math.ceil(p.q / cfg.block_q)
+    n_g = p.groups // cfg.warps
+    tile_h, tile_w, mt = cfg.block_p + p.r - 1, cfg.block_q + p.s - 1, cfg.block_q // 16
+    for n in range(p.n):
+        for blk in range(n_p * n_q * n_g):  # CompoundIndex(PB, QB, GB), row-major
+            pb, qb, gb = blk // (n_q * n_g), (blk // n_g) % n_q, blk % n_g
+            p0, q0, group0 = pb * cfg.block_p, qb * cfg.block_q, gb * cfg.warps
+            smem = np.zeros((cfg.stages, cfg.warps, tile_w, 8))
+            reg_w = np.zeros((cfg.warps, 32, p.r, p.s, 2))
+            for wp in range(cfg.warps):
+                k = (group0 + wp) * 8 + G
+                for h in range(2):
+                    reg_w[wp, :, :, :, h] = w[k, 2 * T + h]
+            acc = np.zeros((cfg.warps, p.r, mt, 32, 4))
+
+            def load(i, stage, p0=p0, q0=q0, group0=group0, n=n, smem=smem):
+                h = p0 - p.pad_h + i
+                for t in range(cfg.warps * tile_w):
+                    g, j = t % cfg.warps, t // cfg.warps
+                    wc = q0 - p.pad_w + j
+                    inside = 0 <= h < p.h and 0 <= wc < p.w
+                    c0 = (group0 + g) * 8
+                    smem[stage, g, j] = x[n, h, wc, c0:c0 + 8] if inside else 0.0
+
+            for i in range(cfg.stages - 1):
+                if i < tile_h:
+                    load(i, i)
+            for i0 in range(0, tile_h, p.r):
+                for u in range(p.r):
+                    i = i0 + u
+                    if i >= tile_h:
+                        continue
+                    nxt = i + cfg.stages - 1
+                    if nxt < tile_h:
+                        load(nxt, nxt % cfg.stages)
+                    stage = i % cfg.stages
+                    for wp in range(cfg.warps):
+                        for s in range(p.s):
+                            for m in range(mt):
+                                col = 16 * m + s + G
+                                words = [smem[stage, wp, c, :].reshape(32, 4, 2)[LANES, T]
+                                         for c in (col, col + 8)]  # pixels g and g + 8
+                                a = np.stack(words, axis=1)
+                                for r in range(p.r):
+                                    mma_m16n8k8(acc[wp, (u - r + p.r) % p.r, m], a,
+                                                reg_w[wp, :, r, s])
+                    j, slot = i - (p.r - 1), (u + 1) % p.r
+                    for wp in range(cfg.warps):
+                        pp = p0 + j
+                        if j >= 0 and pp < p.p:
+                            for m in range(mt):
+                                for half in range(2):
+                                    q = q0 + 16 * m + G + 8 * half
+                                    for lane in range(32):
+                                        if q[lane] >= p.q:
+                                            continue
+                                        ch = (group0 + wp) * 8 + 2 * T[lane]
+                                        for e in range(2):
+                                            v = acc[wp, slot, m, lane, 2 * half + e]
+                                            v += b[ch + e] if b is not None else 0.0
+                                            y[n, pp, q[lane], ch + e] = v
+                        acc[wp, slot] = 0.0
+    return y
+
+
+def emulate_wgrad(x, dy, p: Conv2dGw8Params, cfg, dev):
+    """x (N, H, W, C), dy (N, P, Q, C) -> (dw (C, 8, R, S), db (C,)), as wgrad + reduce."""
+    tasks, tps, splits = wg.split_plan(p, cfg, dev)
+    n_q, n_g = wg.q_tiles(p, cfg), p.groups // cfg.warps
+    sp, tile_w, dyr = wg.s_pairs(p), wg.tile_w(p, cfg), wg.dy_rows(p, cfg)
+    tile_h, chunks = cfg.block_p + p.r - 1, wg.p_chunks(p, cfg)
+    slices = splits * n_q
+    partial = np.full((slices, p.c, 8, p.r, p.s), np.nan)
+    bias_partial = np.full((slices, p.c), np.nan)
+    for split in range(splits):
+        for blk in range(n_q * n_g):
+            qb, gb = blk // n_g, blk % n_g
+            q0, group0 = qb * cfg.block_q, gb * cfg.warps
+            slice_ = split * n_q + qb
+            acc = np.zeros((cfg.warps, p.r, sp, 32, 4))
+            acc_b = np.zeros((cfg.warps, 32, 4))
+            sx = np.zeros((cfg.stages, cfg.warps, tile_w, 8))
+            sdy = np.zeros((dyr, cfg.warps, cfg.block_q, 8))
+            for task in range(split * tps, min(split * tps + tps, tasks)):
+                n, p0 = task // chunks, (task % chunks) * cfg.block_p
+
+                def load(i, n=n, p0=p0, q0=q0, group0=group0, sx=sx, sdy=sdy):
+                    h = p0 - p.pad_h + i
+                    for t in range(cfg.warps * tile_w):
+                        g, j = t % cfg.warps, t // cfg.warps
+                        wc = q0 - p.pad_w + j
+                        c0 = (group0 + g) * 8
+                        ok = 0 <= h < p.h and 0 <= wc < p.w
+                        sx[i % cfg.stages, g, j] = x[n, h, wc, c0:c0 + 8] if ok else 0.0
+                    if i < cfg.block_p:
+                        for t in range(cfg.warps * cfg.block_q):
+                            g, j = t % cfg.warps, t // cfg.warps
+                            c0 = (group0 + g) * 8
+                            ok = p0 + i < p.p and q0 + j < p.q
+                            sdy[i % dyr, g, j] = dy[n, p0 + i, q0 + j, c0:c0 + 8] if ok else 0.0
+
+                for i in range(cfg.stages - 1):
+                    if i < tile_h:
+                        load(i)
+                for i in range(tile_h):
+                    if i + cfg.stages - 1 < tile_h:
+                        load(i + cfg.stages - 1)
+                    for wp in range(cfg.warps):
+                        for qc in range(cfg.block_q // 8):
+                            a = np.zeros((sp, 32, 2, 2))
+                            for jj in range(sp):
+                                for mi in range(2):  # lanes 8 mi .. 8 mi + 7 address matrix mi
+                                    cols = 8 * qc + 2 * jj + mi + np.arange(8)
+                                    a[jj, :, mi] = ldmatrix_trans(sx[i % cfg.stages, wp, cols])
+                            for r in range(p.r):
+                                row = i - r
+                                if 0 <= row < cfg.block_p:
+                                    cols = 8 * qc + np.arange(8)
+                                    bfrag = ldmatrix_trans(sdy[row % dyr, wp, cols])
+                                    for jj in range(sp):
+                                        mma_m16n8k8(acc[wp, r, jj], a[jj], bfrag)
+                                    if p.has_bias and r == 0:
+                                        mma_m16n8k8(acc_b[wp], np.ones((32, 2, 2)), bfrag)
+            for wp in range(cfg.warps):
+                grp = group0 + wp
+                for r in range(p.r):
+                    for jj in range(sp):
+                        for e in range(4):
+                            s = 2 * jj + e // 2
+                            if s < p.s:
+                                k = grp * 8 + 2 * T + e % 2
+                                partial[slice_, k, G, r, s] = acc[wp, r, jj, :, e]
+                for lane in range(4):
+                    for e in range(2):
+                        bias_partial[slice_, grp * 8 + 2 * lane + e] = acc_b[wp, lane, e]
+    dw = np.zeros((p.c, 8, p.r, p.s))
+    db = np.zeros(p.c)
+    for s_ in range(slices):  # the reduce kernel's order
+        dw += partial[s_]
+        db += bias_partial[s_]
+    return dw, db
+
+
+SHAPES = [
+    Conv2dGw8Params(n=2, c=16, h=5, w=19, r=3, s=3, pad_h=1, pad_w=1, has_bias=True),
+    Conv2dGw8Params(n=1, c=8, h=6, w=9, r=2, s=5, pad_h=0, pad_w=2, has_bias=False),
+    Conv2dGw8Params(n=2, c=32, h=4, w=17, r=5, s=1, pad_h=2, pad_w=0, has_bias=True),
+    Conv2dGw8Params(n=1, c=16, h=3, w=33, r=1, s=7, pad_h=0, pad_w=3, has_bias=True),
+]
+
+
+def _inputs(p: Conv2dGw8Params, seed: int):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(p.n, p.c, p.h, p.w, generator=g, dtype=torch.float64)
+    w = torch.randn(p.c, 8, p.r, p.s, generator=g, dtype=torch.float64)
+    b = torch.randn(p.c, generator=g, dtype=torch.float64) if p.has_bias else None
+    return x, w, b
+
+
+def _nhwc(t: torch.Tensor) -> np.ndarray:
+    return t.permute(0, 2, 3, 1).numpy()
+
+
+@pytest.mark.parametrize("p", SHAPES, ids=str)
+def test_fprop_and_dgrad_emulation(p, seed):
+    dev = known_device("H100")
+    x, w, b = _inputs(p, seed)
+    want = _nhwc(ref.fprop(x, w, b, p.padding))
+    for cfg in sample(fp.configs(p, dev), 3, seed=seed):
+        got = emulate_fprop(_nhwc(x), w.numpy(), None if b is None else b.numpy(), p, cfg)
+        np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-9, err_msg=f"{p} {cfg}")
+    dy = torch.randn(p.n, p.c, p.p, p.q, dtype=torch.float64)
+    want = _nhwc(ref.dgrad(dy, w, (p.h, p.w), p.padding))
+    q = p.dgrad_as_fprop()
+    w_t = ref.transpose_weight(w).numpy()
+    for cfg in sample(fp.dgrad_configs(p, dev), 2, seed=seed):
+        got = emulate_fprop(_nhwc(dy), w_t, None, q, cfg)
+        np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-9, err_msg=f"dgrad {p} {cfg}")
+
+
+@pytest.mark.parametrize("p", SHAPES, ids=str)
+def test_wgrad_emulation(p, seed):
+    dev = known_device("H100")
+    x, _, _ = _inputs(p, seed)
+    dy = torch.randn(p.n, p.c, p.p, p.q, dtype=torch.float64)
+    want_w = ref.wgrad(x, dy, (p.r, p.s), p.padding).numpy()
+    want_b = ref.bias_grad(dy).numpy()
+    for cfg in sample(wg.configs(p, dev), 3, seed=seed):
+        dw, db = emulate_wgrad(_nhwc(x), _nhwc(dy), p, cfg, dev)
+        np.testing.assert_allclose(dw, want_w, rtol=1e-9, atol=1e-9, err_msg=f"{p} {cfg}")
+        if p.has_bias:
+            np.testing.assert_allclose(db, want_b, rtol=1e-9, atol=1e-9, err_msg=f"{p} {cfg}")
