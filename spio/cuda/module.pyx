@@ -18,7 +18,7 @@ of range) naming its index, before anything reaches the driver.
 
 from cpython.bool cimport PyBool_Check
 from cpython.float cimport PyFloat_AsDouble, PyFloat_Check
-from cpython.long cimport PyLong_CheckExact
+from cpython.long cimport PyLong_AsLongLongAndOverflow, PyLong_CheckExact
 from libc.math cimport isfinite
 from libc.stdint cimport int32_t, int64_t, uint32_t, uint64_t, uintptr_t
 from libc.string cimport memcpy
@@ -75,10 +75,23 @@ cdef object _arg_error(str entry, Py_ssize_t i, char kind, object value, str rul
     return f"{entry}: argument {i} (signature letter {k!r}, {_KINDS[k]}) {rule}; got {_describe(value)}"
 
 
+cdef inline int _fast_int(object value, long long* out) except -1:
+    """1 (and *out set) when value is an exact int that fits a long long, else 0: the C path
+    of the common case, with no Python arithmetic or allocation."""
+    cdef int overflow = 0
+    if not PyLong_CheckExact(value):
+        return 0
+    out[0] = PyLong_AsLongLongAndOverflow(value, &overflow)
+    return overflow == 0
+
+
 cdef uint64_t _pointer(object value, str entry, Py_ssize_t i) except? 0xFFFFFFFFFFFFFFFF:
     """The device address an argument of kind 'p' stands for."""
+    cdef long long fast
     if value is None:
         return 0
+    if _fast_int(value, &fast) and fast >= 0:
+        return <uint64_t>fast
     if PyLong_CheckExact(value):
         addr = value
     elif PyBool_Check(value):
@@ -91,6 +104,8 @@ cdef uint64_t _pointer(object value, str entry, Py_ssize_t i) except? 0xFFFFFFFF
                     entry, i, b"p", value,
                     "is not on a CUDA device; move it with .cuda() or .to(device)"))
             addr = data_ptr()
+            if _fast_int(addr, &fast) and fast >= 0:
+                return <uint64_t>fast
         else:
             cai = getattr(value, "__cuda_array_interface__", None)
             if cai is not None:
@@ -108,6 +123,9 @@ cdef uint64_t _pointer(object value, str entry, Py_ssize_t i) except? 0xFFFFFFFF
 
 
 cdef int64_t _integer(object value, str entry, Py_ssize_t i, char kind) except? -1:
+    cdef long long fast
+    if _fast_int(value, &fast) and (kind == b"l" or -2147483648 <= fast <= 2147483647):
+        return fast
     if PyLong_CheckExact(value):
         v = value
     else:
@@ -191,7 +209,11 @@ def pack_args(signature, args, entry="kernel"):
 
 cdef int _dims(object value, unsigned int* out, str what) except -1:
     """grid/block: an int or a tuple/list of 1 to 3 ints, each in [1, 2**32)."""
+    cdef long long fast
     out[0] = out[1] = out[2] = 1
+    if _fast_int(value, &fast) and 1 <= fast <= 0xFFFFFFFF:
+        out[0] = <unsigned int>fast
+        return 0
     if PyLong_CheckExact(value):
         items = (value,)
     elif isinstance(value, (tuple, list)) and 1 <= len(value) <= 3:
@@ -199,6 +221,9 @@ cdef int _dims(object value, unsigned int* out, str what) except -1:
     else:
         raise TypeError(f"{what} must be an int or a tuple of 1 to 3 ints, got {value!r}")
     for j, item in enumerate(items):
+        if _fast_int(item, &fast) and 1 <= fast <= 0xFFFFFFFF:
+            out[j] = <unsigned int>fast
+            continue
         if PyBool_Check(item) or not (PyLong_CheckExact(item) or hasattr(item, "__index__")):
             raise TypeError(f"{what}[{j}] must be an int, got {_describe(item)}")
         v = _index(item)
@@ -210,6 +235,10 @@ cdef int _dims(object value, unsigned int* out, str what) except -1:
 
 cdef int _stream(object stream, CUstream* out) except -1:
     """A raw stream handle from an int, a torch.cuda.Stream (.cuda_stream) or __cuda_stream__."""
+    cdef long long fast
+    if _fast_int(stream, &fast) and fast >= 0:
+        out[0] = <CUstream><uintptr_t>fast
+        return 0
     if not PyLong_CheckExact(stream):
         if hasattr(stream, "cuda_stream"):
             stream = stream.cuda_stream
@@ -322,16 +351,19 @@ cdef class Function:
         cdef CUresult status
         cdef bint wrong_context = False
         cdef DriverFns* f = fns()
+        cdef long long fast
         _dims(grid, g, "grid")
         _dims(block, b, "block")
-        if not PyLong_CheckExact(smem):
+        if _fast_int(smem, &fast) and 0 <= fast <= 0xFFFFFFFF:
+            shared = <unsigned int>fast
+        else:
             if PyBool_Check(smem) or not hasattr(smem, "__index__"):
                 raise TypeError(f"{self.entry}: smem must be an int, got {_describe(smem)}")
             smem = _index(smem)
-        if not 0 <= smem < 2**32:
-            raise ValueError(f"{self.entry}: smem must be a number of bytes in [0, 2**32), "
-                             f"got {smem!r}")
-        shared = smem
+            if not 0 <= smem < 2**32:
+                raise ValueError(f"{self.entry}: smem must be a number of bytes in [0, 2**32), "
+                                 f"got {smem!r}")
+            shared = smem
         _stream(stream, &s)
         _pack(self._kinds, len(self._kinds), args, self.entry, slots, params)
         with nogil:

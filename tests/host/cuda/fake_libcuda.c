@@ -37,7 +37,8 @@ typedef struct { Module* module; char name[64]; } Function;
 
 /* Rule 4 of the binding: every driver call is made with the GIL released. */
 static void note_gil(void) {
-    int (*check)(void) = (int (*)(void))dlsym(RTLD_DEFAULT, "PyGILState_Check");
+    static int (*check)(void) = 0;
+    if (!check) check = (int (*)(void))dlsym(RTLD_DEFAULT, "PyGILState_Check");
     if (check && check()) gil_held_calls++;
 }
 
