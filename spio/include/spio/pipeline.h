@@ -38,7 +38,9 @@ struct Pipeline {
     static constexpr int stages = Stages;
 
     /// The slot after `slot` in the ring.
-    SPIO_HOST_DEVICE static constexpr int next(int slot) { return slot + 1 == Stages ? 0 : slot + 1; }
+    SPIO_HOST_DEVICE static constexpr int next(int slot) {
+        return slot + 1 == Stages ? 0 : slot + 1;
+    }
 
     /// The slot of tile k (k % Stages), as a constant when k is one (unrolled loops).
     SPIO_HOST_DEVICE static constexpr int slot_of(int k) { return k % Stages; }

@@ -58,7 +58,8 @@ class SmemAllocator {
     /// Allocates storage for a tensor type and returns the tensor over it.
     template <SmemTensor T>
     SPIO_DEVICE T allocate() {
-        return T(reinterpret_cast<typename T::data_type*>(take(storage_bytes<T>(), smem_alignment)));
+        void* p = take(storage_bytes<T>(), smem_alignment);
+        return T(reinterpret_cast<typename T::data_type*>(p));
     }
 
     /// Allocates n elements of E, aligned to Align bytes (a power of two >= alignof(E)).

@@ -25,7 +25,8 @@ extern "C" __global__ void reduce_test(float* warp_out, float* block_out, const 
         warp_out[5 * gwarp + 4] = st.m2;
     }
     const float bs = spio::block::sum<WARPS>(v, scratch);
-    const float bm = spio::block::max<WARPS>(v, scratch);  // reuses scratch: sum ends with a barrier
+    // Reuses scratch at once: block::sum ends with a barrier.
+    const float bm = spio::block::max<WARPS>(v, scratch);
     // Every thread must hold the block result: thread (blockDim.x - 1) writes it.
     if (threadIdx.x == blockDim.x - 1) {
         block_out[2 * blockIdx.x + 0] = bs;
