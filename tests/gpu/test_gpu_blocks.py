@@ -206,7 +206,10 @@ def test_reductions(warps, seed):
     assert_close(warp_out[:, 0], xw.sum(1), tol, where=f"warp::sum {where}")
     assert torch.equal(warp_out[:, 1], x.view(-1, 32).max(1).values), f"warp::max {where}"
     assert torch.equal(warp_out[:, 2], torch.full_like(warp_out[:, 2], 32.0)), f"count {where}"
-    assert_close(warp_out[:, 3], xw.mean(1), tol, where=f"warp::welford mean {where}")
+    # The mean's rounding error scales with the data (|x| up to ~13), not with |mean| (~1).
+    mean = xw.mean(1)
+    tol_mean = tol * xw.abs().max().item() / mean.abs().max().item()
+    assert_close(warp_out[:, 3], mean, tol_mean, where=f"warp::welford mean {where}")
     m2 = ((xw - xw.mean(1, keepdim=True)) ** 2).sum(1)
     assert_close(warp_out[:, 4], m2, tol, where=f"warp::welford M2 {where}")
     xb = x.double().view(blocks, threads)
