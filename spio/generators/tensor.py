@@ -96,8 +96,8 @@ class Tensor:
         Args:
             dims: sized dims, outermost first, e.g. `(N(4), H(56), W(56), (C / 8)(8))`.
             dtype: a `dtype` value (`dtype.half8`) or a `Type` spec.
-            strides: optional `{dim: stride}` for some dims (in elements); keys are the dims as
-                written in `dims`, without sizes. Other dims are row-major inside-out.
+            strides: optional `{dim: stride}` for some dims (in elements, 0 broadcasts); keys are
+                the dims as written in `dims`, without sizes. Other dims are row-major inside-out.
             swizzle: an `Xor` (or several) over two of the tensor's dims.
 
         Raises:
@@ -126,7 +126,7 @@ class Tensor:
                         f"Tensor strides: {what} is not one of the tensor's dims ({listed}); "
                         "key strides by the dims as written in dims"
                     )
-                given[key] = check_count(value, f"Tensor strides[{key.describe()}]")
+                given[key] = check_count(value, f"Tensor strides[{key.describe()}]", minimum=0)
         object.__setattr__(self, "dims", dims_t)
         object.__setattr__(self, "dtype", dt)
         object.__setattr__(self, "strides", _row_major(dims_t, given))
@@ -134,8 +134,11 @@ class Tensor:
 
     @property
     def storage_size(self) -> int:
-        """Elements the tensor spans, padding included: max over dims of size * stride."""
-        return max(d.size * s for d, s in zip(self.dims, self.strides, strict=True))
+        """Elements the tensor spans, padding included: max over dims of size * stride, >= 1.
+
+        The same rule as the C++ `Tensor::storage_size()`.
+        """
+        return max(1, *(d.size * s for d, s in zip(self.dims, self.strides, strict=True)))
 
     @property
     def nbytes(self) -> int:

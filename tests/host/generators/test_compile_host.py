@@ -43,7 +43,7 @@ def offset(t: Tensor, values: dict[Dim, int]) -> int:
 
 
 def _block(rng: random.Random) -> str:
-    """An @spio block declaring random layouts over dims N, C, K, I, M."""
+    """An @spio block declaring random layouts (row-major, padded, folded, swizzled, broadcast)."""
     n, c, i = rng.randint(1, 5), 8 * rng.randint(1, 4), rng.randint(1, 6)
     k8 = rng.randint(1, 4)
     pad = rng.randint(0, 5)
@@ -56,6 +56,7 @@ P = Tensor((N({n}), I({i}), C8({c // 8})), dtype.float, strides={{N: {i * (c // 
 A = Tensor(((K / 8)({k8}), I({i}), (K % 8)(8)), dtype.float)
 F = Tensor(((K / 16)({k8}), (K / 2 % 8)(8), I({i}), (K % 2)(2)), dtype.int32)
 S = Tensor((M({m}), (K / 8)(8)), dtype.float, swizzle=Xor(M, K / 8, {bits}, {rng.randint(0, 1)}))
+Z = Tensor((N({n}), C({c})), dtype.float, strides={{N: 0}})
 B = CompoundIndex((N / 2)({n}), I({i}), C8({c // 8}))
 """
 
@@ -64,7 +65,7 @@ def _program(ns: dict, rng: random.Random) -> str:
     """C++ checks of the tensors and the index in `ns` against the Python oracle."""
     names = {ns[k]: k for k in ("N", "C", "K", "I", "M")}
     checks: list[str] = []
-    for tname in ("X", "P", "A", "F", "S"):
+    for tname in ("X", "P", "A", "F", "S", "Z"):
         t: Tensor = ns[tname]
         checks.append(f'static_assert({tname}::storage_size() == {t.storage_size}, "{tname}");')
         for j, s in enumerate(t.strides):
@@ -95,7 +96,7 @@ def _program(ns: dict, rng: random.Random) -> str:
             checks.append(f"CHECK((B({lin}).get<{spelled}>().get()), {v});")
     buffers = "\n".join(
         f"static {'int' if ns[t].dtype == dtype.int32 else 'float'} buf_{t}[{ns[t].storage_size}];"
-        for t in ("X", "P", "A", "F", "S")
+        for t in ("X", "P", "A", "F", "S", "Z")
     )
     body = "\n    ".join(checks)
     return f"""

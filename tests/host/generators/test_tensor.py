@@ -36,6 +36,13 @@ def test_dims_outside_a_given_stride_follow_it():
     assert t.strides == (24, 8, 1) and t.storage_size == 48
 
 
+def test_zero_stride_broadcasts():
+    n, c = Dim(), Dim()
+    bias = Tensor((n(4), c(8)), dtype.float, strides={n: 0})
+    assert bias.strides == (0, 1) and bias.storage_size == 8
+    assert Tensor((n(4),), dtype.float, strides={n: 0}).storage_size == 1
+
+
 def test_folded_layout(decl):
     k, i = Dim(), Dim()
     t = Tensor(((k / 8)(4), i(16), (k % 8)(8)), dtype.half)
@@ -114,8 +121,8 @@ def test_bad_strides():
     n, c, j = Dim("N"), Dim("C"), Dim("J")
     with pytest.raises(ValueError, match=r"strides: J is not one of the tensor's dims \(N, C\)"):
         Tensor((n(4), c(8)), dtype.float, strides={j: 3})
-    with pytest.raises(ValueError, match=r"strides\[N\] must be >= 1, got 0"):
-        Tensor((n(4), c(8)), dtype.float, strides={n: 0})
+    with pytest.raises(ValueError, match=r"strides\[N\] must be >= 0, got -1"):
+        Tensor((n(4), c(8)), dtype.float, strides={n: -1})
     with pytest.raises(TypeError, match=r"strides\[N\] must be an int"):
         Tensor((n(4), c(8)), dtype.float, strides={n: 8.0})
     with pytest.raises(TypeError, match="has a size; key by the dim alone"):
