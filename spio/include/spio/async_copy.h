@@ -21,29 +21,42 @@ namespace spio {
 /// Parameters:
 ///   smem   destination in shared memory, 16-byte aligned
 ///   gmem   source in global memory, 16-byte aligned; when pred is false it is not read and
-///          need not be a valid address
-///   pred   false writes 16 zero bytes instead (src-size 0): masked loads of halos and tails
+///          need not be a valid address (PTX ignore-src: "the data from the source location
+///          src is ignored completely")
+///   pred   false writes 16 zero bytes instead: masked loads of halos and tails
 SPIO_DEVICE void cp_async_16(void* smem, const void* gmem, bool pred = true) {
-    const unsigned src_size = pred ? 16u : 0u;
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_address(smem)),
-                 "l"(gmem), "r"(src_size)
-                 : "memory");
+    asm volatile(
+        "{\n"
+        "  .reg .pred ignore;\n"
+        "  setp.eq.u32 ignore, %2, 0;\n"
+        "  cp.async.cg.shared.global [%0], [%1], 16, ignore;\n"
+        "}\n" ::"r"(smem_address(smem)),
+        "l"(gmem), "r"(static_cast<unsigned>(pred))
+        : "memory");
 }
 
 /// Copies 8 bytes global -> shared through L1 (cp.async.ca); pred false zero-fills. 8-byte aligned.
 SPIO_DEVICE void cp_async_8(void* smem, const void* gmem, bool pred = true) {
-    const unsigned src_size = pred ? 8u : 0u;
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(smem_address(smem)),
-                 "l"(gmem), "r"(src_size)
-                 : "memory");
+    asm volatile(
+        "{\n"
+        "  .reg .pred ignore;\n"
+        "  setp.eq.u32 ignore, %2, 0;\n"
+        "  cp.async.ca.shared.global [%0], [%1], 8, ignore;\n"
+        "}\n" ::"r"(smem_address(smem)),
+        "l"(gmem), "r"(static_cast<unsigned>(pred))
+        : "memory");
 }
 
 /// Copies 4 bytes global -> shared through L1 (cp.async.ca); pred false zero-fills. 4-byte aligned.
 SPIO_DEVICE void cp_async_4(void* smem, const void* gmem, bool pred = true) {
-    const unsigned src_size = pred ? 4u : 0u;
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_address(smem)),
-                 "l"(gmem), "r"(src_size)
-                 : "memory");
+    asm volatile(
+        "{\n"
+        "  .reg .pred ignore;\n"
+        "  setp.eq.u32 ignore, %2, 0;\n"
+        "  cp.async.ca.shared.global [%0], [%1], 4, ignore;\n"
+        "}\n" ::"r"(smem_address(smem)),
+        "l"(gmem), "r"(static_cast<unsigned>(pred))
+        : "memory");
 }
 
 /// Closes the calling thread's current group of cp.async copies (an empty group is legal).
