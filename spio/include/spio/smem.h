@@ -10,8 +10,7 @@
 ///     spio::SmemAllocator alloc(smem);
 ///     auto a = alloc.allocate<SmemA>();          // SmemA(ptr), ptr 16-byte aligned
 ///     auto b = alloc.allocate<SmemB>();
-///     float* scratch = alloc.allocate_array<float>(WARPS);
-///     static_assert(spio::smem_bytes<SmemA, SmemB>() + ... <= ...);
+///     constexpr unsigned bytes = spio::smem_bytes<SmemA, SmemB>();   // the launch's smem size
 #pragma once
 
 #include "spio/device.h"
