@@ -84,6 +84,7 @@ def compile(
     Raises:
         CompileError: NVRTC rejected the source (log, numbered source, options).
         CompileForbiddenError: a compile was needed while SPIO_ASSERT_NO_COMPILE=1.
+        GeneratorError: an @spio block failed (at `<name>:<line>` of the block).
         ValueError / TypeError: a bad argument (the message names it and the fix).
     """
     p = prepare(source, arch, options=options, headers=headers, name=name, ptx=ptx, scope=scope)

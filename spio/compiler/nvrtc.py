@@ -88,12 +88,16 @@ class Nvrtc:
     def __init__(self, path: Path):
         self.path = Path(path)
         # libnvrtc dlopens libnvrtc-builtins by soname at compile time; load the one beside it
-        # first, globally, so a wheel layout works without LD_LIBRARY_PATH.
+        # first so a wheel layout works without LD_LIBRARY_PATH (dlopen then finds it loaded).
         for builtins in sorted(self.path.parent.glob("libnvrtc-builtins.so*")):
             if ".alt." not in builtins.name:
-                ctypes.CDLL(str(builtins), mode=ctypes.RTLD_GLOBAL)
+                try:
+                    ctypes.CDLL(str(builtins), mode=ctypes.RTLD_GLOBAL)
+                except OSError:
+                    pass  # libnvrtc may still find its own; a real failure shows at compile time
                 break
-        self._lib = ctypes.CDLL(str(self.path), mode=ctypes.RTLD_GLOBAL)
+        # RTLD_LOCAL: never interpose on another NVRTC that torch may have loaded.
+        self._lib = ctypes.CDLL(str(self.path), mode=ctypes.RTLD_LOCAL)
         for name, argtypes in _SIGNATURES.items():
             fn = getattr(self._lib, name)
             fn.argtypes = argtypes
