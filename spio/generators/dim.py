@@ -30,10 +30,6 @@ class _DimOps:
         """This dimension with a size: `K(32)` for tensor and index declarations."""
         return SizedDim(self, size)  # type: ignore[arg-type]
 
-    def fold(self, stride: int) -> DimLike:
-        """The same as `self / stride`."""
-        return self / stride  # type: ignore[operator]
-
 
 @dataclass(frozen=True, slots=True, eq=False)
 class Dim(_DimOps):
@@ -64,6 +60,8 @@ class Dim(_DimOps):
     def __truediv__(self, stride: int) -> DimLike:
         n = check_count(stride, f"{self.describe()} / stride: the stride")
         return self if n == 1 else Fold(self, n)
+
+    fold = __truediv__  # K.fold(8) is K / 8
 
     def __mod__(self, size: int) -> Module:
         n = check_count(size, f"{self.describe()} % size: the size", minimum=2)
@@ -111,6 +109,8 @@ class Fold(_DimOps):
     def __truediv__(self, stride: int) -> DimLike:
         n = check_count(stride, f"{self.describe()} / stride: the stride")
         return self if n == 1 else Fold(self.base, self.stride * n)
+
+    fold = __truediv__  # K.fold(8) is K / 8
 
     def __mod__(self, size: int) -> Module:
         n = check_count(size, f"{self.describe()} % size: the size", minimum=2)
@@ -165,6 +165,8 @@ class Module(_DimOps):
                 f"{self.stride * n}) % k"
             )
         return Module(self.base, self.size // n, self.stride * n)
+
+    fold = __truediv__  # K.fold(8) is K / 8
 
     def __mod__(self, size: int) -> Module:
         n = check_count(size, f"{self.describe()} % size: the size", minimum=2)

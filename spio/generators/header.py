@@ -18,6 +18,7 @@ Naming rules:
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import TypeGuard
 
 from spio.generators.compound_index import CompoundIndex
 from spio.generators.constant import Constant
@@ -36,7 +37,7 @@ SPEC_TYPES: tuple[type, ...] = (
 )  # fmt: skip
 
 
-def is_spec(value: object) -> bool:
+def is_spec(value: object) -> TypeGuard[Spec]:
     """True if `value` is a generator spec (what `generate` and `@spio` blocks collect)."""
     return isinstance(value, SPEC_TYPES)
 

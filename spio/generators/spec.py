@@ -13,7 +13,7 @@ import operator
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import ClassVar, Literal, Protocol, SupportsIndex, cast
 
 Section = Literal["dims", "folds", "fragments", "tensors", "indices", "constants"]
 
@@ -28,7 +28,7 @@ class Spec(Protocol):
         section: the header section the declaration goes to.
     """
 
-    section: Section
+    section: ClassVar[Section]
 
     def deps(self) -> tuple[Spec, ...]:
         """The specs this one refers to by name (dims, folds...), in a deterministic order."""
@@ -105,7 +105,7 @@ def check_count(value: object, what: str, minimum: int = 1) -> int:
     if isinstance(value, bool):
         raise TypeError(f"{what} must be an int, got bool {value!r}")
     try:
-        n = operator.index(value)  # numpy integers are fine; floats are not
+        n = operator.index(cast(SupportsIndex, value))  # numpy integers are fine; floats are not
     except TypeError:
         raise TypeError(f"{what} must be an int, got {type(value).__name__} {value!r}") from None
     if n < minimum:
