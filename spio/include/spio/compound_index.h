@@ -3,7 +3,7 @@
 /// `CompoundIndex<Extent<P16, 4>, Extent<Q16, 4>>` is row-major (the last dim varies fastest):
 /// index i has P16 = i / 4 and Q16 = i % 4. Explicit strides in the extents give other orders.
 /// The coarsest extent (largest stride; the first in row-major order) is not reduced modulo its
-/// size, so an index past size() maps past the end, like a pointer.
+/// size, so an index past size() maps past the end, like a pointer. Pre: index >= 0.
 ///
 /// Example:
 ///     using BlockIdx = spio::CompoundIndex<spio::Extent<P16, 4>, spio::Extent<Q16, 4>>;
@@ -70,11 +70,13 @@ class CompoundIndex {
     template <class E>
     SPIO_HOST_DEVICE constexpr int component() const {
         constexpr int i = detail::index_of_v<E, Extents...>;
-        const int q = index_ / strides_[i];
+        // Unsigned: thread and block ids are non-negative, and unsigned division by a constant
+        // is a shift or a multiply-high, as in hand-written index code.
+        const unsigned q = static_cast<unsigned>(index_) / static_cast<unsigned>(strides_[i]);
         if constexpr (strides_[i] == coarsest_stride_) {
-            return q;
+            return static_cast<int>(q);
         } else {
-            return q % E::size;
+            return static_cast<int>(q % static_cast<unsigned>(E::size));
         }
     }
 

@@ -28,7 +28,7 @@ class Cursor {
     using data_type = T;
     using layout = Layout;
 
-    SPIO_HOST_DEVICE constexpr explicit Cursor(T* ptr) : ptr_(ptr), acc_{} {}
+    SPIO_HOST_DEVICE constexpr explicit Cursor(T* ptr) : ptr_(ptr), offset_(0), acc_{} {}
 
     /// Moves by d in place and returns *this. d's base must be one of the tensor's dims.
     ///
@@ -42,7 +42,7 @@ class Cursor {
                           "subscript with a dim of the tensor, or pass coordinates (they project "
                           "away dims the tensor lacks)");
         } else if constexpr (Layout::template immediate<D>) {
-            ptr_ += d.get() * Layout::template immediate_scale<D>;
+            offset_ += d.get() * Layout::template immediate_scale<D>;
         } else {
             acc_[Layout::template slot<B>] += d.get() * D::stride;
         }
@@ -65,7 +65,10 @@ class Cursor {
     }
 
     /// Pointer to the element at this position.
-    SPIO_HOST_DEVICE constexpr T* get() const { return ptr_ + Layout::offset(acc_); }
+    ///
+    /// The linear part of the offset is kept as one int (like hand-written `base + i * ld + j`),
+    /// so the pointer is formed with a single 64-bit add; tensors hold < 2^31 elements.
+    SPIO_HOST_DEVICE constexpr T* get() const { return ptr_ + (offset_ + Layout::offset(acc_)); }
     SPIO_HOST_DEVICE constexpr T& operator*() const { return *get(); }
     SPIO_HOST_DEVICE constexpr T* operator->() const { return get(); }
 
@@ -86,6 +89,7 @@ class Cursor {
     }
 
     T* ptr_;
+    int offset_;
     int acc_[Layout::num_slots > 0 ? Layout::num_slots : 1];
 };
 

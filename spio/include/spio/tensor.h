@@ -51,6 +51,8 @@ class Tensor {
 
   public:
     using cursor_type = Cursor<T, layout>;
+    /// The same layout over read-only elements: `X::const_tensor(const_ptr)`.
+    using const_tensor = Tensor<const T, Parts...>;
 
     SPIO_HOST_DEVICE constexpr explicit Tensor(T* ptr) : ptr_(ptr) {}
 

@@ -28,9 +28,21 @@ def test_programs_found():
 def test_cpp_properties(program: Path, tmp_path: Path):
     exe = tmp_path / program.stem
     build = subprocess.run(
-        [CXX, "-std=c++20", "-O1", "-Wall", "-Wextra", "-Werror", f"-I{INCLUDE}", f"-I{HERE}",
-         str(program), "-o", str(exe)],
-        capture_output=True, text=True,
+        [
+            CXX,
+            "-std=c++20",
+            "-O1",
+            "-Wall",
+            "-Wextra",
+            "-Werror",
+            f"-I{INCLUDE}",
+            f"-I{HERE}",
+            str(program),
+            "-o",
+            str(exe),
+        ],
+        capture_output=True,
+        text=True,
     )
     assert build.returncode == 0, f"{program.name} does not compile:\n{build.stderr[-6000:]}"
     run = subprocess.run([str(exe)], capture_output=True, text=True, timeout=120)

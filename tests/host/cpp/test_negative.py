@@ -35,59 +35,104 @@ EPILOGUE = "\n}\n"
 
 # (id, snippet, regex the diagnostics must contain)
 CASES = [
-    ("compare_different_dims", "bool b = I(1) == J(1); (void)b;",
-     "cannot compare values of different dimensions"),
-    ("order_different_dims", "bool b = I(1) < J(1); (void)b;",
-     "cannot compare values of different dimensions"),
-    ("subtract_different_dims", "auto d = I(1) - J(1); (void)d;",
-     "cannot subtract values of different dimensions"),
-    ("coordinates_equal_single_dim", "bool b = (I(1) + J(1)) == I(2); (void)b;",
-     "coordinates and a single dim value do not compare"),
-    ("coordinates_equal_different_bases", "bool b = (I(1) + J(1)) == (I(1) + L(1)); (void)b;",
-     "same set of base dims"),
+    (
+        "compare_different_dims",
+        "bool b = I(1) == J(1); (void)b;",
+        "cannot compare values of different dimensions",
+    ),
+    (
+        "order_different_dims",
+        "bool b = I(1) < J(1); (void)b;",
+        "cannot compare values of different dimensions",
+    ),
+    (
+        "subtract_different_dims",
+        "auto d = I(1) - J(1); (void)d;",
+        "cannot subtract values of different dimensions",
+    ),
+    (
+        "coordinates_equal_single_dim",
+        "bool b = (I(1) + J(1)) == I(2); (void)b;",
+        "coordinates and a single dim value do not compare",
+    ),
+    (
+        "coordinates_equal_different_bases",
+        "bool b = (I(1) + J(1)) == (I(1) + L(1)); (void)b;",
+        "same set of base dims",
+    ),
     ("fold_zero_stride", "spio::Fold<I, 0> f(1); (void)f;", "Stride must be positive"),
     ("fold_negative_stride", "spio::Fold<K8, -2> f(1); (void)f;", "Stride must be positive"),
     ("fold_member_zero", "auto f = I(8).fold<0>(); (void)f;", "Stride must be positive"),
     ("module_zero_size", "spio::Module<I, 0> m(1); (void)m;", "Size must be positive"),
-    ("convert_to_other_base", "auto j = I(1).to<J>(); (void)j;",
-     "must have the same base dim"),
+    ("convert_to_other_base", "auto j = I(1).to<J>(); (void)j;", "must have the same base dim"),
     ("compound_assign_coarser", "K8 a(1); a += K(1);", "needs a \\+ b to have a's type"),
-    ("subscript_missing_dim", "auto c = X(p)[L(1)]; (void)c;",
-     "the tensor has no dim with this base"),
-    ("step_missing_dim", "auto c = X(p)[I(1)]; c.step(J(2));",
-     "the tensor has no dim with this base"),
+    (
+        "subscript_missing_dim",
+        "auto c = X(p)[L(1)]; (void)c;",
+        "the tensor has no dim with this base",
+    ),
+    (
+        "step_missing_dim",
+        "auto c = X(p)[I(1)]; c.step(J(2));",
+        "the tensor has no dim with this base",
+    ),
     ("size_missing_dim", "auto s = X::size<L>(); (void)s;", "the tensor has no dim of D's base"),
-    ("coordinates_get_missing", "auto j = (I(1) + K(2)).get<J>(); (void)j;",
-     "no entry has D's base dim"),
-    ("compound_index_get_missing",
-     "auto j = spio::CompoundIndex<spio::Extent<I, 4>>(1).get<J>(); (void)j;",
-     "no extent has D's base dim"),
-    ("tensor_duplicate_dim",
-     "using T = spio::Tensor<float, spio::Extent<I, 4>, spio::Extent<I, 2>>; T t(p); (void)t;",
-     "each dim may have only one Extent"),
-    ("tensor_same_stride_fold_and_module",
-     "using T = spio::Tensor<float, spio::Extent<K8, 4>, spio::Extent<spio::Module<K, 4, 8>, 4>>;"
-     " T t(p); (void)t;",
-     "two extents of one base dim have the same stride"),
-    ("tensor_part_not_extent", "using T = spio::Tensor<float, int>; T t(p); (void)t;",
-     "every Part must be a spio::Extent"),
-    ("extent_zero_size", "using T = spio::Tensor<float, spio::Extent<I, 0>>; T t(p); (void)t;",
-     "Size must be positive; drop the extent"),
-    ("swizzle_dim_not_in_tensor",
-     "using T = spio::Tensor<float, spio::Extent<I, 8>, spio::Extent<K8, 8>, spio::Xor<I, L, 3>>;"
-     " T t(p); (void)t;",
-     "needs extents whose dims are exactly"),
-    ("swizzle_too_many_bits",
-     "using T = spio::Tensor<float, spio::Extent<I, 8>, spio::Extent<K8, 4>, spio::Xor<I, K8, 3>>;"
-     " T t(p); (void)t;",
-     "must be a multiple of 2\\^Bits"),
-    ("swizzle_same_base", "using S = spio::Xor<K, K8, 3>; S s; (void)s;",
-     "Row and Col must have different base dims"),
+    (
+        "coordinates_get_missing",
+        "auto j = (I(1) + K(2)).get<J>(); (void)j;",
+        "no entry has D's base dim",
+    ),
+    (
+        "compound_index_get_missing",
+        "auto j = spio::CompoundIndex<spio::Extent<I, 4>>(1).get<J>(); (void)j;",
+        "no extent has D's base dim",
+    ),
+    (
+        "tensor_duplicate_dim",
+        "using T = spio::Tensor<float, spio::Extent<I, 4>, spio::Extent<I, 2>>; T t(p); (void)t;",
+        "each dim may have only one Extent",
+    ),
+    (
+        "tensor_same_stride_fold_and_module",
+        "using T = spio::Tensor<float, spio::Extent<K8, 4>, spio::Extent<spio::Module<K, 4, 8>, 4>>;"
+        " T t(p); (void)t;",
+        "two extents of one base dim have the same stride",
+    ),
+    (
+        "tensor_part_not_extent",
+        "using T = spio::Tensor<float, int>; T t(p); (void)t;",
+        "every Part must be a spio::Extent",
+    ),
+    (
+        "extent_zero_size",
+        "using T = spio::Tensor<float, spio::Extent<I, 0>>; T t(p); (void)t;",
+        "Size must be positive; drop the extent",
+    ),
+    (
+        "swizzle_dim_not_in_tensor",
+        "using T = spio::Tensor<float, spio::Extent<I, 8>, spio::Extent<K8, 8>, spio::Xor<I, L, 3>>;"
+        " T t(p); (void)t;",
+        "needs extents whose dims are exactly",
+    ),
+    (
+        "swizzle_too_many_bits",
+        "using T = spio::Tensor<float, spio::Extent<I, 8>, spio::Extent<K8, 4>, spio::Xor<I, K8, 3>>;"
+        " T t(p); (void)t;",
+        "must be a multiple of 2\\^Bits",
+    ),
+    (
+        "swizzle_same_base",
+        "using S = spio::Xor<K, K8, 3>; S s; (void)s;",
+        "Row and Col must have different base dims",
+    ),
     # Language-level rejections (no spio message possible): the compilers' own wording.
     ("dim_plus_int", "auto d = I(1) + 1; (void)d;", r"no match for .operator\+|no operator \"\+\""),
-    ("implicit_int_to_dim", "I i = 3; (void)i;",
-     r"conversion from .int. to non-scalar type|no suitable constructor|cannot be used to "
-     r"initialize|no viable conversion"),
+    (
+        "implicit_int_to_dim",
+        "I i = 3; (void)i;",
+        r"conversion from .int. to non-scalar type|no suitable constructor|cannot be used to "
+        r"initialize|no viable conversion",
+    ),
 ]
 
 
@@ -100,7 +145,8 @@ def _gxx(source: str, tmp_path: Path) -> subprocess.CompletedProcess:
     src.write_text(source)
     return subprocess.run(
         [CXX, "-std=c++20", "-fsyntax-only", f"-I{INCLUDE}", str(src)],
-        capture_output=True, text=True,
+        capture_output=True,
+        text=True,
     )
 
 
