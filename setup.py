@@ -13,7 +13,7 @@ EXTENSIONS = [
         [f"spio/cuda/{name}.pyx"],
         libraries=["dl"],  # dlopen/dlsym live in libdl before glibc 2.34 (a stub after)
     )
-    for name in ("driver", "module")
+    for name in ("driver", "args", "module")
 ]
 
 setup(

@@ -27,7 +27,7 @@ from spio.cuda.device import (
 _FROM_EXTENSION = {
     "Module": "spio.cuda.module",
     "Function": "spio.cuda.module",
-    "pack_args": "spio.cuda.module",
+    "pack_args": "spio.cuda.args",
     "synchronize": "spio.cuda.driver",
     "driver": "spio.cuda.driver",
 }
