@@ -84,8 +84,9 @@ cdef DriverFns* loaded_fns() noexcept:
 
 def _load():
     """Opens libcuda, fills the symbol table and runs cuInit(0), once per process."""
-    global _lib, _ready, _generation
-    cdef void** table = <void**>&_fns
+    global _fns, _lib, _ready, _generation
+    cdef DriverFns loaded
+    cdef void** table = <void**>&loaded
     cdef void* handle
     cdef void* sym
     cdef CUresult status
@@ -111,12 +112,14 @@ def _load():
                     "The NVIDIA driver is too old for spio; install driver 525 or newer.",
                 )
             table[i] = sym
-        with nogil:
-            status = _fns.cuInit(0)
+        # Only a complete table replaces the current one (a failed load leaves it as it was).
+        _fns = loaded
         _lib = handle
         _generation += 1
         for i in range(64):
             _primary[i] = NULL
+        with nogil:
+            status = _fns.cuInit(0)
         check(status, "cuInit")
         _ready = True
 
