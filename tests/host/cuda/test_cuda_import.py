@@ -23,7 +23,7 @@ def _python(code: str, **env: str) -> subprocess.CompletedProcess:
 def test_import_has_no_side_effects():
     # Importing every part of the binding opens no library and pulls in no torch.
     out = _python(
-        "import sys; import spio.cuda, spio.cuda.driver, spio.cuda.module;"
+        "import sys; import spio.cuda, spio.cuda.driver, spio.cuda.args, spio.cuda.module;"
         "from spio.cuda import Module, Function, pack_args, known_device;"
         "maps = open('/proc/self/maps').read();"
         "print('torch' in sys.modules, 'libcuda' in maps, spio.cuda.driver.is_loaded())",
