@@ -41,8 +41,8 @@ def _gpu_lines() -> list[str]:
         count = device_count()
         if count == 0:
             return ["  GPUs: none (no CUDA driver or no device); kernels compile, ops use fallbacks"]
-        version = driver_version()
-        lines = [f"  CUDA driver: {version // 1000}.{version % 1000 // 10}"]
+        major, minor = driver_version()
+        lines = [f"  CUDA driver: {major}.{minor}"]
         for i in range(count):
             d = device_attributes(i)
             lines.append(
