@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from types import TracebackType
 
 from spio import generators
+from spio.generators.dim import message_names
 from spio.generators.errors import GeneratorError
 from spio.generators.header import generate, is_spec
 
@@ -131,7 +132,8 @@ def _run(block: Block, namespace: dict[str, object], source: str, name: str) -> 
     code_text = "\n" * (block.line - 1) + textwrap.dedent(block.text)
     try:
         code = compile(code_text, name, "exec", dont_inherit=True)
-        exec(code, namespace)
+        with message_names(namespace):
+            exec(code, namespace)
     except Exception as e:
         line = _failing_line(e, name) or block.line
         text = source.splitlines()[line - 1].strip() if line <= source.count("\n") + 1 else ""

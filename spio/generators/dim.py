@@ -15,10 +15,29 @@ gives a `SizedDim` for tensor and index declarations.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator, Mapping
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import ClassVar
 
 from spio.generators.spec import Names, Section, check_count, check_identifier
+
+# While an @spio block runs, its namespace, so error messages can call an unnamed Dim by the
+# variable it is bound to (read only; the Dim itself never learns a name).
+_MESSAGE_NAMES: ContextVar[Mapping[str, object] | None] = ContextVar(
+    "spio_generators_message_names", default=None
+)
+
+
+@contextlib.contextmanager
+def message_names(namespace: Mapping[str, object]) -> Iterator[None]:
+    """Within the block, unnamed Dims describe themselves by their name in `namespace`."""
+    token = _MESSAGE_NAMES.set(namespace)
+    try:
+        yield
+    finally:
+        _MESSAGE_NAMES.reset(token)
 
 
 class _DimOps:
@@ -68,8 +87,15 @@ class Dim(_DimOps):
         return Module(self, n, 1)
 
     def describe(self) -> str:
-        """A short human description for error messages."""
-        return self.name if self.name is not None else "Dim()"
+        """A short description for error messages: the name, else the block variable, else Dim()."""
+        if self.name is not None:
+            return self.name
+        namespace = _MESSAGE_NAMES.get()
+        if namespace is not None:
+            for key, value in namespace.items():
+                if value is self and not key.startswith("_"):
+                    return key
+        return "Dim()"
 
     def deps(self) -> tuple:
         return ()

@@ -154,3 +154,13 @@ def test_generator_error_pickles():
         "X",
     )
     assert isinstance(e2, ValueError)
+
+
+def test_messages_call_unnamed_dims_by_their_block_names():
+    src = "/*@spio\nI = Dim()\nK = Dim()\nB = Tensor((I(16), K(32)), dtype.float, strides={J: 5})\n@spio*/"
+    with pytest.raises(GeneratorError, match=r"J is not one of the tensor's dims \(I, K\)"):
+        expand(src, scope={"J": Dim()})
+    # outside a block the same Dim has no name to be called by
+    i = Dim()
+    with pytest.raises(ValueError, match=r"Dim\(\) / stride"):
+        i / 0
