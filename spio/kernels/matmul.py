@@ -113,6 +113,56 @@ def grid(p: MatmulParams, cfg: MatmulConfig) -> tuple[int, int, int]:
     return (tm * tn, 1, 1)
 
 
+def _smem_specs(p: MatmulParams, cfg: MatmulConfig) -> dict[str, Any]:
+    """Typed dims and the shared-memory tensors of the kernel (swizzles are part of the types).
+
+    K-major rows (A, and B when transposed) hold block_k / 8 16-byte chunks: 8 chunks fill a
+    128-byte line, so the XOR key is the row mod 8; 4 chunks are half a line, so two rows share a
+    line and the key is (row / 2) mod 4. N-major rows (row-major B) are >= 128 bytes: row mod 8.
+    Either way the 8 rows one ldmatrix phase reads at one logical chunk hit 8 bank groups.
+    """
+    from spio.generators import Dim, Tensor, Xor, dtype
+
+    M, N, K, STAGE = Dim(), Dim(), Dim(), Dim()
+    K8, N8 = K / 8, N / 8
+    kc = cfg.block_k // 8
+    k_bits, k_shift = (3, 0) if kc == 8 else (2, 1)
+    smem_a = Tensor(
+        (STAGE(cfg.stages), M(cfg.block_m), K8(kc)),
+        dtype.uint4,
+        swizzle=Xor(M, K8, k_bits, k_shift),
+    )
+    if p.b_transposed:
+        smem_b = Tensor(
+            (STAGE(cfg.stages), N(cfg.block_n), K8(kc)),
+            dtype.uint4,
+            swizzle=Xor(N, K8, k_bits, k_shift),
+        )
+    else:
+        smem_b = Tensor(
+            (STAGE(cfg.stages), K(cfg.block_k), N8(cfg.block_n // 8)),
+            dtype.uint4,
+            swizzle=Xor(K, N8, 3),
+        )
+    out = {"float16": dtype.half, "bfloat16": dtype.bfloat16, "float32": dtype.float}
+    # C staging rows padded by 8 elements: consecutive rows shift by 4 (16-bit) or 8 (fp32)
+    # banks, so a warp's 8 rows x 4 lanes of accumulator pairs hit distinct banks.
+    smem_c = Tensor(
+        (M(cfg.block_m), N(cfg.block_n)), out[p.out_dtype], strides={M: cfg.block_n + 8}
+    )
+    return {
+        "M": M,
+        "N": N,
+        "K": K,
+        "K8": K8,
+        "N8": N8,
+        "STAGE": STAGE,
+        "SmemA": smem_a,
+        "SmemB": smem_b,
+        "SmemC": smem_c,
+    }
+
+
 def spec(p: MatmulParams, cfg: MatmulConfig, dev: Any) -> KernelSpec:
     """The kernel variant for (dtypes, B layout, bias, tiling); independent of m, n, k."""
     from spio.generators import Constant
@@ -130,6 +180,8 @@ def spec(p: MatmulParams, cfg: MatmulConfig, dev: Any) -> KernelSpec:
         "B_TRANSPOSED": int(p.b_transposed),
         "HAS_BIAS": int(p.has_bias),
     }
+    specs: dict[str, Any] = {name: Constant(value) for name, value in constants.items()}
+    specs.update(_smem_specs(p, cfg))
     title = (
         f"matmul {p.dtype}->{p.out_dtype} b_transposed={p.b_transposed} "
         f"bias={p.has_bias} tile {cfg.block_m}x{cfg.block_n}x{cfg.block_k} "
@@ -139,7 +191,7 @@ def spec(p: MatmulParams, cfg: MatmulConfig, dev: Any) -> KernelSpec:
         source="matmul.cu",
         entry="spio_matmul",
         signature="ppppiiiii",  # a, b, bias, c, m, n, k, ldb, raster
-        specs={name: Constant(value) for name, value in constants.items()},
+        specs=specs,
         title=title,
         block=(cfg.threads, 1, 1),
         smem=cfg.smem(p),

@@ -26,6 +26,9 @@
 ///   multiple of 16 B).
 /// Assumes: K % 8 == 0; for row-major B, ldb % 8 == 0 (the host pads B when N % 8 != 0);
 ///   A, B, C, bias 16-byte aligned (checked by the host); sm_80+.
+// The generated header (included first) defines the dims M, N, K, STAGE and the shared-memory
+// tensors SmemA (STAGE, M, K8), SmemB ((STAGE, N, K8) if B_TRANSPOSED else (STAGE, K, N8)) with
+// their XOR swizzles, and SmemC (M, N) with padded rows; see spio/kernels/matmul.py.
 #include "spio/async_copy.h"
 #include "spio/ldmatrix.h"
 #include "spio/mma.h"
@@ -66,7 +69,6 @@ constexpr int K_CHUNKS = BLOCK_K / 8;    // 16-byte chunks in a K-major row of a
 constexpr int N_CHUNKS = BLOCK_N / 8;    // 16-byte chunks in an N-major row (row-major B)
 constexpr int A_CHUNKS = BLOCK_M * K_CHUNKS;
 constexpr int B_CHUNKS = BLOCK_N * K_CHUNKS;
-constexpr int C_STRIDE = BLOCK_N + 8;    // padded C tile row (elements); see store_accumulators
 constexpr int OUT_VEC = 16 / int(sizeof(Out));
 
 // Preconditions
@@ -84,23 +86,6 @@ static_assert(A_CHUNKS % THREADS == 0 && B_CHUNKS % THREADS == 0,
               "matmul: the 16-byte chunks of a stage must split evenly over the threads; "
               "use fewer warps or a bigger tile");
 static_assert(STAGES >= 2, "matmul: the cp.async ring needs at least 2 stages");
-
-/// Offset (in 16-byte chunks) of logical chunk `chunk` of row `row` in a K-major stage tile
-/// (rows of K_CHUNKS chunks: A, and B when transposed).
-///
-/// 8 rows x 16 B read by one ldmatrix phase must land in 8 distinct 16-byte bank groups of a
-/// 128-byte line. With 8 chunks per row that is chunk ^ (row % 8); with 4 chunks per row two rows
-/// share a line, so the XOR key is (row / 2) % 4: rows r and r+1 differ in the line half.
-SPIO_DEVICE int k_major_chunk(int row, int chunk) {
-    constexpr int rows_per_line = 8 / K_CHUNKS;
-    return row * K_CHUNKS + (chunk ^ ((row / rows_per_line) % K_CHUNKS));
-}
-
-/// Offset (in 16-byte chunks) of logical chunk `chunk` (8 consecutive n) of k-row `row` in an
-/// N-major stage tile (row-major B). Rows are >= 128 B, so chunk ^ (row % 8) spreads the 8 k-rows
-/// one ldmatrix.trans phase reads over 8 bank groups.
-SPIO_DEVICE int n_major_chunk(int row, int chunk) { return row * N_CHUNKS + (chunk ^ (row % 8)); }
-
 /// Row-major CTA tile index of CTA `cta` with grouped rasterization: `raster` consecutive
 /// M-tiles form a group swept N-tile by N-tile (column-major inside the group).
 SPIO_DEVICE void cta_tile(int cta, int tiles_m, int tiles_n, int raster, int& tile_m,
@@ -122,8 +107,9 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
                 int ldb, int raster) {
     // ---- setup: this CTA's tile, this warp's sub-tile, shared-memory ring --------------------
     extern __shared__ __align__(128) unsigned char smem_raw[];
-    uint4* smem_a = reinterpret_cast<uint4*>(smem_raw);  // (STAGES, BLOCK_M, K_CHUNKS) swizzled
-    uint4* smem_b = smem_a + STAGES * A_CHUNKS;          // (STAGES, B rows, chunks) swizzled
+    const auto smem_a = SmemA(reinterpret_cast<uint4*>(smem_raw));  // (STAGE, M, K8) swizzled
+    const auto smem_b = SmemB(smem_a.get() + SmemA::storage_size());  // (STAGE, N|K, K8|N8)
+    const auto smem_c = SmemC(reinterpret_cast<Out*>(smem_raw));    // (M, N) padded; reuses ring
 
     const int tid = threadIdx.x;
     const int lane = tid % 32;
@@ -138,36 +124,29 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
     const int warp_n0 = (warp % WARPS_N) * WARP_N;
     const int k_tiles = (k + BLOCK_K - 1) / BLOCK_K;
 
-    // Copies k tile `kt` of A and B into ring slot `slot` (zero-filled past M, N, K).
+    // Copies k tile `kt` into ring slot `slot`, zero-filled past M, N, K. Each 16-byte chunk is
+    // addressed in shared memory by its logical (m | n, k) position; the tensor types place it
+    // (swizzle, and whichever of N, K is the contiguous dim of B).
     auto load_stage = [&](int kt, int slot) {
         const int k0 = kt * BLOCK_K;
-        uint4* sa = smem_a + slot * A_CHUNKS;
-        uint4* sb = smem_b + slot * B_CHUNKS;
 #pragma unroll
         for (int i = 0; i < A_CHUNKS / THREADS; ++i) {
             const int idx = tid + i * THREADS;
-            const int row = idx / K_CHUNKS, chunk = idx % K_CHUNKS;
-            const int gm = m0 + row, gk = k0 + chunk * 8;
-            const bool ok = gm < m && gk < k;
-            const Element* src = ok ? a + (long long)gm * k + gk : a;
-            spio::cp_async_16(sa + k_major_chunk(row, chunk), src, ok);
+            const int row = idx / K_CHUNKS, kk = (idx % K_CHUNKS) * 8;
+            const bool ok = m0 + row < m && k0 + kk < k;
+            const Element* src = ok ? a + (long long)(m0 + row) * k + k0 + kk : a;
+            spio::cp_async_16(smem_a[STAGE(slot)][M(row)][K(kk)].get(), src, ok);
         }
 #pragma unroll
         for (int i = 0; i < B_CHUNKS / THREADS; ++i) {
             const int idx = tid + i * THREADS;
-            if constexpr (B_TRANSPOSED) {
-                const int row = idx / K_CHUNKS, chunk = idx % K_CHUNKS;
-                const int gn = n0 + row, gk = k0 + chunk * 8;
-                const bool ok = gn < n && gk < k;
-                const Element* src = ok ? b + (long long)gn * ldb + gk : b;
-                spio::cp_async_16(sb + k_major_chunk(row, chunk), src, ok);
-            } else {
-                const int row = idx / N_CHUNKS, chunk = idx % N_CHUNKS;
-                const int gk = k0 + row, gn = n0 + chunk * 8;
-                const bool ok = gk < k && gn < n;
-                const Element* src = ok ? b + (long long)gk * ldb + gn : b;
-                spio::cp_async_16(sb + n_major_chunk(row, chunk), src, ok);
-            }
+            // B's contiguous dim in global memory is K when transposed, N otherwise.
+            const int nn = B_TRANSPOSED ? idx / K_CHUNKS : (idx % N_CHUNKS) * 8;
+            const int kk = B_TRANSPOSED ? (idx % K_CHUNKS) * 8 : idx / N_CHUNKS;
+            const bool ok = n0 + nn < n && k0 + kk < k;
+            const long long offset = B_TRANSPOSED ? (long long)(n0 + nn) * ldb + k0 + kk
+                                                  : (long long)(k0 + kk) * ldb + n0 + nn;
+            spio::cp_async_16(smem_b[STAGE(slot)][N(nn)][K(kk)].get(), ok ? b + offset : b, ok);
         }
     };
 
@@ -181,32 +160,33 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
 
     // Multiplies the tile in ring slot `slot` into the accumulators.
     auto compute_stage = [&](int slot) {
-        const uint4* sa = smem_a + slot * A_CHUNKS;
-        const uint4* sb = smem_b + slot * B_CHUNKS;
+        const auto sa = smem_a[STAGE(slot)];
+        const auto sb = smem_b[STAGE(slot)];
 #pragma unroll
         for (int ks = 0; ks < K_STEPS; ++ks) {
             unsigned reg_a[MMA_M][4];
             unsigned reg_b[MMA_N][2];
-            // A 16x16: lanes 0-15 address rows 0-15 of k chunk 2ks, lanes 16-31 chunk 2ks+1;
-            // matrices come back in mma order (rows 0-7|8-15) x (k 0-7|8-15).
+            // A 16(m) x 16(k): lanes 0-15 address rows 0-15 at k 0, lanes 16-31 at k 8; the four
+            // 8x8 matrices come back in mma order (m 0-7 | 8-15) x (k 0-7 | 8-15).
 #pragma unroll
             for (int i = 0; i < MMA_M; ++i) {
-                const int row = warp_m0 + i * 16 + lane % 16;
-                spio::ldmatrix_x4(reg_a[i], sa + k_major_chunk(row, 2 * ks + lane / 16));
+                const auto row = sa[M(warp_m0 + i * 16 + lane % 16)][K(ks * 16 + lane / 16 * 8)];
+                spio::ldmatrix_x4(reg_a[i], row.get());
             }
-            // B 16(k) x 16(n): matrix j = lane / 8 is (k half j % 2, n half j / 2), giving
-            // b[n tile 2jj][0..1] and b[n tile 2jj+1][0..1].
+            // B 16(k) x 16(n): matrix q = lane / 8 covers k half q % 2 and n half q / 2, so the
+            // registers are b[n tile 2jj][0..1], b[n tile 2jj+1][0..1]. Lane l addresses row
+            // l % 8 of its matrix: an n row if B is stored (n, k), a k row if stored (k, n);
+            // then the transposing ldmatrix turns k rows into k pairs per register.
 #pragma unroll
             for (int jj = 0; jj < MMA_N / 2; ++jj) {
+                const int q = lane / 8;
+                const int nn = warp_n0 + jj * 16 + q / 2 * 8 + (B_TRANSPOSED ? lane % 8 : 0);
+                const int kk = ks * 16 + q % 2 * 8 + (B_TRANSPOSED ? 0 : lane % 8);
                 unsigned r[4];
-                const int mat = lane / 8;
-                if constexpr (B_TRANSPOSED) {  // stored (n, k): plain ldmatrix gives k pairs
-                    const int row = warp_n0 + jj * 16 + (mat / 2) * 8 + lane % 8;
-                    spio::ldmatrix_x4(r, sb + k_major_chunk(row, 2 * ks + mat % 2));
-                } else {  // stored (k, n): transpose so each register holds a k pair
-                    const int row = ks * 16 + (mat % 2) * 8 + lane % 8;
-                    spio::ldmatrix_x4_trans(r, sb + n_major_chunk(row, (warp_n0 + jj * 16) / 8 +
-                                                                           mat / 2));
+                if constexpr (B_TRANSPOSED) {
+                    spio::ldmatrix_x4(r, sb[N(nn)][K(kk)].get());
+                } else {
+                    spio::ldmatrix_x4_trans(r, sb[N(nn)][K(kk)].get());
                 }
                 reg_b[2 * jj][0] = r[0];
                 reg_b[2 * jj][1] = r[1];
@@ -245,24 +225,19 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
 
     // ---- epilogue: accumulators (+ bias) -> OUT in padded smem -> 16-byte global stores --------
     // Lane (g = lane/4, t = lane%4) holds rows g and g+8, columns 2t and 2t+1 of each mma tile.
-    // The row pad of 8 elements shifts consecutive rows by 4 (16-bit OUT) or 8 (fp32 OUT) banks,
-    // so the 8 rows x 4 lanes of one store land in distinct banks.
-    Out* smem_c = reinterpret_cast<Out*>(smem_raw);  // (BLOCK_M, C_STRIDE)
 #pragma unroll
     for (int j = 0; j < MMA_N; ++j) {
         const int col = warp_n0 + j * 8 + (lane % 4) * 2;
         float bias0 = 0.0f, bias1 = 0.0f;
         if constexpr (HAS_BIAS) {
-            const int gn = n0 + col;
-            if (gn < n) bias0 = float(bias[gn]);
-            if (gn + 1 < n) bias1 = float(bias[gn + 1]);
+            if (n0 + col < n) bias0 = float(bias[n0 + col]);
+            if (n0 + col + 1 < n) bias1 = float(bias[n0 + col + 1]);
         }
 #pragma unroll
         for (int i = 0; i < MMA_M; ++i) {
 #pragma unroll
             for (int half = 0; half < 2; ++half) {
-                const int row = warp_m0 + i * 16 + lane / 4 + half * 8;
-                Out* dst = smem_c + row * C_STRIDE + col;
+                Out* dst = smem_c[M(warp_m0 + i * 16 + lane / 4 + half * 8)][N(col)].get();
                 const float v0 = reg_acc[i][j][2 * half] + bias0;
                 const float v1 = reg_acc[i][j][2 * half + 1] + bias1;
                 if constexpr (OUT_KIND == 2) {
@@ -284,7 +259,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
         const int col = (idx % ROW_VECS) * OUT_VEC;
         const int gm = m0 + row, gn = n0 + col;
         if (gm >= m || gn >= n) continue;
-        const Out* src = smem_c + row * C_STRIDE + col;
+        const Out* src = smem_c[M(row)][N(col)].get();
         Out* dst = c + (long long)gm * n + gn;
         if (vec_ok && gn + OUT_VEC <= n) {
             *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(src);
