@@ -29,8 +29,15 @@ class CompoundIndex {
                   "duplicate Extent");
     static constexpr detail::Array<int, sizeof...(Extents)> strides_ =
         detail::resolved_strides<Extents...>();
-    static constexpr int coarsest_stride_ =
-        detail::max_of(0, strides_[detail::index_of_v<Extents, Extents...>]...);
+    // The unreduced component: the first extent with the largest stride (size-1 extents can tie
+    // with their neighbour; the first of a tie is the outer one in row-major order).
+    SPIO_HOST_DEVICE static constexpr int coarsest_index() {
+        int best = 0;
+        for (int i = 1; i < static_cast<int>(sizeof...(Extents)); ++i) {
+            best = strides_[i] > strides_[best] ? i : best;
+        }
+        return best;
+    }
 
   public:
     SPIO_HOST_DEVICE constexpr explicit CompoundIndex(int index) : index_(index) {}
@@ -73,7 +80,7 @@ class CompoundIndex {
         // Unsigned: thread and block ids are non-negative, and unsigned division by a constant
         // is a shift or a multiply-high, as in hand-written index code.
         const unsigned q = static_cast<unsigned>(index_) / static_cast<unsigned>(strides_[i]);
-        if constexpr (strides_[i] == coarsest_stride_) {
+        if constexpr (i == coarsest_index()) {
             return static_cast<int>(q);
         } else {
             return static_cast<int>(q % static_cast<unsigned>(E::size));

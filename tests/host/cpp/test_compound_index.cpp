@@ -6,6 +6,8 @@ namespace {
 using Idx = spio::CompoundIndex<spio::Extent<I, 3>, spio::Extent<J, 4>, spio::Extent<K, 5>>;
 // Column-major through explicit strides: I fastest.
 using Col = spio::CompoundIndex<spio::Extent<I, 3, 1>, spio::Extent<J, 4, 3>>;
+// A size-1 extent ties in stride with its neighbour; only the outer one goes unreduced.
+using Ones = spio::CompoundIndex<spio::Extent<I, 4>, spio::Extent<J, 1>, spio::Extent<L, 1>>;
 // Two entries of one base: (K / 8: 4, K % 8: 8) -> logical K.
 using Folded = spio::CompoundIndex<spio::Extent<K8, 4>, spio::Extent<K_MOD_8, 8>>;
 }  // namespace
@@ -31,6 +33,11 @@ int main() {
         EXPECT_EQ(Folded(n).get<K8>(), K8(n / 8));
         EXPECT_EQ(Folded(n).get<K>(), K(n));                 // base dim: the sum of its entries
         EXPECT_EQ(Folded(n).coordinates().get<K>(), K(n));
+    }
+    for (int n = 0; n < 6; ++n) {
+        EXPECT_EQ(Ones(n).get<I>(), I(n));                  // coarsest: not reduced
+        EXPECT_EQ(Ones(n).get<J>(), J(0));
+        EXPECT_EQ(Ones(n).get<L>(), L(0));
     }
     EXPECT_EQ(Idx(7u).get<K>(), K(2));                       // unsigned (threadIdx.x) works
 
