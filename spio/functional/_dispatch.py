@@ -40,6 +40,16 @@ def use_fallback(op: str, *tensors: torch.Tensor) -> bool:
     return True
 
 
+_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+
+
 def stream_of(t: torch.Tensor) -> int:
-    """The raw handle of PyTorch's current stream on t's device."""
+    """The raw handle of PyTorch's current stream on t's device.
+
+    `torch.cuda.current_stream()` builds a Stream object (about 5 µs of host time on an H100
+    machine, more than spio's whole launch); the raw getter returns the handle directly.
+    """
+    index = t.device.index if t.device.index is not None else torch.cuda.current_device()
+    if _raw_stream is not None:
+        return _raw_stream(index)
     return torch.cuda.current_stream(t.device).cuda_stream
