@@ -124,31 +124,82 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
     const int warp_n0 = (warp % WARPS_N) * WARP_N;
     const int k_tiles = (k + BLOCK_K - 1) / BLOCK_K;
 
-    // Copies k tile `kt` into ring slot `slot`, zero-filled past M, N, K. Each 16-byte chunk is
-    // addressed in shared memory by its logical (m | n, k) position; the tensor types place it
-    // (swizzle, and whichever of N, K is the contiguous dim of B).
+    // ---- per-thread addressing: computed once through the typed tensors (swizzle included) as
+    // chunk offsets from the ring base; the loop only adds the slot and the k tile. Recomputing
+    // them per k tile cost ~140 integer instructions per 64 HMMA (issue-bound on sm_90).
+    const int slot_a = int(smem_a[STAGE(1)].get() - smem_a.get());  // chunks per A slot
+    const int slot_b = int(smem_b[STAGE(1)].get() - smem_b.get());  // chunks per B slot
+    constexpr int A_COPIES = A_CHUNKS / THREADS;
+    constexpr int B_COPIES = B_CHUNKS / THREADS;
+    const Element* a_src[A_COPIES];  // this thread's A chunks at k tile 0
+    int a_dst[A_COPIES];
+    bool a_in[A_COPIES];  // row < M
+    const int a_k = (tid % K_CHUNKS) * 8;  // the same k for all of a thread's A chunks
+#pragma unroll
+    for (int i = 0; i < A_COPIES; ++i) {
+        const int row = (tid + i * THREADS) / K_CHUNKS;
+        a_in[i] = m0 + row < m;
+        a_src[i] = a + (a_in[i] ? (long long)(m0 + row) * k + a_k : 0);
+        a_dst[i] = int(smem_a[STAGE(0)][M(row)][K(a_k)].get() - smem_a.get());
+    }
+    // B's contiguous dim in global memory is K when transposed, N otherwise.
+    const Element* b_src[B_COPIES];
+    int b_dst[B_COPIES];
+    int b_k[B_COPIES];
+    bool b_in[B_COPIES];  // n < N
+#pragma unroll
+    for (int i = 0; i < B_COPIES; ++i) {
+        const int idx = tid + i * THREADS;
+        const int nn = B_TRANSPOSED ? idx / K_CHUNKS : (idx % N_CHUNKS) * 8;
+        b_k[i] = B_TRANSPOSED ? (idx % K_CHUNKS) * 8 : idx / N_CHUNKS;
+        b_in[i] = n0 + nn < n;
+        const long long offset = B_TRANSPOSED ? (long long)(n0 + nn) * ldb + b_k[i]
+                                              : (long long)b_k[i] * ldb + n0 + nn;
+        b_src[i] = b + (b_in[i] ? offset : 0);
+        b_dst[i] = int(smem_b[STAGE(0)][N(nn)][K(b_k[i])].get() - smem_b.get());
+    }
+    const long long b_tile_step = B_TRANSPOSED ? BLOCK_K : (long long)BLOCK_K * ldb;
+
+    // Copies k tile `kt` into ring slot `slot`, zero-filled past M, N, K.
     auto load_stage = [&](int kt, int slot) {
         const int k0 = kt * BLOCK_K;
 #pragma unroll
-        for (int i = 0; i < A_CHUNKS / THREADS; ++i) {
-            const int idx = tid + i * THREADS;
-            const int row = idx / K_CHUNKS, kk = (idx % K_CHUNKS) * 8;
-            const bool ok = m0 + row < m && k0 + kk < k;
-            const Element* src = ok ? a + (long long)(m0 + row) * k + k0 + kk : a;
-            spio::cp_async_16(smem_a[STAGE(slot)][M(row)][K(kk)].get(), src, ok);
+        for (int i = 0; i < A_COPIES; ++i) {
+            const bool ok = a_in[i] && k0 + a_k < k;
+            spio::cp_async_16(smem_a.get() + slot * slot_a + a_dst[i], ok ? a_src[i] + k0 : a, ok);
         }
 #pragma unroll
-        for (int i = 0; i < B_CHUNKS / THREADS; ++i) {
-            const int idx = tid + i * THREADS;
-            // B's contiguous dim in global memory is K when transposed, N otherwise.
-            const int nn = B_TRANSPOSED ? idx / K_CHUNKS : (idx % N_CHUNKS) * 8;
-            const int kk = B_TRANSPOSED ? (idx % K_CHUNKS) * 8 : idx / N_CHUNKS;
-            const bool ok = n0 + nn < n && k0 + kk < k;
-            const long long offset = B_TRANSPOSED ? (long long)(n0 + nn) * ldb + k0 + kk
-                                                  : (long long)(k0 + kk) * ldb + n0 + nn;
-            spio::cp_async_16(smem_b[STAGE(slot)][N(nn)][K(kk)].get(), ok ? b + offset : b, ok);
+        for (int i = 0; i < B_COPIES; ++i) {
+            const bool ok = b_in[i] && k0 + b_k[i] < k;
+            const Element* src = ok ? b_src[i] + kt * b_tile_step : b;
+            spio::cp_async_16(smem_b.get() + slot * slot_b + b_dst[i], src, ok);
         }
     };
+
+    // ldmatrix row addresses (chunk offsets in slot 0) of this lane, per k16 step and mma tile.
+    // A 16(m) x 16(k): lanes 0-15 address rows 0-15 at k 0, lanes 16-31 at k 8; the four 8x8
+    // matrices come back in mma order (m 0-7 | 8-15) x (k 0-7 | 8-15).
+    // B 16(k) x 16(n): matrix q = lane / 8 covers k half q % 2 and n half q / 2, so the registers
+    // are b[n tile 2jj][0..1], b[n tile 2jj+1][0..1]. Lane l addresses row l % 8 of its matrix:
+    // an n row if B is stored (n, k), a k row if stored (k, n); the transposing ldmatrix then
+    // turns k rows into k pairs per register.
+    int a_frag[K_STEPS][MMA_M];
+    int b_frag[K_STEPS][MMA_N / 2];
+#pragma unroll
+    for (int ks = 0; ks < K_STEPS; ++ks) {
+#pragma unroll
+        for (int i = 0; i < MMA_M; ++i) {
+            const auto row = smem_a[M(warp_m0 + i * 16 + lane % 16)][K(ks * 16 + lane / 16 * 8)];
+            a_frag[ks][i] = int(row.get() - smem_a.get());
+        }
+#pragma unroll
+        for (int jj = 0; jj < MMA_N / 2; ++jj) {
+            const int q = lane / 8;
+            const int nn = warp_n0 + jj * 16 + q / 2 * 8 + (B_TRANSPOSED ? lane % 8 : 0);
+            const int kk = ks * 16 + q % 2 * 8 + (B_TRANSPOSED ? 0 : lane % 8);
+            b_frag[ks][jj] = int(smem_b[N(nn)][K(kk)].get() - smem_b.get());
+        }
+    }
 
     float reg_acc[MMA_M][MMA_N][4];
 #pragma unroll
@@ -160,33 +211,21 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
 
     // Multiplies the tile in ring slot `slot` into the accumulators.
     auto compute_stage = [&](int slot) {
-        const auto sa = smem_a[STAGE(slot)];
-        const auto sb = smem_b[STAGE(slot)];
+        const uint4* sa = smem_a.get() + slot * slot_a;
+        const uint4* sb = smem_b.get() + slot * slot_b;
 #pragma unroll
         for (int ks = 0; ks < K_STEPS; ++ks) {
             unsigned reg_a[MMA_M][4];
             unsigned reg_b[MMA_N][2];
-            // A 16(m) x 16(k): lanes 0-15 address rows 0-15 at k 0, lanes 16-31 at k 8; the four
-            // 8x8 matrices come back in mma order (m 0-7 | 8-15) x (k 0-7 | 8-15).
 #pragma unroll
-            for (int i = 0; i < MMA_M; ++i) {
-                const auto row = sa[M(warp_m0 + i * 16 + lane % 16)][K(ks * 16 + lane / 16 * 8)];
-                spio::ldmatrix_x4(reg_a[i], row.get());
-            }
-            // B 16(k) x 16(n): matrix q = lane / 8 covers k half q % 2 and n half q / 2, so the
-            // registers are b[n tile 2jj][0..1], b[n tile 2jj+1][0..1]. Lane l addresses row
-            // l % 8 of its matrix: an n row if B is stored (n, k), a k row if stored (k, n);
-            // then the transposing ldmatrix turns k rows into k pairs per register.
+            for (int i = 0; i < MMA_M; ++i) spio::ldmatrix_x4(reg_a[i], sa + a_frag[ks][i]);
 #pragma unroll
             for (int jj = 0; jj < MMA_N / 2; ++jj) {
-                const int q = lane / 8;
-                const int nn = warp_n0 + jj * 16 + q / 2 * 8 + (B_TRANSPOSED ? lane % 8 : 0);
-                const int kk = ks * 16 + q % 2 * 8 + (B_TRANSPOSED ? 0 : lane % 8);
                 unsigned r[4];
                 if constexpr (B_TRANSPOSED) {
-                    spio::ldmatrix_x4(r, sb[N(nn)][K(kk)].get());
+                    spio::ldmatrix_x4(r, sb + b_frag[ks][jj]);
                 } else {
-                    spio::ldmatrix_x4_trans(r, sb[N(nn)][K(kk)].get());
+                    spio::ldmatrix_x4_trans(r, sb + b_frag[ks][jj]);
                 }
                 reg_b[2 * jj][0] = r[0];
                 reg_b[2 * jj][1] = r[1];
