@@ -19,8 +19,10 @@
 ///   zero-filled past M, N and K). One __syncthreads per k tile: wait for tile kt, barrier (which
 ///   also proves every warp finished reading the slot about to be refilled), issue the copy of
 ///   tile kt+STAGES-1, then run the mma's of tile kt from ldmatrix fragments.
-///   Shared-memory tiles are XOR-swizzled in 16-byte chunks so both the cp.async writes and the
-///   ldmatrix reads (8 rows at one logical chunk) hit 8 distinct 16-byte bank groups.
+///   Shared-memory tiles are typed tensors XOR-swizzled in 16-byte chunks (spio::Xor in the
+///   type), so both the cp.async writes and the ldmatrix reads (8 rows at one logical chunk) hit
+///   8 distinct 16-byte bank groups. Per-thread copy and ldmatrix addresses are resolved once
+///   through the tensors; the loop adds the ring slot and the k tile only.
 /// Epilogue: accumulators (+ bias) -> OUT into a padded C tile in shared memory (reusing the
 ///   ring), then 16-byte coalesced stores (element stores on the ragged N edge or when N is not a
 ///   multiple of 16 B).
