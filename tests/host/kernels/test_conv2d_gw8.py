@@ -1,0 +1,277 @@
+"""conv2d_gw8 kernel families on the host: params/config validation, config spaces for an H100 and
+an A100, heuristics, stats/features, the dgrad transform, and NVRTC compiles of sampled configs
+for sm_80 and sm_90 with no local memory (exhaustive under `slow`)."""
+
+from __future__ import annotations
+
+import csv
+import functools
+from pathlib import Path
+
+import pytest
+import torch
+
+from spio.cuda import known_device
+from spio.kernels import KERNELS
+from spio.kernels import conv2d_gw8_fprop as fp
+from spio.kernels import conv2d_gw8_reference as ref
+from spio.kernels import conv2d_gw8_wgrad as wg
+from spio.kernels.conv2d_gw8_params import (
+    Conv2dGw8Config,
+    Conv2dGw8Params,
+    Conv2dGw8ReduceConfig,
+    Conv2dGw8WgradConfig,
+)
+from spio.testing import sample
+
+SHAPES_CSV = Path(__file__).resolve().parents[3] / "spio/kernels/data/conv2d_gw8_layer_shapes.csv"
+DEVICES = ("H100", "A100")
+
+
+@functools.cache
+def _dev(name: str):
+    return known_device(name)
+
+
+def layer_shapes() -> list[Conv2dGw8Params]:
+    with SHAPES_CSV.open() as f:
+        return [
+            Conv2dGw8Params(n=int(r["n"]), c=int(r["c"]), h=int(r["h"]), w=int(r["w"]),
+                            r=int(r["r"]), s=int(r["s"]), pad_h=int(r["pad_h"]),
+                            pad_w=int(r["pad_w"]), has_bias=r["bias"] == "1")
+            for r in csv.DictReader(f)
+        ]
+
+
+EDGE_SHAPES = [
+    Conv2dGw8Params(n=1, c=8, h=1, w=1, r=1, s=1, pad_h=0, pad_w=0),
+    Conv2dGw8Params(n=3, c=24, h=13, w=9, r=3, s=5, pad_h=1, pad_w=2, has_bias=True),
+    Conv2dGw8Params(n=2, c=64, h=7, w=7, r=7, s=7, pad_h=3, pad_w=3, dtype="bfloat16"),
+    Conv2dGw8Params(n=1, c=16, h=200, w=300, r=3, s=3, pad_h=0, pad_w=0),
+    Conv2dGw8Params(n=1, c=16, h=5, w=5, r=3, s=3, pad_h=4, pad_w=4),  # dgrad with cropping
+]
+
+
+# ---- validation -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"c": 12}, "multiple of 8"),
+        ({"c": 0}, "multiple of 8"),
+        ({"n": 0}, "batch"),
+        ({"n": 70000}, "batch"),
+        ({"r": 8}, "kernel size"),
+        ({"s": 0}, "kernel size"),
+        ({"h": 0}, "H and W"),
+        ({"h": 2, "r": 5, "pad_h": 0}, "increase the padding"),
+        ({"dtype": "float32"}, "dtype"),
+        ({"c": 2**20, "h": 64, "w": 64}, "2\\^31"),
+    ],
+)
+def test_params_reject(kwargs, message):
+    base = {"n": 2, "c": 16, "h": 8, "w": 8, "r": 3, "s": 3, "pad_h": 1, "pad_w": 1}
+    with pytest.raises(ValueError, match=message):
+        Conv2dGw8Params(**{**base, **kwargs})
+
+
+def test_params_types_and_output_size():
+    with pytest.raises(TypeError, match="must be an int"):
+        Conv2dGw8Params(n=2.0, c=16, h=8, w=8)
+    p = Conv2dGw8Params(n=2, c=16, h=10, w=7, r=5, s=3, pad_h=0, pad_w=2)
+    assert (p.p, p.q, p.groups) == (6, 9, 2)
+
+
+@pytest.mark.parametrize(
+    "cls, kwargs, message",
+    [
+        (Conv2dGw8Config, {"block_q": 24}, "multiple of 16"),
+        (Conv2dGw8Config, {"warps": 3}, "warps"),
+        (Conv2dGw8Config, {"stages": 4}, "stages"),
+        (Conv2dGw8Config, {"block_p": 0}, "block_p"),
+        (Conv2dGw8WgradConfig, {"block_q": 12}, "multiple of 8"),
+        (Conv2dGw8WgradConfig, {"splits_per_sm": 3}, "splits_per_sm"),
+        (Conv2dGw8ReduceConfig, {"threads": 100}, "threads"),
+    ],
+)
+def test_config_reject(cls, kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        cls(**kwargs)
+
+
+def test_from_tensors():
+    x = torch.empty(2, 16, 9, 7, dtype=torch.bfloat16)
+    w = torch.empty(16, 8, 3, 5, dtype=torch.bfloat16)
+    p = Conv2dGw8Params.from_tensors(x, w, torch.empty(16, dtype=torch.bfloat16))
+    assert (p.pad_h, p.pad_w, p.has_bias, p.dtype) == (1, 2, True, "bfloat16")
+    with pytest.raises(ValueError, match="input channels per group"):
+        Conv2dGw8Params.from_tensors(x, torch.empty(16, 4, 3, 3), None)
+    with pytest.raises(ValueError, match="must equal the input channels"):
+        Conv2dGw8Params.from_tensors(x, torch.empty(32, 8, 3, 3), None)
+    with pytest.raises(ValueError, match="bias must have shape"):
+        Conv2dGw8Params.from_tensors(x, w, torch.empty(8))
+    with pytest.raises(TypeError, match="padding"):
+        Conv2dGw8Params.from_tensors(x, w, None, padding="same")
+    with pytest.raises(ValueError, match="padding must be >= 0"):
+        Conv2dGw8Params.from_tensors(x, w, None, padding=-1)
+
+
+def test_registered():
+    assert KERNELS["conv2d_gw8_fprop"] is fp.FPROP
+    assert KERNELS["conv2d_gw8_dgrad"] is fp.DGRAD
+    assert KERNELS["conv2d_gw8_wgrad"] is wg.WGRAD
+    assert KERNELS["conv2d_gw8_wgrad_reduce"] is wg.WGRAD_REDUCE
+
+
+# ---- the dgrad transform (pure PyTorch, exact in fp64) -----------------------------------------
+
+
+@pytest.mark.parametrize("p", EDGE_SHAPES[:3] + EDGE_SHAPES[4:], ids=str)
+def test_dgrad_is_fprop_of_transposed_weight(p, seed):
+    g = torch.Generator().manual_seed(seed)
+    dy = torch.randn(p.n, p.c, p.p, p.q, generator=g, dtype=torch.float64)
+    w = torch.randn(p.c, 8, p.r, p.s, generator=g, dtype=torch.float64)
+    q = p.dgrad_as_fprop()
+    assert (q.p, q.q) == (p.h, p.w)
+    want = ref.dgrad(dy, w, (p.h, p.w), p.padding)
+    got = ref.fprop(dy, ref.transpose_weight(w), None, q.padding) if min(q.padding) >= 0 else None
+    if got is None:  # negative padding: crop a zero-padded input instead
+        pad = (-q.pad_h, -q.pad_w)
+        full = ref.fprop(dy, ref.transpose_weight(w), None, (0, 0))
+        got = full[:, :, pad[0] : pad[0] + p.h, pad[1] : pad[1] + p.w]
+    torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+
+
+# ---- config spaces ------------------------------------------------------------------------------
+
+SPACES = [
+    ("fprop", fp.configs, fp.heuristic, fp.smem_bytes, fp.live_regs, fp.MAX_LIVE_REGS),
+    ("dgrad", fp.dgrad_configs, fp.dgrad_heuristic, None, None, None),
+    ("wgrad", wg.configs, wg.heuristic, wg.smem_bytes, wg.live_regs, wg.MAX_LIVE_REGS),
+]
+
+
+@pytest.mark.parametrize("gpu", DEVICES)
+@pytest.mark.parametrize("space", SPACES, ids=lambda s: s[0])
+def test_config_spaces(gpu, space):
+    dev = _dev(gpu)
+    _, configs, heuristic, smem, regs, max_regs = space
+    for p in layer_shapes() + EDGE_SHAPES:
+        cfgs = configs(p, dev)
+        assert cfgs, f"no config for {p} on {gpu}"
+        assert len(set(cfgs)) == len(cfgs)
+        assert heuristic(p, dev) in cfgs
+        for cfg in cfgs:
+            assert p.groups % cfg.warps == 0
+            if smem is not None:
+                assert smem(p, cfg) <= dev.max_smem_per_block_optin
+                assert regs(p, cfg) <= max_regs
+
+
+def test_config_space_is_real():
+    p = Conv2dGw8Params(n=32, c=64, h=56, w=56)
+    dev = _dev("H100")
+    assert len(fp.configs(p, dev)) >= 20
+    assert len(wg.configs(p, dev)) >= 20
+    assert len({c.block_p for c in fp.configs(p, dev)}) >= 3
+
+
+def test_wgrad_split_plan_covers_every_task_once():
+    dev = _dev("H100")
+    for p in EDGE_SHAPES + layer_shapes()[:10]:
+        for cfg in sample(wg.configs(p, dev), 5):
+            tasks, tps, splits = wg.split_plan(p, cfg, dev)
+            assert tasks == p.n * wg.p_chunks(p, cfg)
+            assert (splits - 1) * tps < tasks <= splits * tps  # every split non-empty
+            assert wg.num_slices(p, cfg, dev) == splits * wg.q_tiles(p, cfg)
+
+
+def test_stats_and_features():
+    dev = _dev("H100")
+    p = Conv2dGw8Params(n=32, c=64, h=56, w=56, has_bias=True)
+    st = fp.stats(p)
+    assert st.bytes_moved == 2 * (2 * 32 * 64 * 56 * 56) + 2 * 64 * 8 * 9 + 2 * 64
+    assert st.flops == 2 * 32 * 56 * 56 * 64 * 8 * 9
+    for kdef in (fp.FPROP, fp.DGRAD, wg.WGRAD, wg.WGRAD_REDUCE):
+        cfg = kdef.heuristic(p, dev)
+        feats = kdef.features(p, cfg, dev)
+        assert feats and all(isinstance(v, (int, float)) for v in feats.values()), kdef.name
+        assert list(feats) == list(kdef.features(p, kdef.configs(p, dev)[0], dev))
+
+
+def test_spec_does_not_depend_on_batch():
+    dev = _dev("H100")
+    p = Conv2dGw8Params(n=8, c=64, h=28, w=28)
+    for kdef in (fp.FPROP, fp.DGRAD, wg.WGRAD, wg.WGRAD_REDUCE):
+        cfg = kdef.heuristic(p, dev)
+        a, b = kdef.spec(p, cfg, dev), kdef.spec(p.with_batch(256), cfg, dev)
+        assert a.title == b.title and a.smem == b.smem and set(a.specs) == set(b.specs)
+
+
+# ---- NVRTC compiles -----------------------------------------------------------------------------
+
+COMPILE_PARAMS = [
+    Conv2dGw8Params(n=4, c=64, h=20, w=37, r=3, s=3, pad_h=1, pad_w=1, has_bias=True),
+    Conv2dGw8Params(n=2, c=24, h=9, w=7, r=7, s=5, pad_h=3, pad_w=2, dtype="bfloat16"),
+    Conv2dGw8Params(n=1, c=8, h=5, w=70, r=1, s=2, pad_h=0, pad_w=0),
+]
+KDEFS = (fp.FPROP, fp.DGRAD, wg.WGRAD, wg.WGRAD_REDUCE)
+_PER_KERNEL = 2  # sampled configs per (params, kernel, arch) in CI
+
+
+def _jobs(limit: int | None) -> list[tuple]:
+    jobs = []
+    for p in COMPILE_PARAMS:
+        for kdef in KDEFS:
+            cfgs = kdef.configs(p, _dev("H100"))
+            for cfg in sample(cfgs, limit, seed=hash(kdef.name) % 1000):
+                jobs.append((kdef, p, cfg))
+    return jobs
+
+
+def _compile(kdef, p, cfg, arch: str) -> bytes:
+    from spio.kernels.loader import compile_spec
+
+    return compile_spec(kdef.spec(p, cfg, _dev("H100")), arch)
+
+
+def _assert_no_local_memory(image: bytes, what: str) -> None:
+    from spio.compiler import kernel_resources
+
+    for name, res in kernel_resources(image).items():
+        assert res.local_bytes == 0, f"{what}: {name} uses {res.local_bytes} B of local memory"
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+@pytest.mark.parametrize("job", range(len(COMPILE_PARAMS) * len(KDEFS) * _PER_KERNEL))
+def test_sampled_configs_compile(arch, job):
+    jobs = _jobs(_PER_KERNEL)
+    if job >= len(jobs):
+        pytest.skip(f"only {len(jobs)} sampled compile jobs")
+    kdef, p, cfg = jobs[job]
+    image = _compile(kdef, p, cfg, arch)
+    assert image[:4] == b"\x7fELF"
+    _assert_no_local_memory(image, f"{kdef.name} {p} {cfg} {arch}")
+
+
+@pytest.mark.parametrize("kdef", KDEFS, ids=lambda k: k.name)
+def test_heuristic_configs_of_real_layers_compile_without_spills(kdef):
+    shapes = sample(layer_shapes(), 2, seed=7)
+    for p in shapes:
+        cfg = kdef.heuristic(p, _dev("H100"))
+        _assert_no_local_memory(_compile(kdef, p, cfg, "sm_90"), f"{kdef.name} {p} {cfg}")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+def test_every_config_compiles(arch):
+    from spio.compiler import CompileJob, compile_many
+
+    todo = []
+    for kdef, p, cfg in _jobs(None):
+        s = kdef.spec(p, cfg, _dev("H100"))
+        todo.append(CompileJob(s.source_text(), arch, options=s.options, name=s.source,
+                               scope=s.specs))
+    images = compile_many(todo)
+    assert all(img[:4] == b"\x7fELF" for img in images)
