@@ -1,0 +1,169 @@
+"""spio.functional.conv2d_gw8 and spio.layers.Conv2dGw8 on the CPU: the documented PyTorch
+fallback vs F.conv2d, argument errors, opcheck, autograd, torch.compile, and from_conv2d."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from spio.errors import FallbackDisabledError
+from spio.functional import conv2d_gw8
+from spio.layers import Conv2dGw8
+from spio.settings import override
+
+CL = torch.channels_last
+
+
+def _inputs(seed, n=2, c=16, h=9, w=7, r=3, s=3, dtype=torch.float32, bias=True):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, c, h, w, generator=g).to(dtype)
+    wt = torch.randn(c, 8, r, s, generator=g).to(dtype)
+    b = torch.randn(c, generator=g).to(dtype) if bias else None
+    return x, wt, b
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize(
+    "shape, padding",
+    [
+        ((2, 16, 9, 7, 3, 3), None),
+        ((1, 8, 5, 11, 1, 7), (0, 3)),
+        ((3, 24, 6, 6, 5, 2), 0),
+        ((1, 32, 4, 4, 7, 7), 3),
+    ],
+)
+def test_fallback_matches_conv2d(shape, padding, dtype, seed):
+    n, c, h, w, r, s = shape
+    x, wt, b = _inputs(seed, n, c, h, w, r, s, dtype)
+    pads = (r // 2, s // 2) if padding is None else padding
+    y = conv2d_gw8(x, wt, b, padding)
+    want = F.conv2d(x.double(), wt.double(), b.double(), padding=pads, groups=c // 8)
+    assert y.shape == want.shape
+    assert y.is_contiguous(memory_format=CL)
+    tol = 1e-5 if dtype == torch.float32 else 2e-2
+    torch.testing.assert_close(y.double(), want, rtol=tol, atol=tol * want.abs().max().item())
+
+
+def test_fallback_disabled_raises():
+    x, wt, b = _inputs(0)
+    with override(disable_fallback=True), pytest.raises(FallbackDisabledError):
+        conv2d_gw8(x, wt, b)
+
+
+@pytest.mark.parametrize(
+    "change, error, message",
+    [
+        (lambda x, w, b: (x.int(), w, b), TypeError, "input dtype"),
+        (lambda x, w, b: (x, w.double(), b), TypeError, "weight must have input's dtype"),
+        (lambda x, w, b: (x, w[:, :4], b), ValueError, "input channels per group"),
+        (lambda x, w, b: (x, torch.randn(16, 8, 9, 9), b), ValueError, "exceeds 7x7"),
+        (lambda x, w, b: (x[:, :12], w[:12], b[:12]), ValueError, "multiple of 8"),
+        (lambda x, w, b: (x, w, b[:8]), ValueError, "bias must have shape"),
+        (lambda x, w, b: (x, w, b.double()), TypeError, "bias must have input's dtype"),
+        (lambda x, w, b: (x[0], w, b), ValueError, "4-D"),
+        (lambda x, w, b: (x, w.to("meta"), b), ValueError, "is on meta"),
+    ],
+)
+def test_argument_errors(change, error, message):
+    x, wt, b = _inputs(0)
+    with pytest.raises(error, match=message):
+        conv2d_gw8(*change(x, wt, b))
+
+
+def test_padding_errors():
+    x, wt, b = _inputs(0, h=3, w=3, r=5, s=5)
+    with pytest.raises(ValueError, match="increase the padding"):
+        conv2d_gw8(x, wt, b, padding=0)
+    with pytest.raises(ValueError, match="padding must be >= 0"):
+        conv2d_gw8(x, wt, b, padding=(-1, 2))
+    with pytest.raises(TypeError, match="padding"):
+        conv2d_gw8(x, wt, b, padding="same")
+
+
+def test_opcheck(seed):
+    x, wt, b = _inputs(seed)
+    x = x.to(memory_format=CL).requires_grad_()
+    wt.requires_grad_()
+    b.requires_grad_()
+    torch.library.opcheck(torch.ops.spio.conv2d_gw8.default, (x, wt, b, [1, 1]))
+    torch.library.opcheck(torch.ops.spio.conv2d_gw8.default, (x, wt, None, [0, 2]))
+    dy = torch.randn(2, 16, 9, 7).to(memory_format=CL)
+    torch.library.opcheck(torch.ops.spio.conv2d_gw8_dgrad.default, (dy, wt.detach(), [9, 7], [1, 1]))
+    for with_bias in (True, False):
+        torch.library.opcheck(
+            torch.ops.spio.conv2d_gw8_wgrad.default,
+            (x.detach(), dy, [3, 3], [1, 1], with_bias),
+        )
+
+
+def test_autograd_matches_conv2d(seed):
+    x, wt, b = _inputs(seed, n=2, c=16, h=6, w=5, r=3, s=5, dtype=torch.float64)
+    args = [t.clone().requires_grad_() for t in (x, wt, b)]
+    ref_args = [t.clone().requires_grad_() for t in (x, wt, b)]
+    g = torch.randn(2, 16, 6, 3, dtype=torch.float64)
+    conv2d_gw8(args[0].float(), args[1].float(), args[2].float(), (1, 1)).double().backward(g)
+    F.conv2d(*ref_args, padding=(1, 1), groups=2).backward(g)
+    for a, r in zip(args, ref_args, strict=True):
+        torch.testing.assert_close(a.grad, r.grad, rtol=1e-4, atol=1e-4)
+
+
+def test_gradcheck_fallback():
+    x, wt, b = _inputs(1, n=1, c=8, h=4, w=3, r=3, s=2, dtype=torch.float64)
+    # float64 is not a kernel dtype; gradcheck the op itself (the CPU path runs PyTorch).
+    args = tuple(t.requires_grad_() for t in (x, wt, b))
+    assert torch.autograd.gradcheck(
+        lambda x, w, b: torch.ops.spio.conv2d_gw8(x, w, b, [1, 0]), args
+    )
+
+
+def test_torch_compile_fullgraph(seed):
+    x, wt, b = _inputs(seed)
+    f = torch.compile(lambda x, w, b: conv2d_gw8(x, w, b) * 2, fullgraph=True, backend="eager")
+    torch.testing.assert_close(f(x, wt, b), conv2d_gw8(x, wt, b) * 2)
+
+
+def test_layer_from_conv2d_matches(seed):
+    torch.manual_seed(seed)
+    conv = nn.Conv2d(32, 32, (3, 5), padding=(1, 2), groups=4)
+    layer = Conv2dGw8.from_conv2d(conv)
+    assert layer.weight is conv.weight and layer.bias is conv.bias
+    x = torch.randn(2, 32, 7, 9)
+    torch.testing.assert_close(layer(x), conv(x), rtol=1e-5, atol=1e-5)
+    no_bias = Conv2dGw8.from_conv2d(nn.Conv2d(8, 8, 1, groups=1, bias=False))
+    assert no_bias.bias is None and no_bias.kernel_size == (1, 1)
+
+
+def test_layer_constructor():
+    layer = Conv2dGw8(16, 3)
+    assert layer.weight.shape == (16, 8, 3, 3) and layer.bias.shape == (16,)
+    assert layer.padding == (1, 1)
+    assert layer(torch.randn(1, 16, 5, 5)).shape == (1, 16, 5, 5)
+    assert Conv2dGw8(16, (3, 5), padding=0, bias=False).bias is None
+    with pytest.raises(ValueError, match="multiple of 8"):
+        Conv2dGw8(12, 3)
+    with pytest.raises(ValueError, match="kernel_size"):
+        Conv2dGw8(16, 9)
+
+
+@pytest.mark.parametrize(
+    "conv, message",
+    [
+        (nn.Conv2d(16, 16, 3, groups=4), "group width must be 8"),
+        (nn.Conv2d(16, 32, 3, groups=2), "out_channels"),
+        (nn.Conv2d(16, 16, 3, stride=2, groups=2), "stride must be 1"),
+        (nn.Conv2d(16, 16, 3, dilation=2, groups=2), "dilation must be 1"),
+        (nn.Conv2d(16, 16, 9, groups=2), "kernel_size"),
+        (nn.Conv2d(16, 16, 3, padding="same", groups=2), "string"),
+        (nn.Conv2d(16, 16, 3, padding=1, padding_mode="reflect", groups=2), "padding_mode"),
+    ],
+)
+def test_from_conv2d_rejects(conv, message):
+    with pytest.raises(ValueError, match=message):
+        Conv2dGw8.from_conv2d(conv)
+
+
+def test_from_conv2d_rejects_non_conv():
+    with pytest.raises(TypeError, match="expected nn.Conv2d"):
+        Conv2dGw8.from_conv2d(nn.Linear(8, 8))
