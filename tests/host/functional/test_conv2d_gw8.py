@@ -90,7 +90,9 @@ def test_opcheck(seed):
     torch.library.opcheck(torch.ops.spio.conv2d_gw8.default, (x, wt, b, [1, 1]))
     torch.library.opcheck(torch.ops.spio.conv2d_gw8.default, (x, wt, None, [0, 2]))
     dy = torch.randn(2, 16, 9, 7).to(memory_format=CL)
-    torch.library.opcheck(torch.ops.spio.conv2d_gw8_dgrad.default, (dy, wt.detach(), [9, 7], [1, 1]))
+    torch.library.opcheck(
+        torch.ops.spio.conv2d_gw8_dgrad.default, (dy, wt.detach(), [9, 7], [1, 1])
+    )
     for with_bias in (True, False):
         torch.library.opcheck(
             torch.ops.spio.conv2d_gw8_wgrad.default,

@@ -36,9 +36,17 @@ def _dev(name: str):
 def layer_shapes() -> list[Conv2dGw8Params]:
     with SHAPES_CSV.open() as f:
         return [
-            Conv2dGw8Params(n=int(r["n"]), c=int(r["c"]), h=int(r["h"]), w=int(r["w"]),
-                            r=int(r["r"]), s=int(r["s"]), pad_h=int(r["pad_h"]),
-                            pad_w=int(r["pad_w"]), has_bias=r["bias"] == "1")
+            Conv2dGw8Params(
+                n=int(r["n"]),
+                c=int(r["c"]),
+                h=int(r["h"]),
+                w=int(r["w"]),
+                r=int(r["r"]),
+                s=int(r["s"]),
+                pad_h=int(r["pad_h"]),
+                pad_w=int(r["pad_w"]),
+                has_bias=r["bias"] == "1",
+            )
             for r in csv.DictReader(f)
         ]
 
@@ -271,7 +279,8 @@ def test_every_config_compiles(arch):
     todo = []
     for kdef, p, cfg in _jobs(None):
         s = kdef.spec(p, cfg, _dev("H100"))
-        todo.append(CompileJob(s.source_text(), arch, options=s.options, name=s.source,
-                               scope=s.specs))
+        todo.append(
+            CompileJob(s.source_text(), arch, options=s.options, name=s.source, scope=s.specs)
+        )
     images = compile_many(todo)
     assert all(img[:4] == b"\x7fELF" for img in images)

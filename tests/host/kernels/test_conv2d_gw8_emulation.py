@@ -74,7 +74,7 @@ def emulate_fprop(x, w, b, p: Conv2dGw8Params, cfg):
                     wc = q0 - p.pad_w + j
                     inside = 0 <= h < p.h and 0 <= wc < p.w
                     c0 = (group0 + g) * 8
-                    smem[stage, g, j] = x[n, h, wc, c0:c0 + 8] if inside else 0.0
+                    smem[stage, g, j] = x[n, h, wc, c0 : c0 + 8] if inside else 0.0
 
             for i in range(cfg.stages - 1):
                 if i < tile_h:
@@ -92,12 +92,15 @@ def emulate_fprop(x, w, b, p: Conv2dGw8Params, cfg):
                         for s in range(p.s):
                             for m in range(mt):
                                 col = 16 * m + s + G
-                                words = [smem[stage, wp, c, :].reshape(32, 4, 2)[LANES, T]
-                                         for c in (col, col + 8)]  # pixels g and g + 8
+                                words = [
+                                    smem[stage, wp, c, :].reshape(32, 4, 2)[LANES, T]
+                                    for c in (col, col + 8)
+                                ]  # pixels g and g + 8
                                 a = np.stack(words, axis=1)
                                 for r in range(p.r):
-                                    mma_m16n8k8(acc[wp, (u - r + p.r) % p.r, m], a,
-                                                reg_w[wp, :, r, s])
+                                    mma_m16n8k8(
+                                        acc[wp, (u - r + p.r) % p.r, m], a, reg_w[wp, :, r, s]
+                                    )
                     j, slot = i - (p.r - 1), (u + 1) % p.r
                     for wp in range(cfg.warps):
                         pp = p0 + j
@@ -145,13 +148,13 @@ def emulate_wgrad(x, dy, p: Conv2dGw8Params, cfg, dev):
                         wc = q0 - p.pad_w + j
                         c0 = (group0 + g) * 8
                         ok = 0 <= h < p.h and 0 <= wc < p.w
-                        sx[i % cfg.stages, g, j] = x[n, h, wc, c0:c0 + 8] if ok else 0.0
+                        sx[i % cfg.stages, g, j] = x[n, h, wc, c0 : c0 + 8] if ok else 0.0
                     if i < cfg.block_p:
                         for t in range(cfg.warps * cfg.block_q):
                             g, j = t % cfg.warps, t // cfg.warps
                             c0 = (group0 + g) * 8
                             ok = p0 + i < p.p and q0 + j < p.q
-                            sdy[i % dyr, g, j] = dy[n, p0 + i, q0 + j, c0:c0 + 8] if ok else 0.0
+                            sdy[i % dyr, g, j] = dy[n, p0 + i, q0 + j, c0 : c0 + 8] if ok else 0.0
 
                 for i in range(cfg.stages - 1):
                     if i < tile_h:

@@ -1,0 +1,151 @@
+"""spio.functional.conv2d_gw8 / spio.layers.Conv2dGw8 on a GPU: forward and autograd against an
+fp64 reference of the same quantized tensors, opcheck on CUDA, torch.compile(fullgraph=True),
+CUDA-graph capture, autocast, memory-format conversion, and the layer built from nn.Conv2d."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from spio.functional import conv2d_gw8
+from spio.layers import Conv2dGw8
+from spio.testing import assert_close, tolerance
+
+pytestmark = pytest.mark.gpu
+
+CL = torch.channels_last
+
+
+def _inputs(seed, n=4, c=32, h=15, w=17, r=3, s=3, dtype=torch.float16, bias=True):
+    g = torch.Generator("cuda").manual_seed(seed)
+    x = torch.randn(n, c, h, w, generator=g, device="cuda").to(dtype).contiguous(memory_format=CL)
+    wt = torch.randn(c, 8, r, s, generator=g, device="cuda").to(dtype)
+    b = torch.randn(c, generator=g, device="cuda").to(dtype) if bias else None
+    return x, wt, b
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("r, s, padding", [(3, 3, None), (5, 3, (0, 1)), (7, 7, 3), (1, 1, 0)])
+def test_forward_and_backward(dtype, r, s, padding, seed):
+    x, wt, b = _inputs(seed, r=r, s=s, dtype=dtype)
+    pads = (
+        (r // 2, s // 2)
+        if padding is None
+        else (padding, padding)
+        if isinstance(padding, int)
+        else padding
+    )
+    xs, ws, bs = (t.detach().clone().requires_grad_() for t in (x, wt, b))
+    xr, wr, br = (t.detach().double().requires_grad_() for t in (x, wt, b))
+    y = conv2d_gw8(xs, ws, bs, padding)
+    y_ref = F.conv2d(xr, wr, br, padding=pads, groups=x.shape[1] // 8)
+    assert y.is_contiguous(memory_format=CL) and y.dtype == dtype
+    assert_close(y, y_ref, tolerance(dtype, depth=8 * r * s), f"forward seed={seed}")
+    g = torch.Generator("cuda").manual_seed(seed + 1)
+    dy = torch.randn(y.shape, generator=g, device="cuda").to(dtype).contiguous(memory_format=CL)
+    y.backward(dy)
+    y_ref.backward(dy.double())
+    n, c, p, q = y.shape
+    assert_close(xs.grad, xr.grad, tolerance(dtype, depth=8 * r * s), f"dx seed={seed}")
+    assert_close(ws.grad, wr.grad, tolerance(dtype, depth=n * p * q), f"dw seed={seed}")
+    assert_close(bs.grad, br.grad, tolerance(dtype, depth=n * p * q), f"db seed={seed}")
+
+
+def test_wgrad_is_deterministic(seed):
+    x, wt, b = _inputs(seed, n=16, c=64, h=28, w=28)
+    dy = torch.randn(16, 64, 28, 28, device="cuda").half().contiguous(memory_format=CL)
+    runs = [torch.ops.spio.conv2d_gw8_wgrad(x, dy, [3, 3], [1, 1], True) for _ in range(3)]
+    for gw, gb in runs[1:]:
+        assert torch.equal(gw, runs[0][0]) and torch.equal(gb, runs[0][1])
+
+
+def test_non_channels_last_input_is_converted(seed):
+    x, wt, b = _inputs(seed)
+    y = conv2d_gw8(x.contiguous(), wt, b)
+    torch.testing.assert_close(y, conv2d_gw8(x, wt, b), rtol=0, atol=0)
+    assert y.is_contiguous(memory_format=CL)
+
+
+def test_opcheck_cuda(seed):
+    x, wt, b = _inputs(seed, n=2, c=16, h=9, w=7)
+    args = (x.requires_grad_(), wt.requires_grad_(), b.requires_grad_(), [1, 1])
+    torch.library.opcheck(torch.ops.spio.conv2d_gw8.default, args)
+    dy = torch.randn(2, 16, 9, 7, device="cuda").half().contiguous(memory_format=CL)
+    torch.library.opcheck(
+        torch.ops.spio.conv2d_gw8_dgrad.default, (dy, wt.detach(), [9, 7], [1, 1])
+    )
+    torch.library.opcheck(
+        torch.ops.spio.conv2d_gw8_wgrad.default, (x.detach(), dy, [3, 3], [1, 1], True)
+    )
+
+
+def test_torch_compile_fullgraph(seed):
+    x, wt, b = _inputs(seed)
+    layer = Conv2dGw8(32, 3).cuda().half()
+
+    def f(x):
+        return torch.relu(layer(x)) + conv2d_gw8(x, wt, b)
+
+    compiled = torch.compile(f, fullgraph=True)
+    torch.testing.assert_close(compiled(x), f(x))
+
+
+def test_cuda_graph_capture(seed):
+    x, wt, b = _inputs(seed)
+    dy = torch.randn(4, 32, 15, 17, device="cuda").half().contiguous(memory_format=CL)
+
+    def step():
+        y = conv2d_gw8(x, wt, b)
+        dx = torch.ops.spio.conv2d_gw8_dgrad(dy, wt, [15, 17], [1, 1])
+        dw, db = torch.ops.spio.conv2d_gw8_wgrad(x, dy, [3, 3], [1, 1], True)
+        return y, dx, dw, db
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        eager = step()  # compiles and loads every kernel outside the capture
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        static = step()
+    x.copy_(torch.randn_like(x))
+    graph.replay()
+    torch.cuda.synchronize()
+    fresh = step()
+    for a, e in zip(static, fresh, strict=True):
+        torch.testing.assert_close(a, e, rtol=0, atol=0)
+    assert not torch.equal(eager[0], fresh[0])  # the replay used the new input
+
+
+def test_autocast_casts_float32(seed):
+    x, wt, b = _inputs(seed, dtype=torch.float32)
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        y = conv2d_gw8(x, wt, b)
+    assert y.dtype == torch.bfloat16
+    want = F.conv2d(
+        x.bfloat16().double(), wt.bfloat16().double(), b.bfloat16().double(), padding=1, groups=4
+    )
+    assert_close(y, want, tolerance(torch.bfloat16, depth=72), "autocast")
+
+
+def test_float32_without_autocast_is_an_error():
+    x, wt, b = _inputs(0, dtype=torch.float32)
+    with pytest.raises(TypeError, match="float16 or bfloat16"):
+        conv2d_gw8(x, wt, b)
+
+
+def test_mismatched_devices():
+    x, wt, b = _inputs(0)
+    with pytest.raises(ValueError, match="is on cpu"):
+        conv2d_gw8(x, wt.cpu(), b)
+
+
+def test_layer_from_conv2d(seed):
+    torch.manual_seed(seed)
+    conv = nn.Conv2d(64, 64, (5, 3), padding=(2, 1), groups=8).cuda().half()
+    layer = Conv2dGw8.from_conv2d(conv)
+    x = torch.randn(8, 64, 20, 20, device="cuda").half().contiguous(memory_format=CL)
+    want = F.conv2d(x.double(), conv.weight.double(), conv.bias.double(), padding=(2, 1), groups=8)
+    assert_close(layer(x), want, tolerance(torch.float16, depth=8 * 15), "from_conv2d")

@@ -1,0 +1,249 @@
+"""conv2d_gw8 kernels on a GPU: every (sampled) config of fprop, dgrad and wgrad against an fp64
+reference computed from the same fp16/bf16 inputs, NaN-poisoned outputs with guard bands, and
+bitwise determinism of the weight gradient.
+
+Configs per shape are sampled to SPIO_MAX_TEST_PARAMS (default 12 here); the `slow` variant runs
+every config. Variants are compiled up front in parallel (spio.compiler.compile_many).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+import torch
+
+from spio.kernels import conv2d_gw8_fprop as fp
+from spio.kernels import conv2d_gw8_reference as ref
+from spio.kernels import conv2d_gw8_wgrad as wg
+from spio.kernels.conv2d_gw8_params import Conv2dGw8Params
+from spio.kernels.loader import FunctionCache
+from spio.settings import settings
+from spio.testing import assert_close, sample, tolerance
+
+pytestmark = pytest.mark.gpu
+
+GUARD = 64  # elements of NaN on each side of every output (catches out-of-bounds writes)
+DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16}
+
+SHAPES = [
+    Conv2dGw8Params(n=2, c=64, h=56, w=56, r=3, s=3, pad_h=1, pad_w=1, has_bias=True),
+    Conv2dGw8Params(n=3, c=24, h=13, w=19, r=3, s=3, pad_h=1, pad_w=1, has_bias=True),  # ragged
+    Conv2dGw8Params(n=1, c=8, h=9, w=7, r=5, s=5, pad_h=2, pad_w=2, dtype="bfloat16"),  # C=8, N=1
+    Conv2dGw8Params(n=2, c=32, h=11, w=29, r=3, s=7, pad_h=1, pad_w=3),  # rectangular
+    Conv2dGw8Params(n=2, c=16, h=10, w=21, r=5, s=2, pad_h=0, pad_w=0, has_bias=True),  # pad 0
+    Conv2dGw8Params(n=2, c=128, h=7, w=7, r=7, s=7, pad_h=3, pad_w=3, dtype="bfloat16"),
+    Conv2dGw8Params(n=1, c=16, h=250, w=330, r=3, s=3, pad_h=1, pad_w=1),  # large spatial
+    Conv2dGw8Params(n=2, c=16, h=6, w=6, r=3, s=3, pad_h=4, pad_w=2, has_bias=True),  # pad > R-1
+    Conv2dGw8Params(n=5, c=40, h=15, w=17, r=1, s=1, pad_h=0, pad_w=0, has_bias=True),
+]
+
+
+@functools.cache
+def _dev():
+    from spio.cuda import device_attributes
+
+    return device_attributes(torch.cuda.current_device())
+
+
+def _limit(default: int = 12) -> int | None:
+    return settings().max_test_params or default
+
+
+def _precompile(kdef, p, cfgs) -> None:
+    from spio.compiler import CompileJob, compile_many
+
+    jobs = []
+    for cfg in cfgs:
+        s = kdef.spec(p, cfg, _dev())
+        jobs.append(
+            CompileJob(
+                s.source_text(), _dev().arch, options=s.options, name=s.source, scope=s.specs
+            )
+        )
+    compile_many(jobs)
+
+
+def _guarded(shape_nchw, dtype):
+    """A NaN-filled channels_last (N, C, P, Q) view inside a NaN buffer with guard bands."""
+    n, c, p, q = shape_nchw
+    buf = torch.full((n * c * p * q + 2 * GUARD,), float("nan"), dtype=dtype, device="cuda")
+    y = buf[GUARD : GUARD + n * c * p * q].view(n, p, q, c).permute(0, 3, 1, 2)
+    return y, buf
+
+
+def _check_guards(buf, where):
+    lo, hi = buf[:GUARD], buf[-GUARD:]
+    assert torch.isnan(lo).all() and torch.isnan(hi).all(), f"{where}: wrote outside the output"
+
+
+def _rand(shape, dtype, g, channels_last=True):
+    t = torch.randn(*shape, generator=g, device="cuda").to(dtype)
+    return t.contiguous(memory_format=torch.channels_last) if channels_last else t
+
+
+def _stream() -> int:
+    return torch.cuda.current_stream().cuda_stream
+
+
+def check_fprop(p: Conv2dGw8Params, cfgs, seed: int) -> None:
+    dt = DTYPES[p.dtype]
+    g = torch.Generator("cuda").manual_seed(seed)
+    x = _rand((p.n, p.c, p.h, p.w), dt, g)
+    w = torch.randn(p.c, 8, p.r, p.s, generator=g, device="cuda").to(dt)
+    b = torch.randn(p.c, generator=g, device="cuda").to(dt) if p.has_bias else None
+    want = ref.fprop(x.double(), w.double(), None if b is None else b.double(), p.padding)
+    tol = tolerance(dt, depth=8 * p.r * p.s)
+    cache = FunctionCache()
+    _precompile(fp.FPROP, p, cfgs)
+    for cfg in cfgs:
+        y, buf = _guarded((p.n, p.c, p.p, p.q), dt)
+        fp.launch(cache.get(fp.FPROP, p, cfg, _dev()), p, cfg, y, x, w, b, _stream())
+        torch.cuda.synchronize()
+        where = f"fprop {p} {cfg} seed={seed}"
+        _check_guards(buf, where)
+        assert_close(y, want, tol, where)
+
+
+def check_dgrad(p: Conv2dGw8Params, cfgs, seed: int) -> None:
+    dt = DTYPES[p.dtype]
+    g = torch.Generator("cuda").manual_seed(seed + 1)
+    dy = _rand((p.n, p.c, p.p, p.q), dt, g)
+    w = torch.randn(p.c, 8, p.r, p.s, generator=g, device="cuda").to(dt)
+    want = ref.dgrad(dy.double(), w.double(), (p.h, p.w), p.padding)
+    w_t = ref.transpose_weight(w)
+    tol = tolerance(dt, depth=8 * p.r * p.s)
+    cache = FunctionCache()
+    _precompile(fp.DGRAD, p, cfgs)
+    for cfg in cfgs:
+        dx, buf = _guarded((p.n, p.c, p.h, p.w), dt)
+        fp.dgrad_launch(cache.get(fp.DGRAD, p, cfg, _dev()), p, cfg, dx, dy, w_t, _stream())
+        torch.cuda.synchronize()
+        where = f"dgrad {p} {cfg} seed={seed}"
+        _check_guards(buf, where)
+        assert_close(dx, want, tol, where)
+
+
+def run_wgrad(p, cfg, cache, x, dy):
+    """(dw, db) through the wgrad kernel and the ordered reduction, partials poisoned."""
+    dt = DTYPES[p.dtype]
+    dev = _dev()
+    slices = wg.num_slices(p, cfg, dev)
+    partial = torch.full((slices * p.c * 8 * p.r * p.s,), float("nan"), device="cuda")
+    bias_partial = torch.full((slices * p.c if p.has_bias else 1,), float("nan"), device="cuda")
+    dw = torch.full((p.c, 8, p.r, p.s), float("nan"), dtype=dt, device="cuda")
+    db = torch.full((p.c,), float("nan"), dtype=dt, device="cuda") if p.has_bias else None
+    wg.launch(
+        cache.get(wg.WGRAD, p, cfg, dev), p, cfg, dev, partial, bias_partial, x, dy, _stream()
+    )
+    rcfg = wg.reduce_heuristic(p, dev)
+    wg.reduce_launch(
+        cache.get(wg.WGRAD_REDUCE, p, rcfg, dev),
+        p,
+        rcfg,
+        dw,
+        db,
+        partial,
+        bias_partial,
+        slices,
+        _stream(),
+    )
+    torch.cuda.synchronize()
+    return dw, db
+
+
+def check_wgrad(p: Conv2dGw8Params, cfgs, seed: int) -> None:
+    dt = DTYPES[p.dtype]
+    g = torch.Generator("cuda").manual_seed(seed + 2)
+    x = _rand((p.n, p.c, p.h, p.w), dt, g)
+    dy = _rand((p.n, p.c, p.p, p.q), dt, g)
+    want_w = ref.wgrad(x.double(), dy.double(), (p.r, p.s), p.padding)
+    want_b = ref.bias_grad(dy.double())
+    depth = p.n * p.p * p.q
+    cache = FunctionCache()
+    _precompile(wg.WGRAD, p, cfgs)
+    for cfg in cfgs:
+        where = f"wgrad {p} {cfg} seed={seed}"
+        dw, db = run_wgrad(p, cfg, cache, x, dy)
+        assert_close(dw, want_w, tolerance(dt, depth=depth), where)
+        if p.has_bias:
+            assert_close(db, want_b, tolerance(dt, depth=depth), where + " (bias)")
+        dw2, db2 = run_wgrad(p, cfg, cache, x, dy)
+        assert torch.equal(dw, dw2), f"{where}: dw differs between two runs (not deterministic)"
+        if p.has_bias:
+            assert torch.equal(db, db2), f"{where}: db differs between two runs"
+
+
+@pytest.mark.parametrize("p", SHAPES, ids=str)
+def test_fprop(p, seed):
+    check_fprop(p, sample(fp.configs(p, _dev()), _limit(), seed=seed), seed)
+
+
+@pytest.mark.parametrize("p", SHAPES, ids=str)
+def test_dgrad(p, seed):
+    check_dgrad(p, sample(fp.dgrad_configs(p, _dev()), _limit(), seed=seed), seed)
+
+
+@pytest.mark.parametrize("p", SHAPES, ids=str)
+def test_wgrad(p, seed):
+    check_wgrad(p, sample(wg.configs(p, _dev()), _limit(8), seed=seed), seed)
+
+
+@pytest.mark.parametrize("p", SHAPES[:3], ids=str)
+def test_wgrad_reduce_every_thread_count(p, seed):
+    dt = DTYPES[p.dtype]
+    g = torch.Generator("cuda").manual_seed(seed)
+    x, dy = _rand((p.n, p.c, p.h, p.w), dt, g), _rand((p.n, p.c, p.p, p.q), dt, g)
+    cfg = wg.heuristic(p, _dev())
+    want = ref.wgrad(x.double(), dy.double(), (p.r, p.s), p.padding)
+    cache = FunctionCache()
+    for rcfg in wg.reduce_configs(p, _dev()):
+        slices = wg.num_slices(p, cfg, _dev())
+        partial = torch.full((slices * p.c * 8 * p.r * p.s,), float("nan"), device="cuda")
+        bias_partial = torch.full((slices * p.c,), float("nan"), device="cuda")
+        wg.launch(
+            cache.get(wg.WGRAD, p, cfg, _dev()),
+            p,
+            cfg,
+            _dev(),
+            partial,
+            bias_partial,
+            x,
+            dy,
+            _stream(),
+        )
+        dw = torch.full((p.c, 8, p.r, p.s), float("nan"), dtype=dt, device="cuda")
+        db = torch.full((p.c,), float("nan"), dtype=dt, device="cuda") if p.has_bias else None
+        wg.reduce_launch(
+            cache.get(wg.WGRAD_REDUCE, p, rcfg, _dev()),
+            p,
+            rcfg,
+            dw,
+            db,
+            partial,
+            bias_partial,
+            slices,
+            _stream(),
+        )
+        torch.cuda.synchronize()
+        assert_close(dw, want, tolerance(dt, depth=p.n * p.p * p.q), f"reduce {rcfg} {p}")
+
+
+@pytest.mark.parametrize("n", [1, 7, 64])
+def test_batch_is_a_runtime_argument(n, seed):
+    """One compiled variant serves every batch size (no recompile), and stays correct."""
+    from spio.settings import override
+
+    p = Conv2dGw8Params(n=2, c=32, h=14, w=14, has_bias=True)
+    cfg = fp.heuristic(p, _dev())
+    check_fprop(p, [cfg], seed)  # compiles (or loads from the disk cache)
+    with override(assert_no_compile=True):
+        check_fprop(p.with_batch(n), [cfg], seed)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("p", SHAPES, ids=str)
+def test_every_config(p, seed):
+    check_fprop(p, fp.configs(p, _dev()), seed)
+    check_dgrad(p, fp.dgrad_configs(p, _dev()), seed)
+    check_wgrad(p, wg.configs(p, _dev()), seed)
