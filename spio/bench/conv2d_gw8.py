@@ -1,0 +1,309 @@
+"""`spio bench conv2d-gw8`: spio's grouped-conv kernels vs cuDNN vs an elementwise pass, same run.
+
+Grid (../shared/BASELINE.md): C 64/128/256/512 at 56²/28²/14²/7², kernel 3/5/7 (padding k // 2),
+N 1/8/32/128/256, fp16, channels_last; passes fprop, dgrad (input gradient) and wgrad (weight +
+bias gradient). For each point:
+
+- spio: the kernel launch(es) of the config the op would pick (heuristic), arguments prepared
+  once, so Python dispatch is not in the number. dgrad's weight transform (a PyTorch op on the
+  C·8·R·S weight) and wgrad's ordered reduction pass are timed separately as well and reported
+  (`dgrad_transform_us`, `wgrad_reduce_us`); the spio column of wgrad includes the reduction.
+- cuDNN: `F.conv2d` (fprop) and `aten.convolution_backward` (dgrad / wgrad with bias) with
+  `torch.backends.cudnn.benchmark = True`.
+- elementwise: `x + 1` on the input activation, the memory-bound reference of that size.
+
+Effective bandwidth is BASELINE's formula: (input + output + weight bytes) / time, the same bytes
+for all three passes; the elementwise pass counts its own read + write. `copy` is the measured
+device-to-device copy bandwidth (read + write), the speed-of-light line of the plots.
+Method: spio.bench.timing.bench (CUDA events, L2 flushed before every rep, median); every spio
+kernel is compiled in a warm-up call, and the timed calls run under SPIO_ASSERT_NO_COMPILE=1.
+Each point also checks spio's output against cuDNN's (`max_rel_err`).
+
+    spio bench conv2d-gw8 [--quick] [--csv out.csv] [--plot out.png] [--kernel fprop|dgrad|wgrad|all]
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+from spio.bench.report import plot, print_table, write_csv
+from spio.bench.timing import bench, copy_bandwidth_gbps
+
+SIZES = ((64, 56), (128, 28), (256, 14), (512, 7))
+KERNELS_RS = (3, 5, 7)
+BATCHES = (1, 8, 32, 128, 256)
+QUICK = ((64, 56, 3, 32), (64, 56, 3, 128), (128, 28, 5, 32), (256, 14, 3, 256), (512, 7, 7, 8))
+PASSES = ("fprop", "dgrad", "wgrad")
+CL = torch.channels_last
+
+
+def grid(quick: bool) -> list[tuple[int, int, int, int]]:
+    """(C, H=W, k, N) points in report order."""
+    if quick:
+        return list(QUICK)
+    return [(c, hw, k, n) for c, hw in SIZES for k in KERNELS_RS for n in BATCHES]
+
+
+def _rel_err(got: torch.Tensor, want: torch.Tensor) -> float:
+    scale = want.double().abs().max().item() or 1.0
+    return (got.double() - want.double()).abs().max().item() / scale
+
+
+class _Point:
+    """Tensors and prepared launches of one grid point."""
+
+    def __init__(self, c: int, hw: int, k: int, n: int, dtype: torch.dtype):
+        from spio.cuda import device_attributes
+        from spio.kernels.conv2d_gw8_params import Conv2dGw8Params
+
+        dev_index = torch.cuda.current_device()
+        self.dev = device_attributes(dev_index)
+        self.p = Conv2dGw8Params(
+            n=n,
+            c=c,
+            h=hw,
+            w=hw,
+            r=k,
+            s=k,
+            pad_h=k // 2,
+            pad_w=k // 2,
+            has_bias=True,
+            dtype=str(dtype).removeprefix("torch."),
+        )
+        self.stream = torch.cuda.current_stream().cuda_stream
+        self.x = torch.randn(n, c, hw, hw, device="cuda").to(dtype).contiguous(memory_format=CL)
+        self.w = torch.randn(c, 8, k, k, device="cuda").to(dtype) * 0.1
+        self.b = torch.randn(c, device="cuda").to(dtype)
+        self.dy = torch.randn_like(self.x)
+
+    def _kernel(self, kdef):
+        from spio.kernels.loader import default_function_cache
+        from spio.kernels.select import default_selector
+
+        cfg = default_selector().select(kdef, self.p, self.dev)
+        return cfg, default_function_cache().get(kdef, self.p, cfg, self.dev)
+
+    def spio_fprop(self) -> tuple[Callable[[], None], torch.Tensor]:
+        from spio.kernels import conv2d_gw8_fprop as fp
+
+        cfg, kern = self._kernel(fp.FPROP)
+        y = torch.empty_like(self.x)
+        return (lambda: fp.launch(kern, self.p, cfg, y, self.x, self.w, self.b, self.stream)), y
+
+    def spio_dgrad(self):
+        from spio.kernels import conv2d_gw8_fprop as fp
+        from spio.kernels.conv2d_gw8_reference import transpose_weight
+
+        cfg, kern = self._kernel(fp.DGRAD)
+        w_t = transpose_weight(self.w)
+        dx = torch.empty_like(self.x)
+        return (lambda: fp.dgrad_launch(kern, self.p, cfg, dx, self.dy, w_t, self.stream)), dx
+
+    def spio_wgrad(self, with_reduce: bool = True):
+        from spio.kernels import conv2d_gw8_wgrad as wg
+
+        cfg, kern = self._kernel(wg.WGRAD)
+        rcfg, rkern = self._kernel(wg.WGRAD_REDUCE)
+        slices = wg.num_slices(self.p, cfg, self.dev)
+        partial = torch.empty(slices * self.w.numel(), device="cuda")
+        bias_partial = torch.empty(slices * self.p.c, device="cuda")
+        dw, db = torch.empty_like(self.w), torch.empty_like(self.b)
+
+        def wgrad():
+            wg.launch(
+                kern, self.p, cfg, self.dev, partial, bias_partial, self.x, self.dy, self.stream
+            )
+
+        def reduce():
+            wg.reduce_launch(
+                rkern, self.p, rcfg, dw, db, partial, bias_partial, slices, self.stream
+            )
+
+        def both():
+            wgrad()
+            reduce()
+
+        return both, reduce, dw
+
+
+def _cudnn(pt: _Point, which: str) -> tuple[Callable[[], object], Callable[[], torch.Tensor]]:
+    p = pt.p
+    groups = p.c // 8
+    if which == "fprop":
+
+        def run():
+            return torch.nn.functional.conv2d(pt.x, pt.w, pt.b, padding=p.padding, groups=groups)
+
+        return run, run
+    mask = [which == "dgrad", which == "wgrad", which == "wgrad"]
+
+    def run():
+        return torch.ops.aten.convolution_backward(
+            pt.dy,
+            pt.x,
+            pt.w,
+            [p.c],
+            [1, 1],
+            list(p.padding),
+            [1, 1],
+            False,
+            [0, 0],
+            groups,
+            mask,
+        )
+
+    def result():
+        out = run()
+        return out[0] if which == "dgrad" else out[1]
+
+    return run, result
+
+
+def measure(
+    c: int, hw: int, k: int, n: int, passes: tuple[str, ...], copy_gbps: float, dtype: torch.dtype
+) -> list[dict]:
+    from spio.kernels.conv2d_gw8_fprop import stats
+    from spio.kernels.conv2d_gw8_reference import transpose_weight
+    from spio.settings import override
+
+    pt = _Point(c, hw, k, n, dtype)
+    nbytes = stats(pt.p).bytes_moved
+    elem_bytes = 2 * pt.x.numel() * pt.x.element_size()
+    t_elem = bench(lambda: pt.x + 1)
+    rows = []
+    for which in passes:
+        extra = {}
+        if which == "fprop":
+            run, out = pt.spio_fprop()
+        elif which == "dgrad":
+            run, out = pt.spio_dgrad()
+            extra["dgrad_transform_us"] = 1e3 * bench(lambda: transpose_weight(pt.w)).median_ms
+        else:
+            run, reduce, out = pt.spio_wgrad()
+        run()  # warm-up: every compile and load happens here
+        torch.cuda.synchronize()
+        with override(assert_no_compile=True):
+            t_spio = bench(run)
+            if which == "wgrad":
+                extra["wgrad_reduce_us"] = 1e3 * bench(reduce).median_ms
+        cud_run, cud_result = _cudnn(pt, which)
+        t_cudnn = bench(cud_run)
+        err = _rel_err(out, cud_result())
+        spio_gbps, cudnn_gbps = t_spio.gbps(nbytes), t_cudnn.gbps(nbytes)
+        elem_gbps = t_elem.gbps(elem_bytes)
+        rows.append(
+            {
+                "pass": which,
+                "shape": f"C{c} {hw}x{hw} k{k} N{n}",
+                "C": c,
+                "HW": hw,
+                "k": k,
+                "N": n,
+                "spio_us": 1e3 * t_spio.median_ms,
+                "cudnn_us": 1e3 * t_cudnn.median_ms,
+                "spio_GBps": spio_gbps,
+                "cudnn_GBps": cudnn_gbps,
+                "elementwise_GBps": elem_gbps,
+                "spio_vs_cudnn": cudnn_gbps and spio_gbps / cudnn_gbps,
+                "spio_vs_elementwise": spio_gbps / elem_gbps,
+                "spio_pct_copy": 100 * spio_gbps / copy_gbps,
+                "max_rel_err": err,
+                **extra,
+            }
+        )
+    return rows
+
+
+def summarize(rows: list[dict]) -> list[str]:
+    """The issue's targets, point by point aggregated per pass."""
+    lines = []
+    for which in PASSES:
+        sel = [r for r in rows if r["pass"] == which]
+        big = [r for r in sel if r["N"] >= 8]
+        if not sel:
+            continue
+        if big:
+            gm = math.exp(sum(math.log(max(r["spio_vs_cudnn"], 1e-9)) for r in big) / len(big))
+            slower = [r["shape"] for r in big if r["spio_vs_cudnn"] < 1]
+            lines.append(
+                f"{which}: geomean speedup over cuDNN (N>=8) {gm:.2f}x; "
+                f"slower than cuDNN at {len(slower)} points {slower[:6]}"
+            )
+        k3 = [r for r in sel if r["k"] == 3 and r["N"] >= 32]
+        if k3:
+            worst = min(r["spio_vs_elementwise"] for r in k3)
+            lines.append(f"{which}: 3x3 N>=32 worst spio/elementwise {100 * worst:.0f}%")
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="spio bench conv2d-gw8", description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true", help="a handful of grid points")
+    ap.add_argument("--csv", type=Path, help="write the rows to this CSV file")
+    ap.add_argument("--plot", type=Path, help="PNG path; one plot per pass (suffix _<pass>)")
+    ap.add_argument("--kernel", choices=(*PASSES, "all"), default="all")
+    ap.add_argument("--dtype", choices=("fp16", "bf16"), default="fp16")
+    args = ap.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("spio bench conv2d-gw8: needs a CUDA GPU")
+        return 2
+    torch.backends.cudnn.benchmark = True
+    dtype = torch.float16 if args.dtype == "fp16" else torch.bfloat16
+    passes = PASSES if args.kernel == "all" else (args.kernel,)
+    copy_gbps = copy_bandwidth_gbps(2**30 if args.quick else 2**31)
+    print(f"device copy bandwidth (read + write): {copy_gbps:.0f} GB/s")
+    points = grid(args.quick)
+    rows: list[dict] = []
+    try:
+        from tqdm import tqdm
+
+        points_iter = tqdm(points, desc="conv2d_gw8", unit="shape")
+    except ImportError:
+        points_iter = points
+    for c, hw, k, n in points_iter:
+        rows += measure(c, hw, k, n, passes, copy_gbps, dtype)
+    cols = [
+        "pass",
+        "shape",
+        "spio_us",
+        "cudnn_us",
+        "spio_GBps",
+        "cudnn_GBps",
+        "elementwise_GBps",
+        "spio_vs_cudnn",
+        "spio_vs_elementwise",
+        "spio_pct_copy",
+        "max_rel_err",
+    ]
+    print_table(rows, cols)
+    for line in summarize(rows):
+        print(line)
+    if args.csv:
+        all_keys = list(dict.fromkeys(key for r in rows for key in r))
+        write_csv([{key: r.get(key, "") for key in all_keys} for r in rows], args.csv)
+    if args.plot:
+        for which in passes:
+            sel = [r for r in rows if r["pass"] == which]
+            path = args.plot.with_name(f"{args.plot.stem}_{which}{args.plot.suffix or '.png'}")
+            plot(
+                sel,
+                "shape",
+                ["spio_GBps", "cudnn_GBps", "elementwise_GBps"],
+                path,
+                ylabel="effective GB/s",
+                roofline=copy_gbps,
+                title=f"conv2d_gw8 {which} ({args.dtype}, channels_last)",
+            )
+    bad = [r for r in rows if not r["max_rel_err"] < 0.05]
+    if bad:
+        print(
+            f"WARNING: {len(bad)} points differ from cuDNN by more than 5%: "
+            f"{[(r['pass'], r['shape']) for r in bad]}"
+        )
+        return 1
+    return 0

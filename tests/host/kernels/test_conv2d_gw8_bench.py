@@ -1,0 +1,47 @@
+"""The conv2d_gw8 benchmark's host-side parts: the grid, the summary of the targets, no-GPU exit."""
+
+from __future__ import annotations
+
+import torch
+
+from spio.bench import conv2d_gw8 as bench
+
+
+def test_grid_is_baselines():
+    full = bench.grid(quick=False)
+    assert len(full) == 4 * 3 * 5
+    assert (64, 56, 3, 1) in full and (512, 7, 7, 256) in full
+    assert set(bench.grid(quick=True)) <= set(full)
+
+
+def _row(which, k, n, vs_cudnn, vs_elem):
+    return {
+        "pass": which,
+        "shape": f"k{k} N{n}",
+        "k": k,
+        "N": n,
+        "spio_vs_cudnn": vs_cudnn,
+        "spio_vs_elementwise": vs_elem,
+    }
+
+
+def test_summary_reports_geomean_and_slow_points():
+    rows = [
+        _row("fprop", 3, 32, 4.0, 0.9),
+        _row("fprop", 3, 8, 1.0, 0.5),
+        _row("fprop", 5, 1, 0.5, 0.1),
+        _row("wgrad", 7, 128, 0.8, 0.2),
+    ]
+    lines = bench.summarize(rows)
+    assert (
+        "fprop: geomean speedup over cuDNN (N>=8) 2.00x; slower than cuDNN at 0 points" in lines[0]
+    )
+    assert "3x3 N>=32 worst spio/elementwise 90%" in lines[1]
+    assert "slower than cuDNN at 1 points ['k7 N128']" in lines[2]
+
+
+def test_main_without_gpu_says_so(capsys):
+    if torch.cuda.is_available():
+        return
+    assert bench.main(["--quick"]) == 2
+    assert "needs a CUDA GPU" in capsys.readouterr().out
