@@ -9,6 +9,7 @@ and the device's SM count.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import Any
 
 from spio.kernels.conv2d_gw8_params import (
@@ -118,7 +119,8 @@ def heuristic(p: Conv2dGw8Params, dev: Any) -> Conv2dGw8WgradConfig:
 
     Rule: the smallest column tile covering Q up to 64 (one tile per row for most layers, so
     no column partials); 4 warps when the groups allow; block_p 16 (few halo rows, short tasks);
-    2 stages; 2 splits per SM (two co-resident CTAs hide each other's barriers).
+    2 stages; 2 splits per SM (two co-resident CTAs hide each other's barriers), or 1 when the
+    fp32 partials would exceed a quarter of the activation traffic.
     """
     valid = configs(p, dev)
     if not valid:
@@ -137,7 +139,18 @@ def heuristic(p: Conv2dGw8Params, dev: Any) -> Conv2dGw8WgradConfig:
             c.splits_per_sm != 2,
         )
 
-    return min(valid, key=distance)
+    best = min(valid, key=distance)
+    # The fp32 partials are written once and read once by the reduction: when that would exceed
+    # a quarter of the activation traffic (large C·R·S, small N·P·Q), use one split per SM.
+    fewer = replace(best, splits_per_sm=1)
+    if fewer in valid and 2 * partial_bytes(p, best, dev) > stats(p).bytes_moved // 4:
+        return fewer
+    return best
+
+
+def partial_bytes(p: Conv2dGw8Params, cfg: Conv2dGw8WgradConfig, dev: Any) -> int:
+    """Bytes of fp32 partials (weight and bias) the wgrad kernel writes."""
+    return num_slices(p, cfg, dev) * (p.c * GROUP_WIDTH * p.r * p.s + p.c) * 4
 
 
 def spec(p: Conv2dGw8Params, cfg: Conv2dGw8WgradConfig, dev: Any = None) -> KernelSpec:
@@ -249,7 +262,7 @@ def features(p: Conv2dGw8Params, cfg: Conv2dGw8WgradConfig, dev: Any) -> dict[st
         "smem_bytes": smem_bytes(p, cfg),
         "live_regs": live_regs(p, cfg),
         "halo_ratio": (cfg.block_p + p.r - 1) / cfg.block_p * tile_w(p, cfg) / cfg.block_q,
-        "partial_bytes": num_slices(p, cfg, dev) * (p.c * GROUP_WIDTH * p.r * p.s + p.c) * 4,
+        "partial_bytes": partial_bytes(p, cfg, dev),
         "bytes": st.bytes_moved,
         "flops": st.flops,
         "sm_count": dev.sm_count,
