@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from spio.kernels import conv2d_gw8_tune as _tune
 from spio.kernels.conv2d_gw8_params import (
     GROUP_WIDTH,
     Conv2dGw8Config,
@@ -288,6 +289,8 @@ FPROP = KernelDef(
     stats=stats,
     features=features,
     examples=examples,
+    sample_params=_tune.sample_params,
+    make_runner=_tune.make_fprop_runner,
 )
 
 DGRAD = KernelDef(
@@ -300,4 +303,6 @@ DGRAD = KernelDef(
     stats=dgrad_stats,
     features=dgrad_features,
     examples=examples,
+    sample_params=_tune.sample_params,
+    make_runner=_tune.make_dgrad_runner,
 )

@@ -12,6 +12,7 @@ import math
 from dataclasses import replace
 from typing import Any
 
+from spio.kernels import conv2d_gw8_tune as _tune
 from spio.kernels.conv2d_gw8_params import (
     GROUP_WIDTH,
     Conv2dGw8Params,
@@ -399,6 +400,8 @@ WGRAD = KernelDef(
     stats=stats,
     features=features,
     examples=examples,
+    sample_params=_tune.sample_params,
+    make_runner=_tune.make_wgrad_runner,
 )
 
 WGRAD_REDUCE = KernelDef(
@@ -411,4 +414,6 @@ WGRAD_REDUCE = KernelDef(
     stats=reduce_stats,
     features=reduce_features,
     examples=examples,
+    sample_params=_tune.sample_params,
+    make_runner=_tune.make_reduce_runner,
 )

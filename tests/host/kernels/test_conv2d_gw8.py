@@ -284,3 +284,14 @@ def test_every_config_compiles(arch):
         )
     images = compile_many(todo)
     assert all(img[:4] == b"\x7fELF" for img in images)
+
+
+def test_sampled_params_always_have_configs():
+    import random
+
+    rng = random.Random(0)
+    for _ in range(200):
+        p = fp.FPROP.sample_params(rng)
+        for kdef in KDEFS:
+            assert kdef.configs(p, _dev("A100")), f"{kdef.name}: no config for {p}"
+    assert all(k.make_runner is not None for k in KDEFS)
