@@ -109,6 +109,17 @@ class Coordinates : private detail::CoordLeaf<Ds>... {
     }
 };
 
+namespace detail {
+template <class T>
+inline constexpr bool is_coordinates_v = false;
+template <class... Ds>
+inline constexpr bool is_coordinates_v<Coordinates<Ds...>> = true;
+}  // namespace detail
+
+/// A spio::Coordinates list.
+template <class T>
+concept CoordinatesLike = detail::is_coordinates_v<T>;
+
 /// Coordinates holding the given values; values of one base are summed.
 ///
 /// Example: make_coordinates(I(3), J(4), K(5)) == I(3) + J(4) + K(5).

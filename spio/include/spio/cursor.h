@@ -59,6 +59,9 @@ class Cursor {
     /// A copy moved by x (a dim value or coordinates).
     template <class X>
     SPIO_HOST_DEVICE constexpr Cursor operator[](X x) const {
+        static_assert(DimLike<X> || CoordinatesLike<X>,
+                      "spio::Cursor[]/Tensor[]: subscript with a dim value (K(3)) or coordinates "
+                      "(I(1) + K(3)), not a bare integer or another type");
         Cursor moved = *this;
         moved.step(x);
         return moved;
@@ -92,6 +95,17 @@ class Cursor {
     int offset_;
     int acc_[Layout::num_slots > 0 ? Layout::num_slots : 1];
 };
+
+namespace detail {
+template <class T>
+inline constexpr bool is_cursor_v = false;
+template <class T, class L>
+inline constexpr bool is_cursor_v<Cursor<T, L>> = true;
+}  // namespace detail
+
+/// A spio::Cursor (a subscripted tensor).
+template <class T>
+concept CursorLike = detail::is_cursor_v<T>;
 
 /// Two cursors are equal when they point at the same element.
 template <class T, class L, class U, class M>

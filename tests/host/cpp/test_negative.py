@@ -72,6 +72,11 @@ CASES = [
         "the tensor has no dim with this base",
     ),
     (
+        "subscript_with_int",
+        "auto c = X(p)[3]; (void)c;",
+        "subscript with a dim value",
+    ),
+    (
         "step_missing_dim",
         "auto c = X(p)[I(1)]; c.step(J(2));",
         "the tensor has no dim with this base",
