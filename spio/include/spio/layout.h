@@ -1,10 +1,11 @@
 /// Layouts: the offset function of a tensor type, from its extents and swizzles.
 ///
-/// A cursor (cursor.h) keeps a pointer and, for some base dims, an accumulated logical coordinate
-/// in base units (a "slot"). A subscript either moves the pointer at once or adds to a slot:
+/// A cursor (cursor.h) keeps a pointer, a linear element offset (one int) and, for some base dims,
+/// an accumulated logical coordinate in base units (a "slot"). A subscript either adds to the
+/// linear offset at once ("immediate") or adds to a slot:
 ///   - a base whose only extent is the plain dim (stride 1, not a Module, not swizzled) has no
-///     slot: every subscript of it (the dim, a fold, a module) moves the pointer immediately;
-///   - a base with one fold extent (e.g. only C8) moves the pointer at once for subscripts whose
+///     slot: every subscript of it (the dim, a fold, a module) is immediate;
+///   - a base with one fold extent (e.g. only C8) is immediate for subscripts whose
 ///     stride is a multiple of the fold's (C8, C16...), and accumulates finer ones (C) in its slot;
 ///   - a base with several extents (K8 and K % 8), a Module extent, or a swizzled dim always
 ///     accumulates, so `a[K(7)][K(5)] == a[K(12)]` (carry across folds).
@@ -136,11 +137,11 @@ struct Layout<TypeList<Es...>, TypeList<Ss...>> {
         }
     }
 
-    /// True when a subscript of dim D moves the pointer at once (see the file comment).
+    /// True when a subscript of dim D adds to the linear offset at once (see the file comment).
     template <class D>
     static constexpr bool immediate = immediate_impl<D>();
 
-    /// Elements the pointer moves per unit of an immediate subscript D.
+    /// Elements the linear offset moves per unit of an immediate subscript D.
     template <class D>
     static constexpr int immediate_scale =
         (D::stride / first_extent<typename D::base>::dim::stride) *
@@ -188,7 +189,7 @@ struct Layout<TypeList<Es...>, TypeList<Ss...>> {
         }
     }
 
-    /// The element offset of the accumulated slots (pointer moves excluded).
+    /// The element offset of the accumulated slots (the linear offset excluded).
     SPIO_HOST_DEVICE static constexpr int offset(const int* acc) { return (0 + ... + term<Es>(acc)); }
 
     // ---- checks ---------------------------------------------------------------------------------
