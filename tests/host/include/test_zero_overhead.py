@@ -101,7 +101,39 @@ extern "C" __global__ void hand(float* __restrict__ b_ptr, const float* __restri
 }
 """
 
-CASES = {"swizzled_transpose": TRANSPOSE, "folded_gather": FOLDED}
+# Per-pixel bias add over channels-last activations: a cursor stepped along C, a projected bias.
+BIAS = r"""
+struct N : spio::Dim<N> { using spio::Dim<N>::Dim; };
+struct H : spio::Dim<H> { using spio::Dim<H>::Dim; };
+struct W : spio::Dim<W> { using spio::Dim<W>::Dim; };
+using X = spio::Tensor<float, spio::Extent<N, 2>, spio::Extent<H, 16>, spio::Extent<W, 16>,
+                       spio::Extent<C, 32>>;
+using Bias = spio::Tensor<float, spio::Extent<C, 32>>;
+using Pixel = spio::CompoundIndex<spio::Extent<N, 2>, spio::Extent<H, 16>, spio::Extent<W, 16>>;
+
+extern "C" __global__ void typed(float* __restrict__ x_ptr, const float* __restrict__ b_ptr) {
+    const auto pixel = Pixel(blockIdx.x * blockDim.x + threadIdx.x).coordinates();
+    const auto bias = Bias::const_tensor(b_ptr);
+    auto x = X(x_ptr)[pixel];
+    for (auto c : spio::range(C(32))) {
+        *x += *bias[pixel + c];
+        x.step(C(1));
+    }
+}
+
+extern "C" __global__ void hand(float* __restrict__ x_ptr, const float* __restrict__ b_ptr) {
+    const unsigned p = blockIdx.x * blockDim.x + threadIdx.x;
+    const int n = p / 256;
+    const int h = (p / 16) % 16;
+    const int w = p % 16;
+    const int base = n * 8192 + h * 512 + w * 32;
+    for (int c = 0; c < 32; ++c) {
+        x_ptr[base + c] += b_ptr[c];
+    }
+}
+"""
+
+CASES = {"swizzled_transpose": TRANSPOSE, "folded_gather": FOLDED, "channels_last_bias": BIAS}
 
 
 def _cuobjdump() -> Path | None:
