@@ -156,15 +156,15 @@ def _gxx(source: str, tmp_path: Path) -> subprocess.CompletedProcess:
 
 
 def _nvrtc(source: str):
-    """None when the source compiles, else the NVRTC log; skips when NVRTC is missing."""
+    """None when the source compiles, else the NVRTC log; skips when NVRTC is not installed."""
     from spio.compiler import compile
-    from spio.errors import CompileError
+    from spio.errors import CompileError, LibraryNotFoundError
 
     try:
         compile(source, "sm_90", name="snippet.cu", cache=None)
     except CompileError as e:
         return e.log
-    except (OSError, RuntimeError) as e:  # NVRTC not found: spio.compiler raises with the fix
+    except LibraryNotFoundError as e:
         pytest.skip(f"NVRTC is not available: {e}")
     return None
 
