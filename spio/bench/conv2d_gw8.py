@@ -86,7 +86,7 @@ class _Point:
         from spio.kernels.select import default_selector
 
         cfg = default_selector().select(kdef, self.p, self.dev)
-        return cfg, default_function_cache().get(kdef, self.p, cfg, self.dev)
+        return cfg, default_function_cache().get(kdef, self.p.variant(), cfg, self.dev)
 
     def spio_fprop(self) -> tuple[Callable[[], None], torch.Tensor]:
         from spio.kernels import conv2d_gw8_fprop as fp

@@ -227,7 +227,7 @@ def _kernel(kdef, p: Conv2dGw8Params, index: int):
 
     dev = _device(index)
     cfg = default_selector().select(kdef, p, dev)
-    return dev, cfg, default_function_cache().get(kdef, p, cfg, dev)
+    return dev, cfg, default_function_cache().get(kdef, p.variant(), cfg, dev)
 
 
 def _index(t: torch.Tensor) -> int:

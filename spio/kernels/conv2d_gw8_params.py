@@ -104,6 +104,14 @@ class Conv2dGw8Params:
     def with_batch(self, n: int) -> Conv2dGw8Params:
         return replace(self, n=n)
 
+    def variant(self) -> Conv2dGw8Params:
+        """The params with the batch dropped (n = 1): what a compiled kernel depends on.
+
+        The batch is a launch argument, so loaded kernels are cached under `variant()` and one
+        module serves every batch size; selection still sees the real params.
+        """
+        return replace(self, n=1)
+
     def dgrad_as_fprop(self) -> Conv2dGw8Params:
         """The forward conv that computes this layer's input gradient.
 

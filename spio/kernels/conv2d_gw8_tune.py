@@ -68,7 +68,7 @@ def _loaded(kdef, p: Conv2dGw8Params, cfg: Any):
     from spio.kernels.loader import default_function_cache
 
     dev = device_attributes(torch.cuda.current_device())
-    return dev, default_function_cache().get(kdef, p, cfg, dev)
+    return dev, default_function_cache().get(kdef, p.variant(), cfg, dev)
 
 
 def make_fprop_runner(p: Conv2dGw8Params, cfg: Any):
