@@ -9,6 +9,7 @@ take the layer's params.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import Any
 
 from spio.kernels import conv2d_gw8_tune as _tune
@@ -78,9 +79,10 @@ def heuristic(p: Conv2dGw8Params, dev: Any) -> Conv2dGw8Config:
     """The config used until a performance model exists.
 
     Rule: 4 warps (128 threads) when the groups allow it, else the most that divide them; 32
-    output columns when Q >= 32 and the registers allow, else 16; two pipeline stages; then the
-    tallest block (fewest halo rows re-read) that still gives at least 2 CTAs per SM over the
-    whole batch, so small batches still fill the GPU.
+    output columns when Q >= 32 and the registers allow, else 16; then the tallest block (fewest
+    halo rows re-read) that still gives at least 2 CTAs per SM over the whole batch, so small
+    batches still fill the GPU; three pipeline stages when the block streams >= 8 input rows,
+    else two.
     """
     valid = configs(p, dev)
     if not valid:
@@ -96,6 +98,12 @@ def heuristic(p: Conv2dGw8Params, dev: Any) -> Conv2dGw8Config:
         g = grid(p, cfg)
         if g[0] * g[1] >= target:
             best = cfg
+    # Little's law: ~14 KB per SM must be in flight to cover DRAM latency at 3 TB/s on an H100.
+    # A CTA has one row (WARPS x TILE_W x 16 B, ~2 KB) in flight per extra stage, so tall tiles
+    # (many rows to stream) get a third stage.
+    deeper = replace(best, stages=3)
+    if best.block_p + p.r - 1 >= 8 and deeper in valid:
+        return deeper
     return best
 
 

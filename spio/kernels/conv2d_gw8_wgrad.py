@@ -120,8 +120,9 @@ def heuristic(p: Conv2dGw8Params, dev: Any) -> Conv2dGw8WgradConfig:
 
     Rule: the smallest column tile covering Q up to 64 (one tile per row for most layers, so
     no column partials); 4 warps when the groups allow; block_p 16 (few halo rows, short tasks);
-    2 stages; 2 splits per SM (two co-resident CTAs hide each other's barriers), or 1 when the
-    fp32 partials would exceed a quarter of the activation traffic.
+    3 stages (2 for blocks under 8 rows); 2 splits per SM (two co-resident CTAs hide each
+    other's barriers), or 1 when the fp32 partials would exceed a quarter of the activation
+    traffic.
     """
     valid = configs(p, dev)
     if not valid:
@@ -130,13 +131,14 @@ def heuristic(p: Conv2dGw8Params, dev: Any) -> Conv2dGw8WgradConfig:
     block_q = next((bq for bq in BLOCK_Q_CHOICES if bq >= p.q), 64)
     block_q = min(block_q, 64)
     block_p = min(16, p.p)
+    stages = 3 if block_p >= 8 else 2  # more rows in flight to cover DRAM latency (see fprop)
 
     def distance(c: Conv2dGw8WgradConfig) -> tuple:
         return (
             abs(c.warps - warps),
             abs(c.block_q - block_q),
             abs(c.block_p - block_p),
-            c.stages != 2,
+            c.stages != stages,
             c.splits_per_sm != 2,
         )
 
