@@ -5,7 +5,7 @@ Layout under the root (`settings().cache_dir` for the default instance):
     kernels/<key[:2]>/<key>.cubin      the entry: 48-byte header + payload (.ptx for PTX)
     kernels/<key[:2]>/<key>.cu .h .options     with SPIO_CACHE_SAVE_SOURCE=1
     kernels/<key[:2]>/<key>.sass       with SPIO_DISASM=1, when cuobjdump/nvdisasm exists
-    locks/<key>.lock                   held while one process compiles that key
+    locks/<key[:2]>.lock               held while one process compiles a key of that stripe
 
 Entry header: MAGIC (8 bytes) | sha256(payload) (32) | len(payload) (8, little-endian).
 A load checks all three; anything else (truncated, corrupted, foreign file) is a miss, and the
@@ -136,8 +136,13 @@ class DiskCache:
         return self.root / "kernels" / key[:2] / (key + (".ptx" if ptx else ".cubin"))
 
     def lock_path(self, key: str) -> Path:
-        """The lock file a process holds while compiling `key`."""
-        return self.root / "locks" / f"{key}.lock"
+        """The lock file a process holds while compiling `key`.
+
+        Striped by the key's first two hex digits: at most 256 lock files ever exist (they are
+        never deleted: unlinking a lock file others may wait on is racy), and two processes
+        compiling different kernels rarely share a stripe.
+        """
+        return self.root / "locks" / f"{key[:2]}.lock"
 
     def get(self, key: str, ptx: bool = False, *, count: bool = True) -> bytes | None:
         """The verified payload, or None (missing or damaged: a damaged file is removed).

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import importlib
 import json
-import multiprocessing
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -226,56 +226,78 @@ def test_disasm_without_a_tool_only_warns(tiny, disk, monkeypatch, caplog):
     assert not list(disk.root.glob("kernels/*/*.sass"))
 
 
-def _compile_in_child(root: str, tag: str, barrier, queue) -> None:
-    source = f'extern "C" __global__ void k(float* y) {{ y[threadIdx.x] = 2; }} // {tag}\n'
-    cache = DiskCache(Path(root))
-    barrier.wait()
-    image = compile(source, "sm_80", cache=cache)
-    queue.put((image, cache.stats().compiles))
+# Children are plain `python -c` processes (test modules are not importable from a spawned
+# interpreter under pytest's importlib mode). Each one signals `ready`, then waits for `go`, so
+# both do their work at the same moment.
+_CHILD_PRELUDE = """
+import pathlib, sys, time
+root, me = pathlib.Path(sys.argv[1]), sys.argv[2]
+from spio.compiler import DiskCache, compile
+cache = DiskCache(root)
+(root / f"ready-{me}").touch()
+while not (root / "go").exists():
+    time.sleep(0.001)
+"""
+
+
+def _start_children(root: Path, body: str, n: int = 2) -> list[subprocess.Popen]:
+    root.mkdir(parents=True, exist_ok=True)
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", _CHILD_PRELUDE + body, str(root), str(i)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for i in range(n)
+    ]
+    deadline = time.monotonic() + 120
+    while not all((root / f"ready-{i}").exists() for i in range(n)):
+        assert time.monotonic() < deadline, [p.communicate() for p in procs]
+        assert all(p.poll() is None for p in procs), [p.communicate() for p in procs]
+        time.sleep(0.005)
+    (root / "go").touch()
+    return procs
+
+
+def _finish(procs: list[subprocess.Popen]) -> list[str]:
+    outs = []
+    for p in procs:
+        out, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err
+        outs.append(out.strip())
+    return outs
 
 
 def test_concurrent_processes_compile_one_key(tmp_path):
-    ctx = multiprocessing.get_context("spawn")
-    barrier, queue = ctx.Barrier(2), ctx.Queue()
-    procs = [
-        ctx.Process(target=_compile_in_child, args=(str(tmp_path), "same", barrier, queue))
-        for _ in range(2)
-    ]
-    for p in procs:
-        p.start()
-    results = [queue.get(timeout=120) for _ in procs]
-    for p in procs:
-        p.join(timeout=60)
-        assert p.exitcode == 0
-    images = {r[0] for r in results}
-    assert len(images) == 1
-    assert sum(r[1] for r in results) == 1  # the per-key lock let only one process compile
+    body = (
+        "src = 'extern \"C\" __global__ void k(float* y) { y[threadIdx.x] = 2; }'\n"
+        "image = compile(src, 'sm_80', cache=cache)\n"
+        "import hashlib; print(hashlib.sha256(image).hexdigest(), cache.stats().compiles)\n"
+    )
+    outs = [line.split() for line in _finish(_start_children(tmp_path, body))]
+    assert outs[0][0] == outs[1][0]  # the same image
+    assert int(outs[0][1]) + int(outs[1][1]) == 1  # the lock let only one process compile
     entries = list(tmp_path.glob("kernels/*/*.cubin"))
-    assert len(entries) == 1 and decode_entry(entries[0].read_bytes()) == images.pop()
-
-
-def _hammer(root: str, payload: bytes, n: int) -> None:
-    cache = DiskCache(Path(root))
-    for _ in range(n):
-        cache.put("ab" * 32, payload)
+    assert len(entries) == 1 and decode_entry(entries[0].read_bytes()) is not None
 
 
 def test_concurrent_writers_never_expose_a_partial_entry(tmp_path):
     """Two processes rewrite one key while this one reads it: every read is whole or absent."""
-    payload = os.urandom(256 * 1024)
-    ctx = multiprocessing.get_context("spawn")
-    writers = [ctx.Process(target=_hammer, args=(str(tmp_path), payload, 200)) for _ in range(2)]
-    for w in writers:
-        w.start()
+    body = (
+        "payload = bytes(range(256)) * 1024\n"
+        "for _ in range(300):\n"
+        "    cache.put('ab' * 32, payload)\n"
+    )
+    payload = bytes(range(256)) * 1024
+    procs = _start_children(tmp_path, body)
     reader = DiskCache(tmp_path)
     seen = 0
-    while any(w.is_alive() for w in writers):
+    while any(p.poll() is None for p in procs):
         got = reader.get("ab" * 32)
         assert got is None or got == payload
         seen += got is not None
-    for w in writers:
-        w.join()
-        assert w.exitcode == 0
+    _finish(procs)
     assert seen > 0, "the reader never overlapped the writers; the test proved nothing"
     assert reader.get("ab" * 32) == payload and reader.stats().corrupt == 0
 
