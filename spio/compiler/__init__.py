@@ -5,6 +5,7 @@ Nothing happens at import: NVRTC is located and loaded at the first compile (or 
 
 from spio.compiler.cache import CacheStats, DiskCache, default_cache
 from spio.compiler.compile import compile
+from spio.compiler.disasm import disassemble, instruction_counts
 from spio.compiler.pool import CompileJob, compile_many
 from spio.compiler.resources import KernelResources, kernel_resources
 from spio.compiler.toolchain import describe, nvrtc_version, supported_archs
@@ -18,6 +19,8 @@ __all__ = [
     "compile_many",
     "default_cache",
     "describe",
+    "disassemble",
+    "instruction_counts",
     "kernel_resources",
     "nvrtc_version",
     "supported_archs",

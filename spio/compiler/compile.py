@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import logging
 import re
-import subprocess
-import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -26,7 +24,7 @@ from typing import Any
 
 from spio.compiler import nvrtc
 from spio.compiler.cache import INCLUDE_DIR, DiskCache, cache_key, default_cache, include_checksum
-from spio.compiler.locate import find_tool
+from spio.compiler.disasm import write_sass
 from spio.compiler.toolchain import toolchain
 from spio.errors import CompileError, CompileForbiddenError
 from spio.settings import settings
@@ -219,26 +217,6 @@ def store(p: Prepared, image: bytes, disk: DiskCache) -> None:
             disk.put_text(p.key, ".h", p.generated)
     if s.disasm and not p.ptx:
         write_sass(image, disk.path(p.key).with_suffix(".sass"))
-
-
-def write_sass(cubin: bytes, out: Path) -> bool:
-    """Disassembles a cubin into `out` with cuobjdump (or nvdisasm); False when neither exists."""
-    tools = [(find_tool("cuobjdump"), ["-sass"]), (find_tool("nvdisasm"), ["-c"])]
-    for tool, args in tools:
-        if tool is None:
-            continue
-        with tempfile.TemporaryDirectory() as tmp:
-            image = Path(tmp) / "kernel.cubin"
-            image.write_bytes(cubin)
-            run = subprocess.run([str(tool), *args, str(image)], capture_output=True, text=True)
-        if run.returncode == 0:
-            from spio.compiler.cache import atomic_write
-
-            atomic_write(out, run.stdout.encode())
-            return True
-        log.warning("SPIO_DISASM: %s failed: %s", tool, run.stderr.strip())
-    log.warning("SPIO_DISASM=1 but neither cuobjdump nor nvdisasm was found; no SASS written")
-    return False
 
 
 def _expand(source: str, name: str, scope: Mapping[str, Any] | None) -> str | None:

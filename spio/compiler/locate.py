@@ -230,10 +230,17 @@ def locate() -> Location:
 
 
 def find_tool(name: str) -> Path | None:
-    """A CUDA binary tool (cuobjdump, nvdisasm) on PATH or in a toolkit's bin/, or None."""
+    """A CUDA binary tool (cuobjdump, nvdisasm): on PATH, in NVIDIA's wheels
+    (`nvidia/cu13/bin`, `nvidia/cuda_<name>/bin`), or in a toolkit's bin/; None when absent."""
     on_path = shutil.which(name)
     if on_path:
         return Path(on_path)
+    wheel_bins = [("cu13", "bin"), (f"cuda_{name}", "bin")]
+    for root in site_roots():
+        for parts in wheel_bins:
+            tool = root.joinpath("nvidia", *parts, name)
+            if tool.is_file() and os.access(tool, os.X_OK):
+                return tool
     for _, home in _toolkit_homes():
         tool = home / "bin" / name
         if tool.is_file() and os.access(tool, os.X_OK):

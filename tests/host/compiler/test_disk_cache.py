@@ -217,9 +217,9 @@ def test_disasm_with_a_tool(tiny, disk, tmp_path, monkeypatch):
 
 
 def test_disasm_without_a_tool_only_warns(tiny, disk, monkeypatch, caplog):
-    comp = importlib.import_module("spio.compiler.compile")  # the package's compile() shadows it
+    import spio.compiler.disasm as disasm
 
-    monkeypatch.setattr(comp, "find_tool", lambda name: None)
+    monkeypatch.setattr(disasm, "find_tool", lambda name: None)
     with override(disasm=True):
         assert compile(tiny(), "sm_80", cache=disk)[:4] == b"\x7fELF"
     assert "neither cuobjdump nor nvdisasm" in caplog.text
