@@ -15,6 +15,7 @@ size >= 2048. cuBLAS uses Hopper's wgmma; mma.sync's own ceiling is lower (bench
 measures it).
 
     spio bench matmul [--quick] [--csv out.csv] [--plot out.png] [--dtype fp16|bf16|both]
+    spio bench matmul --sweep 8192    # every config at 8192^3 fp16, fastest first (tunes the heuristic)
 """
 
 from __future__ import annotations
@@ -113,16 +114,71 @@ def _targets(rows: list[dict]) -> list[str]:
     return lines
 
 
+def sweep(size: int, dtype_name: str, reps: int) -> list[dict]:
+    """Times every config of the family at size^3 (row-major B), fastest first, vs cuBLAS."""
+    from spio.compiler import CompileJob, compile_many
+    from spio.cuda import device_attributes
+    from spio.kernels import matmul as mm
+    from spio.settings import override
+
+    dt = DTYPES[dtype_name]
+    dev = torch.device("cuda", torch.cuda.current_device())
+    attrs = device_attributes(dev.index)
+    name = str(dt).removeprefix("torch.")
+    p = mm.MatmulParams(size, size, size, name, name)
+    cfgs = mm.configs(p, attrs)
+    specs = [mm.spec(p, cfg, attrs) for cfg in cfgs]
+    jobs = [
+        CompileJob(s.source_text(), attrs.arch, s.options, name=s.source, scope=s.specs)
+        for s in specs
+    ]
+    compile_many(jobs)  # fill the disk cache in parallel; launches below only load
+    a = torch.randn(size, size, device=dev).to(dt)
+    b = torch.randn(size, size, device=dev).to(dt)
+    c = torch.empty(size, size, device=dev, dtype=dt)
+    stream = torch.cuda.current_stream(dev).cuda_stream
+    flops = 2 * size**3
+    cublas = bench(lambda: torch.matmul(a, b), reps=reps, device=dev).tflops(flops)
+    rows = []
+    with override(assert_no_compile=True):
+        for cfg in cfgs:
+
+            def run(cfg=cfg):
+                mm.launch(p, cfg, c, a, b, stream=stream, device=attrs)
+
+            t = bench(run, reps=reps, device=dev).tflops(flops)
+            rows.append(
+                {"config": str(cfg).removeprefix("MatmulConfig"), "tflops": t, "ratio": t / cublas}
+            )
+    rows.sort(key=lambda r: -r["tflops"])
+    heur = mm.heuristic(p, attrs)
+    print(f"\nmatmul {size}^3 {dtype_name}: cuBLAS {cublas:.1f} TFLOP/s; heuristic {heur}")
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="spio bench matmul", description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="a few shapes, fewer reps")
     ap.add_argument("--csv", type=Path, default=None, help="write the table as CSV")
     ap.add_argument("--plot", type=Path, default=None, help="write a PNG bar chart")
     ap.add_argument("--dtype", choices=("fp16", "bf16", "both"), default="both")
+    ap.add_argument(
+        "--sweep",
+        type=int,
+        default=None,
+        metavar="SIZE",
+        help="time every config at SIZE^3 (first dtype) and list them fastest first",
+    )
     args = ap.parse_args(argv)
     if not torch.cuda.is_available():
         print("spio bench matmul: needs a CUDA GPU (torch.cuda.is_available() is False)")
         return 2
+    if args.sweep:
+        rows = sweep(args.sweep, "bf16" if args.dtype == "bf16" else "fp16", 10)
+        print_table(rows[:20])
+        if args.csv:
+            write_csv(rows, args.csv)
+        return 0
     dtypes = ("fp16", "bf16") if args.dtype == "both" else (args.dtype,)
     reps = 20 if args.quick else 50
     rows = []

@@ -40,8 +40,8 @@ OUT_KINDS = {"float16": 0, "bfloat16": 1, "float32": 2}
 def configs(p: MatmulParams, dev: Any) -> list[MatmulConfig]:
     """Every valid config for p on dev, in a stable order (smallest tiles first).
 
-    A config is valid when its warp tile is 32 or 64 in M and N (64 x 64 with block_k 64 only
-    with 8 warps: fewer warps spill at 255 registers), it has 2..8 warps, its loads
+    A config is valid when its warp tile is 32 or 64 in M and N (64 x 64 only with block_k 32:
+    with 64 ptxas spills at 255 registers), it has 2..8 warps, its loads
     split evenly over the threads and its shared memory (pipeline ring, or the C staging tile of
     p.out_dtype) fits the device's opt-in limit. The shape does not restrict the space (shapes
     are runtime arguments); the heuristic and the model weigh it.
@@ -58,10 +58,10 @@ def configs(p: MatmulParams, dev: Any) -> list[MatmulConfig]:
                     if not 2 <= warps_m * warps_n <= 8:
                         continue
                     for block_k in BLOCK_KS:
-                        if warp_m * warp_n == 64 * 64 and block_k == 64 and warps_m * warps_n < 8:
-                            # Measured (NVRTC 12.9, sm_80 and sm_90): with 128 accumulators, four
-                            # k16 steps of fragments and >= 8 copies per thread, ptxas spills
-                            # 8-80 B per thread. Every other config has no local memory.
+                        if warp_m * warp_n == 64 * 64 and block_k == 64:
+                            # Measured (NVRTC 12.9, sm_80 and sm_90): 128 accumulators plus four
+                            # k16 steps of fragments sit at the 255-register limit; ptxas spills
+                            # 8-80 B per thread in some variants. The rest have no local memory.
                             continue
                         for stages in STAGE_COUNTS:
                             for raster in RASTERS:

@@ -178,29 +178,33 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
         }
     };
 
-    // ldmatrix row addresses (chunk offsets in slot 0) of this lane, per k16 step and mma tile.
+    // ldmatrix row addresses (chunk offsets in slot 0) of this lane.
     // A 16(m) x 16(k): lanes 0-15 address rows 0-15 at k 0, lanes 16-31 at k 8; the four 8x8
     // matrices come back in mma order (m 0-7 | 8-15) x (k 0-7 | 8-15).
     // B 16(k) x 16(n): matrix q = lane / 8 covers k half q % 2 and n half q / 2, so the registers
     // are b[n tile 2jj][0..1], b[n tile 2jj+1][0..1]. Lane l addresses row l % 8 of its matrix:
     // an n row if B is stored (n, k), a k row if stored (k, n); the transposing ldmatrix then
     // turns k rows into k pairs per register.
-    int a_frag[K_STEPS][MMA_M];
-    int b_frag[K_STEPS][MMA_N / 2];
+    // The XOR keys use row bits 0-3 only, so moving 16 rows moves every chunk by the same
+    // distance: one offset per k step (A, transposed B) or per n pair (row-major B) plus
+    // compile-time row steps, which ptxas folds into the ldmatrix immediates.
+    const int q = lane / 8;
+    const int a_row16 = int(smem_a[M(16)].get() - smem_a.get());  // 16 rows of A
+    const int b_row16 = B_TRANSPOSED ? int(smem_b[N(16)].get() - smem_b.get())
+                                     : int(smem_b[K(16)].get() - smem_b.get());
+    constexpr int B_BASES = B_TRANSPOSED ? K_STEPS : MMA_N / 2;
+    int a_frag[K_STEPS];
+    int b_frag[B_BASES];
 #pragma unroll
     for (int ks = 0; ks < K_STEPS; ++ks) {
+        const auto row = smem_a[M(warp_m0 + lane % 16)][K(ks * 16 + lane / 16 * 8)];
+        a_frag[ks] = int(row.get() - smem_a.get());
+    }
 #pragma unroll
-        for (int i = 0; i < MMA_M; ++i) {
-            const auto row = smem_a[M(warp_m0 + i * 16 + lane % 16)][K(ks * 16 + lane / 16 * 8)];
-            a_frag[ks][i] = int(row.get() - smem_a.get());
-        }
-#pragma unroll
-        for (int jj = 0; jj < MMA_N / 2; ++jj) {
-            const int q = lane / 8;
-            const int nn = warp_n0 + jj * 16 + q / 2 * 8 + (B_TRANSPOSED ? lane % 8 : 0);
-            const int kk = ks * 16 + q % 2 * 8 + (B_TRANSPOSED ? 0 : lane % 8);
-            b_frag[ks][jj] = int(smem_b[N(nn)][K(kk)].get() - smem_b.get());
-        }
+    for (int x = 0; x < B_BASES; ++x) {
+        const int nn = warp_n0 + q / 2 * 8 + (B_TRANSPOSED ? lane % 8 : x * 16);
+        const int kk = q % 2 * 8 + (B_TRANSPOSED ? x * 16 : lane % 8);
+        b_frag[x] = int(smem_b[N(nn)][K(kk)].get() - smem_b.get());
     }
 
     float reg_acc[MMA_M][MMA_N][4];
@@ -219,15 +223,16 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
         for (int ks = 0; ks < K_STEPS; ++ks) {
             unsigned reg_a[MMA_M][4];
             unsigned reg_b[MMA_N][2];
+            const uint4* sa_ks = sa + a_frag[ks];
 #pragma unroll
-            for (int i = 0; i < MMA_M; ++i) spio::ldmatrix_x4(reg_a[i], sa + a_frag[ks][i]);
+            for (int i = 0; i < MMA_M; ++i) spio::ldmatrix_x4(reg_a[i], sa_ks + i * a_row16);
 #pragma unroll
             for (int jj = 0; jj < MMA_N / 2; ++jj) {
                 unsigned r[4];
                 if constexpr (B_TRANSPOSED) {
-                    spio::ldmatrix_x4(r, sb + b_frag[ks][jj]);
+                    spio::ldmatrix_x4(r, (sb + b_frag[ks]) + jj * b_row16);
                 } else {
-                    spio::ldmatrix_x4_trans(r, sb + b_frag[ks][jj]);
+                    spio::ldmatrix_x4_trans(r, (sb + b_frag[jj]) + ks * b_row16);
                 }
                 reg_b[2 * jj][0] = r[0];
                 reg_b[2 * jj][1] = r[1];
