@@ -109,7 +109,8 @@ def expand(
         return generate(specs, title=name)
     except GeneratorError as e:
         line = _assignment_line(blocks, e.spec) if e.spec else None
-        where = "" if line is not None or not e.spec else f" (spec {e.spec!r} comes from scope)"
+        from_scope = line is None and scope is not None and e.spec in scope
+        where = f" (spec {e.spec!r} comes from scope)" if from_scope else ""
         raise GeneratorError(e.message + where, file=name, line=line, spec=e.spec) from None
 
 
@@ -136,7 +137,8 @@ def _run(block: Block, namespace: dict[str, object], source: str, name: str) -> 
             exec(code, namespace)
     except Exception as e:
         line = _failing_line(e, name) or block.line
-        text = source.splitlines()[line - 1].strip() if line <= source.count("\n") + 1 else ""
+        lines = source.split("\n")
+        text = lines[line - 1].strip() if line <= len(lines) else ""
         kind = type(e).__name__
         detail = e.msg if isinstance(e, SyntaxError) else str(e)
         raise GeneratorError(

@@ -164,3 +164,12 @@ def test_messages_call_unnamed_dims_by_their_block_names():
     i = Dim()
     with pytest.raises(ValueError, match=r"Dim\(\) / stride"):
         i / 0
+
+
+def test_generation_errors_about_scope_specs_say_so():
+    n = Dim()
+    with pytest.raises(
+        GeneratorError, match="'X' uses a Dim .* \\(spec 'X' comes from scope\\)"
+    ) as e:
+        expand("int x;", name="s.cu", scope={"X": Tensor((n(4),), dtype.float)})
+    assert (e.value.file, e.value.line, e.value.spec) == ("s.cu", None, "X")
