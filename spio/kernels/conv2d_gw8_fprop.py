@@ -30,9 +30,17 @@ STAGE_CHOICES = (2, 3)
 MAX_LIVE_REGS = 168
 
 
+def out_plane(cfg: Conv2dGw8Config) -> int:
+    """16-byte chunks per warp plane of the staged output row: BLOCK_Q plus 8 / WARPS padding,
+    so the 16-byte reads of 8 consecutive threads (g fastest) land in 8 distinct bank groups."""
+    return cfg.block_q + (8 // cfg.warps if cfg.warps < 8 else 1)
+
+
 def smem_bytes(p: Conv2dGw8Params, cfg: Conv2dGw8Config) -> int:
-    """Dynamic shared memory: STAGES input rows of (BLOCK_Q + S - 1) pixels x WARPS groups x 16 B."""
-    return cfg.stages * cfg.warps * (cfg.block_q + p.s - 1) * 16
+    """Dynamic shared memory: STAGES input rows of (BLOCK_Q + S - 1) pixels x WARPS groups x 16 B,
+    plus two staged output rows of WARPS padded planes."""
+    rows_in = cfg.stages * cfg.warps * (cfg.block_q + p.s - 1) * 16
+    return rows_in + 2 * cfg.warps * out_plane(cfg) * 16
 
 
 def live_regs(p: Conv2dGw8Params, cfg: Conv2dGw8Config) -> int:
@@ -118,7 +126,7 @@ def spec(p: Conv2dGw8Params, cfg: Conv2dGw8Config, dev: Any = None) -> KernelSpe
 
     elem = half if p.dtype == "float16" else bfloat16
     H, W, P, Q, C = Dim(), Dim(), Dim(), Dim(), Dim()
-    R, S, KO, CI, CP, STAGE = Dim(), Dim(), Dim(), Dim(), Dim(), Dim()
+    R, S, KO, CI, CP, STAGE, OUTBUF = Dim(), Dim(), Dim(), Dim(), Dim(), Dim(), Dim()
     C8 = C / GROUP_WIDTH
     GB, PB, QB = C / (GROUP_WIDTH * cfg.warps), P / cfg.block_p, Q / cfg.block_q
     tile_w = cfg.block_q + p.s - 1
@@ -135,6 +143,7 @@ def spec(p: Conv2dGw8Params, cfg: Conv2dGw8Config, dev: Any = None) -> KernelSpe
         "CI": CI,
         "CP": CP,
         "STAGE": STAGE,
+        "OUTBUF": OUTBUF,
         "C8": C8,
         "GB": GB,
         "PB": PB,
@@ -146,6 +155,11 @@ def spec(p: Conv2dGw8Params, cfg: Conv2dGw8Config, dev: Any = None) -> KernelSpe
         "Weight": Tensor((C8(g), KO(8), CI(8), R(p.r), S(p.s)), elem),
         "Bias": Tensor((C8(g), KO(8)), elem),
         "SmemInput": Tensor((STAGE(cfg.stages), C8(cfg.warps), W(tile_w), CP(4)), uint32),
+        "SmemOutput": Tensor(
+            (OUTBUF(2), C8(cfg.warps), Q(cfg.block_q), CP(4)),
+            uint32,
+            strides={C8: 4 * out_plane(cfg)},
+        ),
         "BlockIdx": CompoundIndex(
             PB(math.ceil(p.p / cfg.block_p)), QB(math.ceil(p.q / cfg.block_q)), GB(g // cfg.warps)
         ),
@@ -163,6 +177,7 @@ def spec(p: Conv2dGw8Params, cfg: Conv2dGw8Config, dev: Any = None) -> KernelSpe
         "TILE_H": Constant(cfg.block_p + p.r - 1),
         "TILE_W": Constant(tile_w),
         "MMA_M_TILES": Constant(cfg.block_q // 16),
+        "BLOCK_Q": Constant(cfg.block_q),
     }
     shape = p.with_batch(1)
     return KernelSpec(

@@ -20,8 +20,10 @@
 ///   the stage the next prefetch overwrites.
 /// Shared memory: (STAGES, WARPS, TILE_W, 4 words): each warp reads only its group's plane, 8
 ///   consecutive 16-byte pixels per mma row block = 32 consecutive words, so no bank conflicts.
-/// Stores: each thread writes a half2 (channels 2t, 2t+1 of its pixel); the 4 lanes of a pixel
-///   cover its 16 bytes and the CTA's WARPS groups fill contiguous 16·WARPS-byte runs per pixel.
+/// Stores: a finished row (+ bias, rounded) goes to a double-buffered shared-memory row
+///   (WARPS, BLOCK_Q, 16 B; plane stride padded by 8/WARPS chunks so the 16-byte reads of 8
+///   consecutive threads hit 8 distinct bank groups); after the next barrier the whole CTA
+///   writes it out with 16-byte stores, consecutive threads covering consecutive 16 B of a pixel.
 /// Assumes: NHWC (channels_last) x and y, C % 8 == 0, 16-byte aligned x/y, weight (C, 8, R, S)
 ///   contiguous, bias (C) contiguous; one image of x and y below 2^31 elements (the batch offset is
 ///   64-bit).
@@ -53,6 +55,8 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
     // ---- setup: block -> tile, warp -> channel group, lane -> fragment coordinates ----------
     extern __shared__ uint4 smem_raw[];
     const SmemInput smem_input(reinterpret_cast<unsigned*>(smem_raw));  // (STAGE, C8, W, CP)
+    const SmemOutput smem_output(reinterpret_cast<unsigned*>(smem_raw) +
+                                 SmemInput::storage_size());  // (OUTBUF, C8, Q, CP), padded
     const int lane = spio::lane_id();
     const C8 warp_group(spio::warp_id());  // this warp's group within the CTA
     const BlockIdx block(blockIdx.x);
@@ -129,20 +133,18 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
         }
     };
 
-    // Output row j = i - (R - 1) has all its contributions after input row i.
-    auto store_row = [&](int j, int slot) {
-        const int p = p0 + j;
-        if (j >= 0 && p < OUT_P) {
+    // Output row j = i - (R - 1) has all its contributions after input row i: add the bias,
+    // round, and stage it in smem_output[buf] (each warp its own plane); restart the slot.
+    auto stage_row = [&](bool valid, int buf, int slot) {
+        if (valid) {
+            const auto plane = smem_output[OUTBUF(buf)][warp_group];
 #pragma unroll
             for (int m = 0; m < MMA_M_TILES; ++m) {
 #pragma unroll
                 for (int half = 0; half < 2; ++half) {  // fragment rows lane/4 and lane/4 + 8
-                    const int q = q0 + 16 * m + lane_row + 8 * half;
-                    if (q < OUT_Q) {
-                        *output[P(p)][Q(q)][group][lane_pair] =
-                            pack2(reg_acc[slot][m][2 * half] + bias_lo,
-                                  reg_acc[slot][m][2 * half + 1] + bias_hi);
-                    }
+                    *plane[Q(16 * m + lane_row + 8 * half)][lane_pair] =
+                        pack2(reg_acc[slot][m][2 * half] + bias_lo,
+                              reg_acc[slot][m][2 * half + 1] + bias_hi);
                 }
             }
         }
@@ -150,6 +152,19 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
         for (int m = 0; m < MMA_M_TILES; ++m)
 #pragma unroll
             for (int e = 0; e < 4; ++e) reg_acc[slot][m][e] = 0.f;
+    };
+
+    // A staged row (visible after a barrier) to global memory, 16 B per thread.
+    auto write_row = [&](int p, int buf) {
+        for (int t = threadIdx.x; t < WARPS * BLOCK_Q; t += WARPS * 32) {
+            const C8 g(t % WARPS);
+            const int j = t / WARPS;
+            if (q0 + j < OUT_Q) {
+                const uint4 v = *reinterpret_cast<const uint4*>(
+                    smem_output[OUTBUF(buf)][g][Q(j)].get());
+                *reinterpret_cast<uint4*>(output[P(p)][Q(q0 + j)][group0 + g].get()) = v;
+            }
+        }
     };
 
     // ---- prologue: the first STAGES - 1 rows in flight ----------------------------------------
@@ -160,6 +175,8 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
     }
 
     // ---- main loop: rows in groups of R so ring slots are compile-time constants --------------
+    int pending_p = -1;  // output row staged by the previous step (-1: none), and its buffer
+    int pending_buf = 0;
 #pragma unroll 1
     for (int i0 = 0; i0 < TILE_H; i0 += KERNEL_R) {
 #pragma unroll
@@ -167,13 +184,22 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
             const int i = i0 + u;
             if (i < TILE_H) {  // uniform across the CTA: the barrier below is safe
                 spio::cp_async_wait<STAGES - 2>();
-                __syncthreads();  // row i visible to all; everyone is done with row i - 1
+                __syncthreads();  // row i visible; row i - 1 and the last staged row are done
+                if (pending_p >= 0) write_row(pending_p, pending_buf);
                 const int next = i + STAGES - 1;
                 if (next < TILE_H) load_input_row(next, next % STAGES);
                 spio::cp_async_commit();
                 multiply_row(i % STAGES, u);
-                store_row(i - (KERNEL_R - 1), (u + 1) % KERNEL_R);
+                const int j = i - (KERNEL_R - 1);
+                const bool valid = j >= 0 && p0 + j < OUT_P;
+                stage_row(valid, i % 2, (u + 1) % KERNEL_R);
+                pending_p = valid ? p0 + j : -1;
+                pending_buf = i % 2;
             }
         }
     }
+
+    // ---- epilogue: the last staged row ---------------------------------------------------------
+    __syncthreads();
+    if (pending_p >= 0) write_row(pending_p, pending_buf);
 }

@@ -76,14 +76,26 @@ def emulate_fprop(x, w, b, p: Conv2dGw8Params, cfg):
                     c0 = (group0 + g) * 8
                     smem[stage, g, j] = x[n, h, wc, c0 : c0 + 8] if inside else 0.0
 
+            out = np.full((2, cfg.warps, cfg.block_q, 8), np.nan)  # staged output rows
+
+            def write_row(pp, buf, n=n, q0=q0, group0=group0, out=out):
+                for t in range(cfg.warps * cfg.block_q):
+                    g, j = t % cfg.warps, t // cfg.warps
+                    if q0 + j < p.q:
+                        c0 = (group0 + g) * 8
+                        y[n, pp, q0 + j, c0 : c0 + 8] = out[buf, g, j]
+
             for i in range(cfg.stages - 1):
                 if i < tile_h:
                     load(i, i)
+            pending_p, pending_buf = -1, 0
             for i0 in range(0, tile_h, p.r):
                 for u in range(p.r):
                     i = i0 + u
                     if i >= tile_h:
                         continue
+                    if pending_p >= 0:
+                        write_row(pending_p, pending_buf)
                     nxt = i + cfg.stages - 1
                     if nxt < tile_h:
                         load(nxt, nxt % cfg.stages)
@@ -102,21 +114,21 @@ def emulate_fprop(x, w, b, p: Conv2dGw8Params, cfg):
                                         acc[wp, (u - r + p.r) % p.r, m], a, reg_w[wp, :, r, s]
                                     )
                     j, slot = i - (p.r - 1), (u + 1) % p.r
+                    valid = j >= 0 and p0 + j < p.p
                     for wp in range(cfg.warps):
-                        pp = p0 + j
-                        if j >= 0 and pp < p.p:
+                        if valid:
                             for m in range(mt):
                                 for half in range(2):
-                                    q = q0 + 16 * m + G + 8 * half
-                                    for lane in range(32):
-                                        if q[lane] >= p.q:
-                                            continue
-                                        ch = (group0 + wp) * 8 + 2 * T[lane]
-                                        for e in range(2):
-                                            v = acc[wp, slot, m, lane, 2 * half + e]
-                                            v += b[ch + e] if b is not None else 0.0
-                                            y[n, pp, q[lane], ch + e] = v
+                                    q = 16 * m + G + 8 * half  # column within the tile
+                                    ch = (group0 + wp) * 8 + 2 * T
+                                    for e in range(2):
+                                        v = acc[wp, slot, m, :, 2 * half + e]
+                                        v = v + (b[ch + e] if b is not None else 0.0)
+                                        out[i % 2, wp, q, 2 * T + e] = v
                         acc[wp, slot] = 0.0
+                    pending_p, pending_buf = (p0 + j if valid else -1), i % 2
+            if pending_p >= 0:
+                write_row(pending_p, pending_buf)
     return y
 
 
