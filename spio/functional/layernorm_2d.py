@@ -10,7 +10,7 @@ Where it runs:
 - spio's kernels (spio/src/layernorm_2d_*.cu) for CUDA tensors on sm_80+ with fp16, bf16 or fp32
   data, C a multiple of 8 in [8, 16384], and weight/bias of the data type or fp32.
 - PyTorch otherwise (the fallback): CPU tensors, older GPUs, fp64 data, or C outside that
-  range (C % 8 != 0 cannot use the 16-byte vector path). The fallback computes y with
+  range (C % 8 != 0 cannot use the 16-byte vector path), or 2**32 elements or more. The fallback computes y with
   F.layer_norm on the permuted view, exactly as timm does. SPIO_DISABLE_FALLBACK=1 turns every
   fallback into FallbackDisabledError.
 
@@ -31,7 +31,7 @@ from torch import Tensor
 
 from spio.errors import FallbackDisabledError
 from spio.functional._dispatch import stream_of, use_fallback
-from spio.kernels.layernorm_2d_params import C_MULTIPLE, MAX_C, MIN_C
+from spio.kernels.layernorm_2d_params import C_MULTIPLE, MAX_C, MAX_ELEMENTS, MIN_C
 from spio.settings import settings
 
 OP = "spio::layernorm_2d"
@@ -60,7 +60,9 @@ def _check(input: Tensor, weight: Tensor | None, bias: Tensor | None, eps: float
         if t is None:
             continue
         if not isinstance(t, Tensor):
-            raise TypeError(f"layernorm_2d: {name} must be a Tensor or None, got {type(t).__name__}")
+            raise TypeError(
+                f"layernorm_2d: {name} must be a Tensor or None, got {type(t).__name__}"
+            )
         if t.dim() != 1 or t.shape[0] != c:
             raise ValueError(
                 f"layernorm_2d: {name} must have shape (C,) = ({c},), got {tuple(t.shape)}"
@@ -89,8 +91,12 @@ def _kernel_limit(input: Tensor) -> str | None:
         return f"the input is {input.dtype} (spio's kernels take float16, bfloat16, float32)"
     c = input.shape[1]
     if c % C_MULTIPLE or not MIN_C <= c <= MAX_C:
-        return (f"C = {c} is not a multiple of {C_MULTIPLE} in [{MIN_C}, {MAX_C}] (the kernel "
-                "moves whole 16-byte vectors of a row held in registers)")
+        return (
+            f"C = {c} is not a multiple of {C_MULTIPLE} in [{MIN_C}, {MAX_C}] (the kernel "
+            "moves whole 16-byte vectors of a row held in registers)"
+        )
+    if input.numel() >= MAX_ELEMENTS:
+        return f"the input has {input.numel()} >= 2**32 elements (the kernels use 32-bit offsets)"
     return None
 
 
@@ -156,7 +162,7 @@ def _forward_fallback(input, weight, bias, eps):
     y.copy_(yp.permute(0, 3, 1, 2))
     xs = xp.to(_stats_dtype(input))
     mean = xs.mean(dim=-1)
-    rstd = torch.rsqrt(xs.var(dim=-1, unbiased=False) + eps)
+    rstd = torch.rsqrt((xs - mean[..., None]).square().mean(dim=-1) + eps)
     return y, mean, rstd
 
 
@@ -177,8 +183,20 @@ def _forward_spio(input, weight, bias, eps):
             return y, mean, rstd
         cfg = default_selector().select(k.FWD, p, dev)
         loaded = default_function_cache().get(k.FWD, p.static(), cfg, dev)
-        k.launch_forward(loaded, p, cfg, dev, x=x, weight=weight, bias=bias, y=y, mean=mean,
-                         rstd=rstd, eps=eps, stream=stream_of(x))
+        k.launch_forward(
+            loaded,
+            p,
+            cfg,
+            dev,
+            x=x,
+            weight=weight,
+            bias=bias,
+            y=y,
+            mean=mean,
+            rstd=rstd,
+            eps=eps,
+            stream=stream_of(x),
+        )
     return y, mean, rstd
 
 
@@ -251,9 +269,21 @@ def _backward_spio(grad, input, mean, rstd, weight, bias):
         dw_part = x.new_empty((parts, c), dtype=torch.float32) if p.has_weight else None
         db_part = x.new_empty((parts, c), dtype=torch.float32) if p.has_bias else None
         k.launch_backward(
-            loaded, reduce_loaded, p, cfg, dev, x=x, dy=g, mean=mean, rstd=rstd, weight=weight,
-            dx=dx, dweight=dweight if p.has_weight else None,
-            dbias=dbias if p.has_bias else None, dweight_part=dw_part, dbias_part=db_part,
+            loaded,
+            reduce_loaded,
+            p,
+            cfg,
+            dev,
+            x=x,
+            dy=g,
+            mean=mean,
+            rstd=rstd,
+            weight=weight,
+            dx=dx,
+            dweight=dweight if p.has_weight else None,
+            dbias=dbias if p.has_bias else None,
+            dweight_part=dw_part,
+            dbias_part=db_part,
             stream=stream_of(x),
         )
     return dx, dweight, dbias
@@ -261,7 +291,11 @@ def _backward_spio(grad, input, mean, rstd, weight, bias):
 
 @torch.library.custom_op("spio::layernorm_2d_backward", mutates_args=())
 def layernorm_2d_backward_op(
-    grad: Tensor, input: Tensor, mean: Tensor, rstd: Tensor, weight: Tensor | None,
+    grad: Tensor,
+    input: Tensor,
+    mean: Tensor,
+    rstd: Tensor,
+    weight: Tensor | None,
     bias: Tensor | None,
 ) -> tuple[Tensor, Tensor, Tensor]:
     """(dx, dweight, dbias); dweight/dbias are empty (0,) tensors when weight/bias is None.
@@ -291,6 +325,7 @@ def _(grad, input, mean, rstd, weight, bias):
 def _setup_context(ctx, inputs, output):
     input, weight, bias, _ = inputs
     _, mean, rstd = output
+    ctx.mark_non_differentiable(mean, rstd)  # statistics for backward, not for users
     ctx.save_for_backward(input, weight, bias, mean, rstd)
 
 
@@ -324,4 +359,5 @@ def layernorm_2d(
 
     Numerically a drop-in for timm's LayerNorm2d. See the module docstring for where it runs.
     """
+    _check(input, weight, bias, eps)
     return torch.ops.spio.layernorm_2d(input, weight, bias, float(eps))[0]
