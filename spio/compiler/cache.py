@@ -52,6 +52,46 @@ def include_checksum(root: Path = INCLUDE_DIR) -> str:
     return h.hexdigest()
 
 
+_MAX_FINGERPRINT_FILES = 20_000
+
+
+def tree_fingerprint(root: Path) -> str:
+    """sha256 over (relative path, size, mtime) of every file under `root`: cheap (no reads).
+
+    Keys the headers a compile may include from directories spio does not own (the CUDA headers,
+    the caller's -I dirs): an edited or reinstalled header changes the key. A false change (a
+    touched file) costs a recompile, never a stale binary. Trees over 20,000 files are keyed on
+    their path alone, with a warning.
+    """
+    h = hashlib.sha256(str(root).encode())
+    if not root.is_dir():
+        return h.hexdigest()
+    files = []
+    for dirpath, _, names in os.walk(root):
+        files += [os.path.join(dirpath, n) for n in names]
+        if len(files) > _MAX_FINGERPRINT_FILES:
+            log.warning(
+                "spio cache: %s has over %d files; keying on its path only",
+                root,
+                _MAX_FINGERPRINT_FILES,
+            )
+            return h.hexdigest()
+    for f in sorted(files):
+        try:
+            st = os.stat(f)
+        except OSError:
+            continue
+        h.update(f"{os.path.relpath(f, root)}\0{st.st_size}\0{st.st_mtime_ns}\0".encode())
+    return h.hexdigest()
+
+
+@functools.cache
+def fixed_tree_fingerprint(root: Path) -> str:
+    """`tree_fingerprint` computed once per process, for trees that do not change while spio
+    runs (the CUDA headers of the NVRTC in use)."""
+    return tree_fingerprint(root)
+
+
 def cache_key(
     *,
     nvrtc_version: tuple[int, int],

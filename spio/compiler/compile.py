@@ -23,7 +23,15 @@ from pathlib import Path
 from typing import Any
 
 from spio.compiler import nvrtc
-from spio.compiler.cache import INCLUDE_DIR, DiskCache, cache_key, default_cache, include_checksum
+from spio.compiler.cache import (
+    INCLUDE_DIR,
+    DiskCache,
+    cache_key,
+    default_cache,
+    fixed_tree_fingerprint,
+    include_checksum,
+    tree_fingerprint,
+)
 from spio.compiler.disasm import write_sass
 from spio.compiler.toolchain import toolchain
 from spio.errors import CompileError, CompileForbiddenError
@@ -178,7 +186,7 @@ def prepare(
         generated=generated,
         headers={k: v for k, v in hdrs.items() if k != GENERATED_HEADER},
         ptx=ptx,
-        include_sum=include_checksum(),
+        include_sum=_include_sums(where.include_dirs, options),
     )
     return Prepared(
         key=key,
@@ -217,6 +225,18 @@ def store(p: Prepared, image: bytes, disk: DiskCache) -> None:
             disk.put_text(p.key, ".h", p.generated)
     if s.disasm and not p.ptx:
         write_sass(image, disk.path(p.key).with_suffix(".sass"))
+
+
+def _include_sums(cuda_dirs: Sequence[Path], options: Sequence[str]) -> str:
+    """What the files a compile can #include from disk are: spio/include (content checksum, once
+    per process), the CUDA headers (fingerprint, once per process) and the caller's -I dirs
+    (fingerprint, every compile: they may change while the process runs)."""
+    sums = [include_checksum()] + [fixed_tree_fingerprint(Path(d)) for d in cuda_dirs]
+    for opt in options:
+        for prefix in ("-I", "--include-path="):
+            if opt.startswith(prefix) and len(opt) > len(prefix):
+                sums.append(tree_fingerprint(Path(opt[len(prefix) :].strip())))
+    return ";".join(sums)
 
 
 def _expand(source: str, name: str, scope: Mapping[str, Any] | None) -> str | None:

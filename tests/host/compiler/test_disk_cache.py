@@ -19,6 +19,7 @@ from spio.compiler.cache import (
     decode_entry,
     encode_entry,
     include_checksum,
+    tree_fingerprint,
 )
 from spio.compiler.compile import prepare
 from spio.errors import CompileError, CompileForbiddenError
@@ -106,6 +107,34 @@ def test_compiled_key_changes_with_the_include_checksum(tiny, monkeypatch):
     a = prepare(tiny(), "sm_80").key
     monkeypatch.setattr(comp, "include_checksum", lambda: "changed")
     assert prepare(tiny(), "sm_80").key != a
+
+
+def test_headers_from_caller_include_dirs_are_keyed(tmp_path, disk):
+    """Editing a header the source includes through -I must recompile, never reuse a stale cubin."""
+    inc = tmp_path / "inc"
+    inc.mkdir()
+    (inc / "val.h").write_text("#define VAL 1\n")
+    src = '#include "val.h"\nextern "C" __global__ void k(int* y) { y[0] = VAL; }\n'
+    first = compile(src, "sm_80", options=(f"-I{inc}",), cache=disk)
+    assert compile(src, "sm_80", options=(f"-I{inc}",), cache=disk) == first
+    (inc / "val.h").write_text("#define VAL 12345\n")
+    second = compile(src, "sm_80", options=(f"-I{inc}",), cache=disk)
+    assert second != first
+    assert compile(src, "sm_80", options=(f"--include-path={inc}",), cache=disk) == second
+    assert disk.stats().compiles == 3  # -I and --include-path= are different options
+
+
+def test_tree_fingerprint(tmp_path):
+    root = tmp_path / "t"
+    (root / "sub").mkdir(parents=True)
+    (root / "sub" / "a.h").write_text("a")
+    first = tree_fingerprint(root)
+    assert tree_fingerprint(root) == first
+    (root / "sub" / "a.h").write_text("ab")
+    edited = tree_fingerprint(root)
+    (root / "b.h").write_text("")
+    added = tree_fingerprint(root)
+    assert len({first, edited, added, tree_fingerprint(tmp_path / "missing")}) == 4
 
 
 def test_entry_roundtrip_and_rejections():
