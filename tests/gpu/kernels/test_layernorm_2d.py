@@ -1,0 +1,197 @@
+"""layernorm_2d kernels on the GPU: every config against an fp64 reference from the same inputs.
+
+Inputs are fresh random x ~ 3 + N(0, 1) (a non-zero mean, so one-pass variance cancellation would
+show), quantized to the data type before the fp64 reference is computed. Every output (y, mean,
+rstd, dx, the per-CTA partials, dweight, dbias) starts NaN-poisoned inside a NaN guard band, so
+unwritten or out-of-bounds stores fail. M = N·H·W is a runtime argument: each config compiles once
+and is checked on ragged row counts (1, 7, 1031). Every config of each case runs (sampled to
+SPIO_MAX_TEST_PARAMS when set).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from spio.kernels import layernorm_2d as k
+from spio.kernels.layernorm_2d_params import LayerNorm2dParams
+from spio.kernels.loader import FunctionCache
+from spio.testing import assert_close, poison, sample, tolerance
+
+pytestmark = pytest.mark.gpu
+
+ROWS = (1, 7, 1031)
+EPS = 1e-6
+GUARD = 64  # NaN elements before and after each output (keeps 16-byte alignment for all dtypes)
+# (C, dtype, weight dtype, has_weight, has_bias): C from 8 to 4096, non powers of two, every
+# dtype, fp32 weights with 16-bit data, and the affine flags.
+CASES = [
+    (8, "float16", "float16", True, True),
+    (64, "bfloat16", "bfloat16", True, True),
+    (96, "float16", "float32", True, True),
+    (128, "float32", "float32", True, False),
+    (768, "bfloat16", "float32", False, True),
+    (768, "float16", "float16", True, True),
+    (4096, "float16", "float16", True, True),
+    (4096, "float32", "float32", False, False),
+    (4096, "bfloat16", "bfloat16", True, True),
+]
+
+
+def _device():
+    from spio.cuda import device_attributes
+
+    return device_attributes(torch.cuda.current_device())
+
+
+def _params(case, m=0) -> LayerNorm2dParams:
+    c, dtype, wdtype, hw, hb = case
+    return LayerNorm2dParams(c=c, m=m, dtype=dtype, wdtype=wdtype, has_weight=hw, has_bias=hb)
+
+
+def _guarded(shape, dtype):
+    """A NaN-poisoned output view with NaN guard bands of GUARD elements on both sides."""
+    n = 1
+    for s in shape:
+        n *= s
+    buf = poison(torch.empty(n + 2 * GUARD, dtype=dtype, device="cuda"))
+    return buf, buf[GUARD : GUARD + n].view(shape)
+
+
+def _guard_intact(buf, where):
+    assert torch.isnan(buf[:GUARD].float()).all() and torch.isnan(buf[-GUARD:].float()).all(), (
+        f"{where}: a store landed outside the output (guard band overwritten)"
+    )
+
+
+def _inputs(p: LayerNorm2dParams, seed: int):
+    g = torch.Generator("cuda").manual_seed(seed)
+    dt, wdt = getattr(torch, p.dtype), getattr(torch, p.wdtype)
+    x = (3 + torch.randn(p.m, p.c, generator=g, device="cuda", dtype=torch.float64)).to(dt)
+    dy = torch.randn(p.m, p.c, generator=g, device="cuda").to(dt)
+    w = torch.randn(p.c, generator=g, device="cuda").to(wdt) if p.has_weight else None
+    b = torch.randn(p.c, generator=g, device="cuda").to(wdt) if p.has_bias else None
+    return x, dy, w, b
+
+
+def _as_nchw(t):
+    """(M, C) rows -> (M, C, 1, 1) for the NCHW references."""
+    return t.reshape(t.shape[0], t.shape[1], 1, 1)
+
+
+def _stream() -> int:
+    return torch.cuda.current_stream().cuda_stream
+
+
+@pytest.fixture(scope="module")
+def cache():
+    return FunctionCache()
+
+
+def _warm(variants, dev):
+    """Compiles every variant in parallel up front (the launches then load from the disk cache)."""
+    from spio.compiler import CompileJob, compile_many
+
+    specs = [kdef.spec(p, cfg, dev) for kdef, p, cfg in variants]
+    compile_many([CompileJob(source=s.source_text(), arch=dev.arch, options=s.options,
+                             name=s.source, scope=s.specs) for s in specs])
+
+
+def check_forward(p, cfg, cache, dev, seed):
+    x, _, w, b = _inputs(p, seed)
+    where = f"fwd {p} {cfg} seed={seed}"
+    ref_y, ref_mean, ref_rstd = k.reference(_as_nchw(x), w, b, EPS)
+    ybuf, y = _guarded((p.m, p.c), x.dtype)
+    mbuf, mean = _guarded((p.m,), torch.float32)
+    rbuf, rstd = _guarded((p.m,), torch.float32)
+    loaded = cache.get(k.FWD, p.static(), cfg, dev)
+    k.launch_forward(loaded, p, cfg, dev, x=x, weight=w, bias=b, y=y, mean=mean, rstd=rstd,
+                     eps=EPS, stream=_stream())
+    torch.cuda.synchronize()
+    for buf, name in ((ybuf, "y"), (mbuf, "mean"), (rbuf, "rstd")):
+        _guard_intact(buf, f"{where} {name}")
+    assert_close(_as_nchw(y), ref_y, tolerance(x.dtype, p.c), f"{where} y")
+    assert_close(mean, ref_mean.flatten(), tolerance(torch.float32, p.c), f"{where} mean")
+    assert_close(rstd, ref_rstd.flatten(), tolerance(torch.float32, p.c), f"{where} rstd")
+
+
+def run_backward(p, cfg, rcfg, cache, dev, x, dy, w, b):
+    """Returns (dx, dweight, dbias, guard buffers) of one backward launch on NaN-poisoned outputs."""
+    _, mean, rstd = k.reference(_as_nchw(x), None, None, EPS)
+    mean, rstd = mean.flatten().float(), rstd.flatten().float()
+    loaded = cache.get(k.BWD, p.static(), cfg, dev)
+    reduce_loaded = cache.get(k.BWD_REDUCE, p.static(), rcfg, dev)
+    parts = k.parts(loaded, p, cfg, dev)
+    dxbuf, dx = _guarded((p.m, p.c), x.dtype)
+    wdt = getattr(torch, p.wdtype)
+    dwbuf, dw = _guarded((p.c,), wdt)
+    dbbuf, db = _guarded((p.c,), wdt)
+    dwp = poison(torch.empty(parts, p.c, device="cuda")) if p.has_weight else None
+    dbp = poison(torch.empty(parts, p.c, device="cuda")) if p.has_bias else None
+    k.launch_backward(loaded, reduce_loaded, p, cfg, dev, x=x, dy=dy, mean=mean, rstd=rstd,
+                      weight=w, dx=dx, dweight=dw if p.has_weight else None,
+                      dbias=db if p.has_bias else None, dweight_part=dwp, dbias_part=dbp,
+                      stream=_stream())
+    torch.cuda.synchronize()
+    return dx, dw, db, (dxbuf, dwbuf, dbbuf)
+
+
+def check_backward(p, cfg, rcfg, cache, dev, seed):
+    x, dy, w, b = _inputs(p, seed)
+    where = f"bwd {p} {cfg} {rcfg} seed={seed}"
+    dx, dw, db, (dxbuf, dwbuf, dbbuf) = run_backward(p, cfg, rcfg, cache, dev, x, dy, w, b)
+    _guard_intact(dxbuf, f"{where} dx")
+    ref_dx, ref_dw, ref_db = k.reference_backward(_as_nchw(x), _as_nchw(dy), w, EPS)
+    assert_close(_as_nchw(dx), ref_dx, tolerance(x.dtype, p.c, c=8.0), f"{where} dx")
+    wdt = getattr(torch, p.wdtype)
+    if p.has_weight:
+        _guard_intact(dwbuf, f"{where} dweight")
+        assert_close(dw, ref_dw, tolerance(wdt, p.m), f"{where} dweight")
+    if p.has_bias:
+        _guard_intact(dbbuf, f"{where} dbias")
+        assert_close(db, ref_db, tolerance(wdt, p.m), f"{where} dbias")
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: "-".join(map(str, c)))
+def test_forward_every_config(case, cache, seed):
+    dev = _device()
+    cfgs = sample(k.FWD.configs(_params(case), dev))
+    _warm([(k.FWD, _params(case), cfg) for cfg in cfgs], dev)
+    for cfg in cfgs:
+        for m in ROWS:
+            check_forward(_params(case, m), cfg, cache, dev, seed)
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: "-".join(map(str, c)))
+def test_backward_every_config(case, cache, seed):
+    dev = _device()
+    p0 = _params(case)
+    cfgs = sample(k.BWD.configs(p0, dev))
+    rcfgs = k.BWD_REDUCE.configs(p0, dev)
+    _warm([(k.BWD, p0, cfg) for cfg in cfgs]
+          + ([(k.BWD_REDUCE, p0, r) for r in rcfgs] if p0.has_weight or p0.has_bias else []), dev)
+    for i, cfg in enumerate(cfgs):
+        rcfg = rcfgs[i % len(rcfgs)]  # every reduce config runs with some backward config
+        for m in ROWS:
+            check_backward(_params(case, m), cfg, rcfg, cache, dev, seed)
+
+
+@pytest.mark.parametrize("case", [CASES[1], CASES[6]], ids=lambda c: "-".join(map(str, c)))
+def test_backward_deterministic(case, cache, seed):
+    """dweight and dbias are bitwise identical across runs (no atomics, fixed orders)."""
+    dev = _device()
+    p = _params(case, 40_000)
+    cfg, rcfg = k.BWD.heuristic(p, dev), k.BWD_REDUCE.heuristic(p, dev)
+    x, dy, w, b = _inputs(p, seed)
+    first = run_backward(p, cfg, rcfg, cache, dev, x, dy, w, b)
+    second = run_backward(p, cfg, rcfg, cache, dev, x, dy, w, b)
+    for name, a, e in zip(("dx", "dweight", "dbias"), first[:3], second[:3], strict=True):
+        assert torch.equal(a, e), f"{name} differs between two identical runs ({p} {cfg})"
+
+
+def test_large_rows_grid_stride(cache, seed):
+    """More row groups than resident CTAs: the grid-stride loop covers every row."""
+    dev = _device()
+    p = LayerNorm2dParams(c=64, m=128 * 28 * 28 + 3, dtype="float16")
+    check_forward(p, k.FWD.heuristic(p, dev), cache, dev, seed)
+    check_backward(p, k.BWD.heuristic(p, dev), k.BWD_REDUCE.heuristic(p, dev), cache, dev, seed)
