@@ -83,8 +83,10 @@ def _row_specs(p: LayerNorm2dParams, cfg: LayerNorm2dConfig, backward: bool) -> 
         "CV": cv,
         "ROW_GROUP": row / r if r > 1 else row,  # one step = the CTA's rows_per_block rows
         "VEC_STEP": cv / t if t > 1 else cv,  # one step = a thread's next vector of the row
-        "X": Tensor((row(MAX_ROWS // g.row_vecs), cv(g.row_vecs)),
-                    dtype.uint4 if cfg.vec_bytes == 16 else dtype.int64),
+        "X": Tensor(
+            (row(MAX_ROWS // g.row_vecs), cv(g.row_vecs)),
+            dtype.uint4 if cfg.vec_bytes == 16 else dtype.int64,
+        ),
         "STATS": Tensor((row(MAX_ROWS),), dtype.float),
         "AFFINE": Tensor((c(p.c),), _dtype(p.wdtype)),
         "THREAD": CompoundIndex(*thread_dims),
@@ -103,8 +105,9 @@ def _row_specs(p: LayerNorm2dParams, cfg: LayerNorm2dConfig, backward: bool) -> 
     }
 
 
-def _spec(p: LayerNorm2dParams, cfg: LayerNorm2dConfig, entry: str, signature: str,
-          backward: bool) -> KernelSpec:
+def _spec(
+    p: LayerNorm2dParams, cfg: LayerNorm2dConfig, entry: str, signature: str, backward: bool
+) -> KernelSpec:
     p = p.static()
     return KernelSpec(
         source="layernorm_2d.cu",
@@ -177,8 +180,12 @@ def reduce_stats(p: LayerNorm2dParams) -> KernelStats:
 
 
 def reduce_features(p: LayerNorm2dParams, cfg: ReduceConfig, dev: Any) -> dict[str, float]:
-    return {"c": float(p.c), "splits": float(cfg.splits),
-            "outputs": float(int(p.has_weight) + int(p.has_bias)), "sm_count": float(dev.sm_count)}
+    return {
+        "c": float(p.c),
+        "splits": float(cfg.splits),
+        "outputs": float(int(p.has_weight) + int(p.has_bias)),
+        "sm_count": float(dev.sm_count),
+    }
 
 
 def grid_rows(p: LayerNorm2dParams, cfg: LayerNorm2dConfig, resident_blocks: int) -> int:
@@ -218,22 +225,50 @@ def parts(loaded: Any, p: LayerNorm2dParams, cfg: LayerNorm2dConfig, dev: Any) -
     return _grid(loaded, p, cfg, dev)
 
 
-def launch_forward(loaded: Any, p: LayerNorm2dParams, cfg: LayerNorm2dConfig, dev: Any, *, x: Any,
-                   weight: Any, bias: Any, y: Any, mean: Any, rstd: Any, eps: float,
-                   stream: int = 0) -> None:
+def launch_forward(
+    loaded: Any,
+    p: LayerNorm2dParams,
+    cfg: LayerNorm2dConfig,
+    dev: Any,
+    *,
+    x: Any,
+    weight: Any,
+    bias: Any,
+    y: Any,
+    mean: Any,
+    rstd: Any,
+    eps: float,
+    stream: int = 0,
+) -> None:
     """y, mean, rstd <- layernorm(x). Tensors: x, y (M, C) contiguous rows; mean, rstd (M,) fp32;
     weight, bias (C,) or None. All 16-byte aligned. Nothing is launched when M == 0."""
     if p.m == 0:
         return
     grid = _grid(loaded, p, cfg, dev)
-    loaded.launch((grid, 1, 1), (x, _ptr(weight), _ptr(bias), y, mean, rstd, p.m, float(eps)),
-                  stream=stream)
+    loaded.launch(
+        (grid, 1, 1), (x, _ptr(weight), _ptr(bias), y, mean, rstd, p.m, float(eps)), stream=stream
+    )
 
 
-def launch_backward(loaded: Any, reduce_loaded: Any, p: LayerNorm2dParams,
-                    cfg: LayerNorm2dConfig, dev: Any, *, x: Any, dy: Any, mean: Any, rstd: Any,
-                    weight: Any, dx: Any, dweight: Any, dbias: Any, dweight_part: Any,
-                    dbias_part: Any, stream: int = 0) -> None:
+def launch_backward(
+    loaded: Any,
+    reduce_loaded: Any,
+    p: LayerNorm2dParams,
+    cfg: LayerNorm2dConfig,
+    dev: Any,
+    *,
+    x: Any,
+    dy: Any,
+    mean: Any,
+    rstd: Any,
+    weight: Any,
+    dx: Any,
+    dweight: Any,
+    dbias: Any,
+    dweight_part: Any,
+    dbias_part: Any,
+    stream: int = 0,
+) -> None:
     """dx, dweight, dbias <- layernorm backward. dweight_part/dbias_part: fp32 scratch of
     (parts(...), C) each (None when the params have no weight / no bias); dweight/dbias (C,) in
     the weight dtype or None. With M == 0, dx is empty and dweight/dbias must be zeroed by the
@@ -241,13 +276,18 @@ def launch_backward(loaded: Any, reduce_loaded: Any, p: LayerNorm2dParams,
     if p.m == 0:
         return
     grid = _grid(loaded, p, cfg, dev)
-    loaded.launch((grid, 1, 1), (x, dy, mean, rstd, _ptr(weight), dx, _ptr(dweight_part),
-                                 _ptr(dbias_part), p.m), stream=stream)
+    loaded.launch(
+        (grid, 1, 1),
+        (x, dy, mean, rstd, _ptr(weight), dx, _ptr(dweight_part), _ptr(dbias_part), p.m),
+        stream=stream,
+    )
     if p.has_weight or p.has_bias:
         outputs = int(p.has_weight) + int(p.has_bias)
-        reduce_loaded.launch((-(-p.c // REDUCE_CHANNELS), outputs, 1),
-                             (_ptr(dweight_part), _ptr(dbias_part), _ptr(dweight), _ptr(dbias),
-                              grid), stream=stream)
+        reduce_loaded.launch(
+            (-(-p.c // REDUCE_CHANNELS), outputs, 1),
+            (_ptr(dweight_part), _ptr(dbias_part), _ptr(dweight), _ptr(dbias), grid),
+            stream=stream,
+        )
 
 
 def _ptr(t: Any) -> Any:

@@ -89,9 +89,7 @@ class LayerNorm2dParams:
                 "offsets); split the batch"
             )
         if self.dtype not in DTYPES:
-            raise ValueError(
-                f"LayerNorm2dParams.dtype must be one of {DTYPES}, got {self.dtype!r}"
-            )
+            raise ValueError(f"LayerNorm2dParams.dtype must be one of {DTYPES}, got {self.dtype!r}")
         if self.wdtype is None:
             object.__setattr__(self, "wdtype", self.dtype)
         if self.wdtype not in (self.dtype, "float32"):
@@ -122,8 +120,14 @@ class LayerNorm2dParams:
         dtype = str(x.dtype).removeprefix("torch.")
         affine = weight if weight is not None else bias
         wdtype = str(affine.dtype).removeprefix("torch.") if affine is not None else None
-        return cls(c=c, m=n * h * w, dtype=dtype, wdtype=wdtype,
-                   has_weight=weight is not None, has_bias=bias is not None)
+        return cls(
+            c=c,
+            m=n * h * w,
+            dtype=dtype,
+            wdtype=wdtype,
+            has_weight=weight is not None,
+            has_bias=bias is not None,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,9 +188,13 @@ def geometry(p: LayerNorm2dParams, cfg: LayerNorm2dConfig) -> Geometry:
     vec = cfg.vec_bytes // p.elem_bytes
     row_vecs = p.c // vec
     k = _ceil_div(row_vecs, cfg.threads_per_row)
-    return Geometry(vec=vec, row_vecs=row_vecs, vecs_per_thread=k,
-                    row_words=k * cfg.vec_bytes // 4,
-                    utilization=row_vecs / (k * cfg.threads_per_row))
+    return Geometry(
+        vec=vec,
+        row_vecs=row_vecs,
+        vecs_per_thread=k,
+        row_words=k * cfg.vec_bytes // 4,
+        utilization=row_vecs / (k * cfg.threads_per_row),
+    )
 
 
 def fits(p: LayerNorm2dParams, cfg: LayerNorm2dConfig, backward: bool) -> bool:
@@ -227,7 +235,7 @@ def configs(p: LayerNorm2dParams, dev: Any, backward: bool = False) -> list[Laye
             r = 1
             while t * r <= min(max(512, t), max_threads):
                 if t * r >= 128 or (r == 1 and t >= 32):
-                    for pf in ((False,) if backward else (False, True)):
+                    for pf in (False,) if backward else (False, True):
                         cfg = LayerNorm2dConfig(t, r, vb, pf)
                         if fits(p, cfg, backward):
                             out.append(cfg)
@@ -253,8 +261,13 @@ def heuristic(p: LayerNorm2dParams, dev: Any, backward: bool = False) -> LayerNo
     def score(cfg: LayerNorm2dConfig) -> tuple:
         g = geometry(p, cfg)
         over = g.vecs_per_thread > max_k
-        return (over, -round(g.utilization, 3), abs(g.vecs_per_thread - 2),
-                cfg.threads_per_row, abs(cfg.block_threads - 256))
+        return (
+            over,
+            -round(g.utilization, 3),
+            abs(g.vecs_per_thread - 2),
+            cfg.threads_per_row,
+            abs(cfg.block_threads - 256),
+        )
 
     return min(cands, key=score)
 
@@ -270,8 +283,10 @@ def backward_stats(p: LayerNorm2dParams) -> KernelStats:
     """Reads x, dy, mean, rstd, weight; writes dx (the per-block dweight/dbias partials are
     counted by the reduce kernel)."""
     data = p.m * p.c * p.elem_bytes
-    return KernelStats(bytes_moved=3 * data + 8 * p.m + p.c * p.welem_bytes * int(p.has_weight),
-                       flops=12 * p.m * p.c)
+    return KernelStats(
+        bytes_moved=3 * data + 8 * p.m + p.c * p.welem_bytes * int(p.has_weight),
+        flops=12 * p.m * p.c,
+    )
 
 
 def blocks_per_sm_estimate(cfg: LayerNorm2dConfig, dev: Any) -> int:

@@ -22,8 +22,15 @@ class LayerNorm2d(nn.Module):
     spio.functional.layernorm_2d for where it runs and the fallback).
     """
 
-    def __init__(self, channels: int, eps: float = 1e-6, elementwise_affine: bool = True,
-                 bias: bool = True, device=None, dtype=None):
+    def __init__(
+        self,
+        channels: int,
+        eps: float = 1e-6,
+        elementwise_affine: bool = True,
+        bias: bool = True,
+        device=None,
+        dtype=None,
+    ):
         super().__init__()
         if not isinstance(channels, int) or channels < 1:
             raise ValueError(f"LayerNorm2d: channels must be a positive int, got {channels!r}")
@@ -65,9 +72,7 @@ class LayerNorm2d(nn.Module):
             )
         shape = tuple(m.normalized_shape)
         if len(shape) != 1:
-            raise ValueError(
-                f"LayerNorm2d.from_module: normalized_shape must be (C,), got {shape}"
-            )
+            raise ValueError(f"LayerNorm2d.from_module: normalized_shape must be (C,), got {shape}")
         out = cls(shape[0], m.eps, elementwise_affine=False)
         out.elementwise_affine = m.elementwise_affine
         out.weight = m.weight

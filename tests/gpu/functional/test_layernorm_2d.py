@@ -17,8 +17,14 @@ from spio.testing import assert_close, tolerance
 pytestmark = pytest.mark.gpu
 
 # (N, C, H, W): N·H·W of 1, 7 and 1000+, the BASELINE ConvNeXt stages scaled down, C up to 4096.
-SHAPES = [(1, 8, 1, 1), (1, 96, 7, 1), (2, 64, 23, 23), (3, 768, 7, 7), (2, 4096, 3, 5),
-          (4, 128, 28, 28)]
+SHAPES = [
+    (1, 8, 1, 1),
+    (1, 96, 7, 1),
+    (2, 64, 23, 23),
+    (3, 768, 7, 7),
+    (2, 4096, 3, 5),
+    (4, 128, 28, 28),
+]
 DTYPES = [torch.float16, torch.bfloat16, torch.float32]
 
 
@@ -96,8 +102,9 @@ def test_opcheck_cuda(seed):
     torch.library.opcheck(torch.ops.spio.layernorm_2d.default, (x, w, b, 1e-6))
     xd, wd, bd = (t.detach() for t in (x, w, b))
     _, mean, rstd = torch.ops.spio.layernorm_2d(xd, wd, bd, 1e-6)
-    torch.library.opcheck(torch.ops.spio.layernorm_2d_backward.default,
-                          (dy, xd, mean, rstd, wd, bd))
+    torch.library.opcheck(
+        torch.ops.spio.layernorm_2d_backward.default, (dy, xd, mean, rstd, wd, bd)
+    )
 
 
 def test_torch_compile_fullgraph(seed):
@@ -147,8 +154,9 @@ def test_layer_drop_in(seed):
         layer.weight.normal_()
         layer.bias.normal_()
     x, _, _, _ = _inputs((4, 96, 14, 14), torch.float16, seed)
-    want = F.layer_norm(x.permute(0, 2, 3, 1).float(), (96,), layer.weight.float(),
-                        layer.bias.float(), 1e-6).permute(0, 3, 1, 2)
+    want = F.layer_norm(
+        x.permute(0, 2, 3, 1).float(), (96,), layer.weight.float(), layer.bias.float(), 1e-6
+    ).permute(0, 3, 1, 2)
     assert_close(layer(x), want, tolerance(torch.float16, 96), "LayerNorm2d")
 
 

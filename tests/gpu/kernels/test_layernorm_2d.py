@@ -93,8 +93,18 @@ def _warm(variants, dev):
     from spio.compiler import CompileJob, compile_many
 
     specs = [kdef.spec(p, cfg, dev) for kdef, p, cfg in variants]
-    compile_many([CompileJob(source=s.source_text(), arch=dev.arch, options=s.options,
-                             name=s.source, scope=s.specs) for s in specs])
+    compile_many(
+        [
+            CompileJob(
+                source=s.source_text(),
+                arch=dev.arch,
+                options=s.options,
+                name=s.source,
+                scope=s.specs,
+            )
+            for s in specs
+        ]
+    )
 
 
 def check_forward(p, cfg, cache, dev, seed):
@@ -105,8 +115,20 @@ def check_forward(p, cfg, cache, dev, seed):
     mbuf, mean = _guarded((p.m,), torch.float32)
     rbuf, rstd = _guarded((p.m,), torch.float32)
     loaded = cache.get(k.FWD, p.static(), cfg, dev)
-    k.launch_forward(loaded, p, cfg, dev, x=x, weight=w, bias=b, y=y, mean=mean, rstd=rstd,
-                     eps=EPS, stream=_stream())
+    k.launch_forward(
+        loaded,
+        p,
+        cfg,
+        dev,
+        x=x,
+        weight=w,
+        bias=b,
+        y=y,
+        mean=mean,
+        rstd=rstd,
+        eps=EPS,
+        stream=_stream(),
+    )
     torch.cuda.synchronize()
     for buf, name in ((ybuf, "y"), (mbuf, "mean"), (rbuf, "rstd")):
         _guard_intact(buf, f"{where} {name}")
@@ -128,10 +150,24 @@ def run_backward(p, cfg, rcfg, cache, dev, x, dy, w, b):
     dbbuf, db = _guarded((p.c,), wdt)
     dwp = poison(torch.empty(parts, p.c, device="cuda")) if p.has_weight else None
     dbp = poison(torch.empty(parts, p.c, device="cuda")) if p.has_bias else None
-    k.launch_backward(loaded, reduce_loaded, p, cfg, dev, x=x, dy=dy, mean=mean, rstd=rstd,
-                      weight=w, dx=dx, dweight=dw if p.has_weight else None,
-                      dbias=db if p.has_bias else None, dweight_part=dwp, dbias_part=dbp,
-                      stream=_stream())
+    k.launch_backward(
+        loaded,
+        reduce_loaded,
+        p,
+        cfg,
+        dev,
+        x=x,
+        dy=dy,
+        mean=mean,
+        rstd=rstd,
+        weight=w,
+        dx=dx,
+        dweight=dw if p.has_weight else None,
+        dbias=db if p.has_bias else None,
+        dweight_part=dwp,
+        dbias_part=dbp,
+        stream=_stream(),
+    )
     torch.cuda.synchronize()
     return dx, dw, db, (dxbuf, dwbuf, dbbuf)
 
@@ -168,8 +204,11 @@ def test_backward_every_config(case, cache, seed):
     p0 = _params(case)
     cfgs = sample(k.BWD.configs(p0, dev))
     rcfgs = k.BWD_REDUCE.configs(p0, dev)
-    _warm([(k.BWD, p0, cfg) for cfg in cfgs]
-          + ([(k.BWD_REDUCE, p0, r) for r in rcfgs] if p0.has_weight or p0.has_bias else []), dev)
+    _warm(
+        [(k.BWD, p0, cfg) for cfg in cfgs]
+        + ([(k.BWD_REDUCE, p0, r) for r in rcfgs] if p0.has_weight or p0.has_bias else []),
+        dev,
+    )
     for i, cfg in enumerate(cfgs):
         rcfg = rcfgs[i % len(rcfgs)]  # every reduce config runs with some backward config
         for m in ROWS:

@@ -62,8 +62,9 @@ def test_fallback_stats_and_mixed_weight(seed):
     assert mean.shape == rstd.shape == (2, 3, 5) and mean.dtype == rstd.dtype == torch.float32
     xd = x.double()
     assert_close(mean, xd.mean(1), tolerance(torch.float32, 64), "mean")
-    assert_close(rstd, (xd.var(1, unbiased=False) + 1e-5).rsqrt(), tolerance(torch.float32, 64),
-                 "rstd")
+    assert_close(
+        rstd, (xd.var(1, unbiased=False) + 1e-5).rsqrt(), tolerance(torch.float32, 64), "rstd"
+    )
     want = _timm(x.double(), w.double(), b.double(), 1e-5)
     assert_close(y, want, tolerance(torch.bfloat16, 64), "y")
 
@@ -123,8 +124,9 @@ def test_opcheck(affine, seed):
 
 def test_torch_compile_fullgraph(seed):
     x, w, b = _inputs(seed, (2, 32, 4, 4), torch.float32)
-    fn = torch.compile(lambda x, w, b: layernorm_2d(x, w, b) * 2, fullgraph=True,
-                       backend="aot_eager")
+    fn = torch.compile(
+        lambda x, w, b: layernorm_2d(x, w, b) * 2, fullgraph=True, backend="aot_eager"
+    )
     assert torch.equal(fn(x, w, b), layernorm_2d(x, w, b) * 2)
 
 
@@ -142,8 +144,11 @@ def test_disable_fallback_raises():
         ((torch.randn(1, 8, 2, 2), torch.ones(4)), ValueError, "weight must have shape"),
         ((torch.randn(1, 8, 2, 2), None, torch.ones(8, 1)), ValueError, "bias must have shape"),
         ((torch.randn(1, 8, 2, 2), torch.ones(8, dtype=torch.float16)), TypeError, "cast weight"),
-        ((torch.randn(1, 8, 2, 2), torch.ones(8), torch.ones(8, dtype=torch.float64)), TypeError,
-         "bias dtype"),
+        (
+            (torch.randn(1, 8, 2, 2), torch.ones(8), torch.ones(8, dtype=torch.float64)),
+            TypeError,
+            "bias dtype",
+        ),
         (("x",), TypeError, "must be a torch.Tensor"),
     ],
 )

@@ -63,8 +63,9 @@ def test_params_defaults_and_static():
 def test_params_from_tensors():
     x = torch.empty(2, 64, 3, 5, dtype=torch.float16)
     p = LayerNorm2dParams.from_tensors(x, None, torch.empty(64))
-    assert p == LayerNorm2dParams(c=64, m=30, dtype="float16", wdtype="float32",
-                                  has_weight=False, has_bias=True)
+    assert p == LayerNorm2dParams(
+        c=64, m=30, dtype="float16", wdtype="float32", has_weight=False, has_bias=True
+    )
 
 
 @pytest.mark.parametrize(
@@ -172,7 +173,9 @@ def test_reference_backward_matches_formula(seed):
     _, mean, rstd = k.reference(x, None, None, 1e-6)
     xhat = (x - mean[:, None]) * rstd[:, None]
     gw = dy * w[None, :, None, None]
-    want = rstd[:, None] * (gw - gw.mean(1, keepdim=True) - xhat * (gw * xhat).mean(1, keepdim=True))
+    want = rstd[:, None] * (
+        gw - gw.mean(1, keepdim=True) - xhat * (gw * xhat).mean(1, keepdim=True)
+    )
     torch.testing.assert_close(dx, want)
     torch.testing.assert_close(dw, (dy * xhat).sum((0, 2, 3)))
     torch.testing.assert_close(db, dy.sum((0, 2, 3)))
@@ -219,7 +222,8 @@ def _check_compiles(kdef, p, cfg, dev):
 
 
 @pytest.mark.parametrize(
-    "kdef, p, cfg, dev", _variants(COMPILE_PARAMS, limit=2),
+    "kdef, p, cfg, dev",
+    _variants(COMPILE_PARAMS, limit=2),
     ids=lambda v: getattr(v, "name", None) or getattr(v, "arch", None) or str(v),
 )
 def test_configs_compile(kdef, p, cfg, dev):
