@@ -106,9 +106,10 @@ class _Point:
 
     def spio_wgrad(self, with_reduce: bool = True):
         from spio.kernels import conv2d_gw8_wgrad as wg
+        from spio.kernels import conv2d_gw8_wgrad_reduce as rd
 
         cfg, kern = self._kernel(wg.WGRAD)
-        rcfg, rkern = self._kernel(wg.WGRAD_REDUCE)
+        rcfg, rkern = self._kernel(rd.WGRAD_REDUCE)
         slices = wg.num_slices(self.p, cfg, self.dev)
         partial = torch.empty(slices * self.w.numel(), device="cuda")
         bias_partial = torch.empty(slices * self.p.c, device="cuda")
@@ -120,7 +121,7 @@ class _Point:
             )
 
         def reduce():
-            wg.reduce_launch(
+            rd.reduce_launch(
                 rkern, self.p, rcfg, dw, db, partial, bias_partial, slices, self.stream
             )
 

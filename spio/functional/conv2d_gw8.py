@@ -275,6 +275,7 @@ def _run_dgrad(dy, w, hw, pads) -> torch.Tensor:
 
 def _run_wgrad(x, dy, rs, pads, with_bias) -> tuple[torch.Tensor, torch.Tensor]:
     from spio.kernels import conv2d_gw8_wgrad as wg
+    from spio.kernels import conv2d_gw8_wgrad_reduce as rd
 
     x, dy = _nhwc(x), _nhwc(dy)
     n, c, h, w = x.shape
@@ -301,8 +302,8 @@ def _run_wgrad(x, dy, rs, pads, with_bias) -> tuple[torch.Tensor, torch.Tensor]:
         )
         stream = stream_of(x)
         wg.launch(kernel, p, cfg, dev, partial, bias_partial, x, dy, stream)
-        _, rcfg, reduce_kernel = _kernel(wg.WGRAD_REDUCE, p, _index(x))
-        wg.reduce_launch(
+        _, rcfg, reduce_kernel = _kernel(rd.WGRAD_REDUCE, p, _index(x))
+        rd.reduce_launch(
             reduce_kernel,
             p,
             rcfg,

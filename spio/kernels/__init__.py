@@ -2,6 +2,7 @@
 
 from spio.kernels import conv2d_gw8_fprop as _conv2d_gw8_fprop
 from spio.kernels import conv2d_gw8_wgrad as _conv2d_gw8_wgrad
+from spio.kernels import conv2d_gw8_wgrad_reduce as _conv2d_gw8_wgrad_reduce
 from spio.kernels import layernorm_2d
 from spio.kernels import matmul as _matmul
 from spio.kernels.kernel_def import KernelDef, KernelSpec, KernelStats
@@ -15,7 +16,7 @@ KERNELS: dict[str, KernelDef] = {
     "conv2d_gw8_fprop": _conv2d_gw8_fprop.FPROP,
     "conv2d_gw8_dgrad": _conv2d_gw8_fprop.DGRAD,
     "conv2d_gw8_wgrad": _conv2d_gw8_wgrad.WGRAD,
-    "conv2d_gw8_wgrad_reduce": _conv2d_gw8_wgrad.WGRAD_REDUCE,
+    "conv2d_gw8_wgrad_reduce": _conv2d_gw8_wgrad_reduce.WGRAD_REDUCE,
 }
 
 __all__ = ["KERNELS", "KernelDef", "KernelSpec", "KernelStats"]

@@ -108,11 +108,12 @@ def make_reduce_runner(p: Conv2dGw8Params, cfg: Any):
     import torch
 
     from spio.kernels import conv2d_gw8_wgrad as wg
+    from spio.kernels import conv2d_gw8_wgrad_reduce as rd
 
     _, _, w, b, stream = _tensors(p)
-    dev, kernel = _loaded(wg.WGRAD_REDUCE, p, cfg)
+    dev, kernel = _loaded(rd.WGRAD_REDUCE, p, cfg)
     slices = wg.num_slices(p, wg.heuristic(p, dev), dev)
     partial = torch.randn(slices * w.numel(), device=w.device)
     bias_partial = torch.randn(slices * p.c, device=w.device)
     db = b if p.has_bias else None
-    return lambda: wg.reduce_launch(kernel, p, cfg, w, db, partial, bias_partial, slices, stream)
+    return lambda: rd.reduce_launch(kernel, p, cfg, w, db, partial, bias_partial, slices, stream)

@@ -1,7 +1,7 @@
 """conv2d_gw8 weight-gradient kernels: partial sums per split, then an ordered reduction.
 
 `WGRAD` (spio/src/conv2d_gw8_wgrad.cu) writes one fp32 partial of dw (and db) per (split, column
-tile); `WGRAD_REDUCE` (spio/src/conv2d_gw8_wgrad_reduce.cu) sums them in slice order. Same inputs
+tile); `conv2d_gw8_wgrad_reduce.WGRAD_REDUCE` sums them in slice order. Same inputs
 give the same bits: there are no float atomics and the summation order is fixed by the config
 and the device's SM count.
 """
@@ -16,13 +16,11 @@ from spio.kernels import conv2d_gw8_tune as _tune
 from spio.kernels.conv2d_gw8_params import (
     GROUP_WIDTH,
     Conv2dGw8Params,
-    Conv2dGw8ReduceConfig,
     Conv2dGw8WgradConfig,
 )
 from spio.kernels.kernel_def import KernelDef, KernelSpec, KernelStats
 
 SOURCE = "conv2d_gw8_wgrad.cu"
-REDUCE_SOURCE = "conv2d_gw8_wgrad_reduce.cu"
 BLOCK_P_CHOICES = (4, 8, 16, 32)
 BLOCK_Q_CHOICES = (16, 32, 64, 128)
 WARP_CHOICES = (1, 2, 4)
@@ -291,101 +289,6 @@ def launch(
     )
 
 
-# ---- the ordered reduction -----------------------------------------------------------------------
-
-
-def reduce_configs(p: Conv2dGw8Params, dev: Any) -> list[Conv2dGw8ReduceConfig]:
-    return [Conv2dGw8ReduceConfig(threads=t) for t in (128, 256, 512)]
-
-
-def reduce_heuristic(p: Conv2dGw8Params, dev: Any) -> Conv2dGw8ReduceConfig:
-    """256 threads: the pass is a handful of coalesced streams; occupancy hides the latency."""
-    return Conv2dGw8ReduceConfig(threads=256)
-
-
-def reduce_elements(p: Conv2dGw8Params) -> int:
-    return p.c * GROUP_WIDTH * p.r * p.s + (p.c if p.has_bias else 0)
-
-
-def reduce_grid(p: Conv2dGw8Params, cfg: Conv2dGw8ReduceConfig) -> tuple[int, int, int]:
-    return (math.ceil(reduce_elements(p) / cfg.threads), 1, 1)
-
-
-def reduce_spec(p: Conv2dGw8Params, cfg: Conv2dGw8ReduceConfig, dev: Any = None) -> KernelSpec:
-    from spio.generators.compound_index import CompoundIndex
-    from spio.generators.constant import Constant
-    from spio.generators.dim import Dim
-    from spio.generators.dtype import bfloat16, half
-    from spio.generators.dtype import float as f32
-    from spio.generators.tensor import Tensor
-    from spio.generators.type_alias import Type
-
-    elem = half if p.dtype == "float16" else bfloat16
-    E = Dim()
-    EB = E / cfg.threads
-    weight_size = p.c * GROUP_WIDTH * p.r * p.s
-    specs = {
-        "E": E,
-        "EB": EB,
-        "Elem": Type(elem),
-        "WeightSlices": Tensor((E(weight_size),), f32),
-        "BlockIdx": CompoundIndex(EB(reduce_grid(p, cfg)[0])),
-        "THREADS": Constant(cfg.threads),
-        "WEIGHT_SIZE": Constant(weight_size),
-        "CHANNELS": Constant(p.c),
-        "HAS_BIAS": Constant(bool(p.has_bias)),
-    }
-    return KernelSpec(
-        source=REDUCE_SOURCE,
-        entry="conv2d_gw8_wgrad_reduce",
-        signature="ppppi",
-        specs=specs,
-        title=f"conv2d_gw8_wgrad_reduce {p.with_batch(1)} {cfg}",
-        block=(cfg.threads, 1, 1),
-    )
-
-
-def reduce_stats(p: Conv2dGw8Params) -> KernelStats:
-    """Lower bound of the pass's traffic: one slice read, the result written."""
-    return KernelStats(bytes_moved=reduce_elements(p) * (4 + 2), flops=reduce_elements(p))
-
-
-def reduce_features(p: Conv2dGw8Params, cfg: Conv2dGw8ReduceConfig, dev: Any) -> dict[str, float]:
-    return {
-        "c": p.c,
-        "r": p.r,
-        "s": p.s,
-        "elements": reduce_elements(p),
-        "threads": cfg.threads,
-        "blocks": reduce_grid(p, cfg)[0],
-        "sm_count": dev.sm_count,
-    }
-
-
-def reduce_launch(
-    kernel: Any,
-    p: Conv2dGw8Params,
-    cfg: Conv2dGw8ReduceConfig,
-    grad_weight: Any,
-    grad_bias: Any,
-    partial: Any,
-    bias_partial: Any,
-    slices: int,
-    stream: int,
-) -> None:
-    kernel.launch(
-        reduce_grid(p, cfg),
-        (
-            grad_weight,
-            grad_bias if grad_bias is not None else grad_weight,
-            partial,
-            bias_partial,
-            slices,
-        ),
-        stream=stream,
-    )
-
-
 def examples() -> list[Conv2dGw8Params]:
     from spio.kernels.conv2d_gw8_fprop import examples as fprop_examples
 
@@ -404,18 +307,4 @@ WGRAD = KernelDef(
     examples=examples,
     sample_params=_tune.sample_params,
     make_runner=_tune.make_wgrad_runner,
-)
-
-WGRAD_REDUCE = KernelDef(
-    name="conv2d_gw8_wgrad_reduce",
-    params_type=Conv2dGw8Params,
-    config_type=Conv2dGw8ReduceConfig,
-    configs=reduce_configs,
-    spec=reduce_spec,
-    heuristic=reduce_heuristic,
-    stats=reduce_stats,
-    features=reduce_features,
-    examples=examples,
-    sample_params=_tune.sample_params,
-    make_runner=_tune.make_reduce_runner,
 )

@@ -10,8 +10,8 @@
 ///   an output row is the M = 16 side of the mma; K = 8 input channels; N = 8 output channels.
 /// Overlap-add: input row i of the tile contributes to output rows i-r (r < R). The accumulators
 ///   are a ring of R output rows; the row loop is unrolled by R so every ring slot index is a
-///   compile-time constant. A slot whose row received all R contributions is stored (+ bias)
-///   and restarts at zero.
+///   compile-time constant. A slot whose row received all R contributions is staged (+ bias)
+///   for storing and restarts at zero.
 /// Traffic per CTA: reads (BLOCK_P+R-1)·(BLOCK_Q+S-1)·WARPS·16 B of x (halo re-reads mostly hit
 ///   L2) and WARPS·8·8·R·S·2 B of w; writes BLOCK_P·BLOCK_Q·WARPS·16 B of y. Bound: DRAM (2·8·R·S
 ///   FLOP per 4 B of x + y = 36 FLOP/B at 3x3; at 7x7 the mma.sync rate is the ceiling).

@@ -16,6 +16,7 @@ import torch
 from spio.kernels import conv2d_gw8_fprop as fp
 from spio.kernels import conv2d_gw8_reference as ref
 from spio.kernels import conv2d_gw8_wgrad as wg
+from spio.kernels import conv2d_gw8_wgrad_reduce as rd
 from spio.kernels.conv2d_gw8_params import Conv2dGw8Params
 from spio.kernels.loader import FunctionCache
 from spio.settings import settings
@@ -147,9 +148,9 @@ def run_wgrad(p, cfg, cache, x, dy):
         dy,
         _stream(),
     )
-    rcfg = wg.reduce_heuristic(p, dev)
-    wg.reduce_launch(
-        cache.get(wg.WGRAD_REDUCE, p.variant(), rcfg, dev),
+    rcfg = rd.reduce_heuristic(p, dev)
+    rd.reduce_launch(
+        cache.get(rd.WGRAD_REDUCE, p.variant(), rcfg, dev),
         p,
         rcfg,
         dw,
@@ -208,7 +209,7 @@ def test_wgrad_reduce_every_thread_count(p, seed):
     cfg = wg.heuristic(p, _dev())
     want = ref.wgrad(x.double(), dy.double(), (p.r, p.s), p.padding)
     cache = FunctionCache()
-    for rcfg in wg.reduce_configs(p, _dev()):
+    for rcfg in rd.reduce_configs(p, _dev()):
         slices = wg.num_slices(p, cfg, _dev())
         partial = torch.full((slices * p.c * 8 * p.r * p.s,), float("nan"), device="cuda")
         bias_partial = torch.full((slices * p.c,), float("nan"), device="cuda")
@@ -225,8 +226,8 @@ def test_wgrad_reduce_every_thread_count(p, seed):
         )
         dw = torch.full((p.c, 8, p.r, p.s), float("nan"), dtype=dt, device="cuda")
         db = torch.full((p.c,), float("nan"), dtype=dt, device="cuda") if p.has_bias else None
-        wg.reduce_launch(
-            cache.get(wg.WGRAD_REDUCE, p.variant(), rcfg, _dev()),
+        rd.reduce_launch(
+            cache.get(rd.WGRAD_REDUCE, p.variant(), rcfg, _dev()),
             p,
             rcfg,
             dw,

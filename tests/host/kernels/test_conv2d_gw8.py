@@ -16,6 +16,7 @@ from spio.kernels import KERNELS
 from spio.kernels import conv2d_gw8_fprop as fp
 from spio.kernels import conv2d_gw8_reference as ref
 from spio.kernels import conv2d_gw8_wgrad as wg
+from spio.kernels import conv2d_gw8_wgrad_reduce as rd
 from spio.kernels.conv2d_gw8_params import (
     Conv2dGw8Config,
     Conv2dGw8Params,
@@ -129,7 +130,7 @@ def test_registered():
     assert KERNELS["conv2d_gw8_fprop"] is fp.FPROP
     assert KERNELS["conv2d_gw8_dgrad"] is fp.DGRAD
     assert KERNELS["conv2d_gw8_wgrad"] is wg.WGRAD
-    assert KERNELS["conv2d_gw8_wgrad_reduce"] is wg.WGRAD_REDUCE
+    assert KERNELS["conv2d_gw8_wgrad_reduce"] is rd.WGRAD_REDUCE
 
 
 # ---- the dgrad transform (pure PyTorch, exact in fp64) -----------------------------------------
@@ -201,7 +202,7 @@ def test_stats_and_features():
     st = fp.stats(p)
     assert st.bytes_moved == 2 * (2 * 32 * 64 * 56 * 56) + 2 * 64 * 8 * 9 + 2 * 64
     assert st.flops == 2 * 32 * 56 * 56 * 64 * 8 * 9
-    for kdef in (fp.FPROP, fp.DGRAD, wg.WGRAD, wg.WGRAD_REDUCE):
+    for kdef in (fp.FPROP, fp.DGRAD, wg.WGRAD, rd.WGRAD_REDUCE):
         cfg = kdef.heuristic(p, dev)
         feats = kdef.features(p, cfg, dev)
         assert feats and all(isinstance(v, (int, float)) for v in feats.values()), kdef.name
@@ -211,7 +212,7 @@ def test_stats_and_features():
 def test_spec_does_not_depend_on_batch():
     dev = _dev("H100")
     p = Conv2dGw8Params(n=8, c=64, h=28, w=28)
-    for kdef in (fp.FPROP, fp.DGRAD, wg.WGRAD, wg.WGRAD_REDUCE):
+    for kdef in (fp.FPROP, fp.DGRAD, wg.WGRAD, rd.WGRAD_REDUCE):
         cfg = kdef.heuristic(p, dev)
         a, b = kdef.spec(p, cfg, dev), kdef.spec(p.with_batch(256), cfg, dev)
         assert a.title == b.title and a.smem == b.smem and set(a.specs) == set(b.specs)
@@ -224,7 +225,7 @@ COMPILE_PARAMS = [
     Conv2dGw8Params(n=2, c=24, h=9, w=7, r=7, s=5, pad_h=3, pad_w=2, dtype="bfloat16"),
     Conv2dGw8Params(n=1, c=8, h=5, w=70, r=1, s=2, pad_h=0, pad_w=0),
 ]
-KDEFS = (fp.FPROP, fp.DGRAD, wg.WGRAD, wg.WGRAD_REDUCE)
+KDEFS = (fp.FPROP, fp.DGRAD, wg.WGRAD, rd.WGRAD_REDUCE)
 _PER_KERNEL = 2  # sampled configs per (params, kernel, arch) in CI
 
 
