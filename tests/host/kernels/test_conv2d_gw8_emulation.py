@@ -215,6 +215,8 @@ SHAPES = [
     Conv2dGw8Params(n=1, c=8, h=6, w=9, r=2, s=5, pad_h=0, pad_w=2, has_bias=False),
     Conv2dGw8Params(n=2, c=32, h=4, w=17, r=5, s=1, pad_h=2, pad_w=0, has_bias=True),
     Conv2dGw8Params(n=1, c=16, h=3, w=33, r=1, s=7, pad_h=0, pad_w=3, has_bias=True),
+    # padding beyond R - 1: the dgrad problem has negative padding (the kernel crops)
+    Conv2dGw8Params(n=1, c=16, h=5, w=6, r=3, s=2, pad_h=3, pad_w=2, has_bias=True),
 ]
 
 
