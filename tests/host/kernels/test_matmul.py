@@ -7,6 +7,7 @@ from __future__ import annotations
 import itertools
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -258,3 +259,65 @@ def test_sass_of_the_heuristic_config(b_transposed, tmp_path):
     usage = _sass(image, tmp_path, "-res-usage")
     regs = int(re.search(r"REG:(\d+)", usage).group(1))
     assert regs <= 255 and re.search(r"STACK:0\b", usage), usage
+
+
+# ---- the kernel's addressing assumption, on the generated types ----------------------------
+
+_LAYOUT_CHECK = r"""
+#include <cstdio>
+struct uint4 { unsigned x, y, z, w; };
+#include "matmul_smem.h"
+// The kernel resolves one ldmatrix row address per k step and reaches the other mma tiles by
+// adding 16-row steps; that is only right if the swizzle key ignores row bits >= 4.
+template <class T, class Row, class Col, int Rows, int Cols>
+int check(const char* what) {
+    static uint4 buf[T::storage_size()];
+    auto t = T(buf);
+    const long step = t[Row(16)].get() - t.get();
+    int bad = 0;
+    for (int r = 0; r + 16 < Rows; ++r)
+        for (int c = 0; c < Cols; c += 8)
+            if (t[Row(r + 16)][Col(c)].get() - t[Row(r)][Col(c)].get() != step) {
+                if (bad++ < 3) std::printf("%s: row %d col %d\n", what, r, c);
+            }
+    return bad;
+}
+int main() {
+    int bad = check<SmemA, M, K, BLOCK_M, BLOCK_K>("A");
+    bad += B_TRANSPOSED ? check<SmemB, N, K, BLOCK_N, BLOCK_K>("B^T")
+                        : check<SmemB, K, N, BLOCK_K, BLOCK_N>("B");
+    std::printf("%d bad\n", bad);
+    return bad != 0;
+}
+"""
+
+
+@pytest.mark.parametrize("b_transposed", [False, True])
+@pytest.mark.parametrize("block", [(64, 64, 32, 2, 2), (128, 256, 32, 2, 4), (256, 128, 64, 4, 2)])
+def test_16_row_steps_keep_the_swizzle(b_transposed, block, tmp_path):
+    """The generated swizzled tiles satisfy the kernel's assumption (checked in C++ with g++)."""
+    from spio.generators import Constant, generate
+
+    gxx = shutil.which("g++")
+    if gxx is None:
+        pytest.skip("needs g++ (host C++20 compiler)")
+    bm, bn, bk, wm, wn = block
+    p = MatmulParams(1, 1, 8, b_transposed=b_transposed)
+    cfg = MatmulConfig(bm, bn, bk, wm, wn, 2, 1)
+    specs = {k: v for k, v in mm._smem_specs(p, cfg).items() if k != "SmemC"}
+    for name, value in (("BLOCK_M", bm), ("BLOCK_N", bn), ("BLOCK_K", bk)):
+        specs[name] = Constant(value)
+    specs["B_TRANSPOSED"] = Constant(int(b_transposed))
+    (tmp_path / "matmul_smem.h").write_text(generate(specs, title="matmul smem check"))
+    (tmp_path / "check.cpp").write_text(_LAYOUT_CHECK)
+    include = Path(mm.__file__).resolve().parent.parent / "include"
+    exe = tmp_path / "check"
+    build = subprocess.run(
+        [gxx, "-std=c++20", "-O1", f"-I{include}", f"-I{tmp_path}", "check.cpp", "-o", str(exe)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+    )
+    assert build.returncode == 0, build.stderr[-3000:]
+    run = subprocess.run([str(exe)], capture_output=True, text=True)
+    assert run.returncode == 0, run.stdout
