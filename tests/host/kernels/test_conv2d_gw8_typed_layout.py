@@ -1,0 +1,163 @@
+"""The typed-dimension idioms of the conv2d_gw8 kernels, compiled for the host with g++.
+
+Builds the generated header of real fprop / wgrad / reduce variants, then evaluates on the host the
+exact subscript expressions the .cu files use (block -> tile via CompoundIndex and folds, cursor
+moves such as pixel[W(8)], padded shared-memory planes, weight and partial layouts) and compares
+each pointer offset with the layout it must address (NHWC x/y, (C, 8, R, S) weights). This pins
+the kernels' use of the typed library to the memory layouts the Python side allocates.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from spio.generators import generate
+from spio.kernels import conv2d_gw8_fprop as fp
+from spio.kernels import conv2d_gw8_wgrad as wg
+from spio.kernels import conv2d_gw8_wgrad_reduce as rd
+from spio.kernels.conv2d_gw8_params import (
+    Conv2dGw8Config,
+    Conv2dGw8Params,
+    Conv2dGw8ReduceConfig,
+    Conv2dGw8WgradConfig,
+)
+
+INCLUDE = Path(__file__).resolve().parents[3] / "spio" / "include"
+GXX = shutil.which("g++")
+
+pytestmark = pytest.mark.skipif(GXX is None, reason="needs g++ (host C++20 compiler)")
+
+# Host stand-ins for the CUDA types the generated header names (only sizes matter here).
+PRELUDE = """
+#include <cstdio>
+struct uint4 { unsigned x, y, z, w; };
+"""
+
+
+def _header(specs) -> str:
+    text = generate(specs, title="host layout test")
+    return text.replace("__half", "unsigned short").replace("__nv_bfloat16", "unsigned short")
+
+
+def _run(tmp_path: Path, specs, body: str) -> list[int]:
+    (tmp_path / "gen.h").write_text(_header(specs))
+    src = tmp_path / "main.cpp"
+    src.write_text(PRELUDE + '#include "gen.h"\nint main() {\n' + body + "\n return 0; }\n")
+    exe = tmp_path / "main"
+    subprocess.run([GXX, "-std=c++20", "-I", str(INCLUDE), "-I", str(tmp_path), str(src), "-o",
+                    str(exe)], check=True, capture_output=True, text=True)  # fmt: skip
+    out = subprocess.run([str(exe)], check=True, capture_output=True, text=True).stdout
+    return [int(v) for v in out.split()]
+
+
+def _print(expr: str) -> str:
+    return f'std::printf("%lld\\n", (long long)({expr}));'
+
+
+def test_fprop_layouts(tmp_path):
+    p = Conv2dGw8Params(n=2, c=32, h=5, w=19, r=3, s=2, pad_h=1, pad_w=0, has_bias=True)
+    cfg = Conv2dGw8Config(block_p=2, block_q=32, warps=2, stages=3)
+    specs = fp.spec(p, cfg).specs
+    g = p.groups
+    tile_w = cfg.block_q + p.s - 1
+    plane = fp.out_plane(cfg)
+    blk = 4  # (pb, qb, gb) = (2, 0, 0) with 1 q tile and 2 group blocks -> pb = 2, gb = 0
+    lines = [
+        "static unsigned s_in[SmemInput::storage_size()];",
+        "static unsigned s_out[SmemOutput::storage_size()];",
+        "static uint4 x[Input::storage_size()];",
+        "static unsigned y[Output::storage_size()];",
+        "static unsigned short wt[Weight::storage_size()];",
+        "const SmemInput smem_input(s_in); const SmemOutput smem_output(s_out);",
+        "const Input input(x); const Output output(y); const Weight weight(wt); const Bias bias(wt);",
+        f"const BlockIdx block({blk});",
+        _print("block.get<PB>().unfold().get()"),
+        _print("block.get<QB>().unfold().get()"),
+        "const C8 group0 = block.get<GB>().unfold().template fold<8>();",
+        _print("group0.get()"),
+        "const BlockIdx block3(3);",
+        _print("block3.get<GB>().unfold().template fold<8>().get()"),
+        "const C8 group = group0 + C8(1);",
+        _print("input[H(3)][W(7)][group0 + C8(1)].get() - x"),
+        _print("smem_input[STAGE(2)][C8(1)][W(5)].get() - s_in"),
+        "const auto plane = smem_input[STAGE(1)][C8(1)];",
+        "const auto pixel = plane[W(16 + 1 + 5)][CP(3)];",
+        _print("pixel.get() - s_in"),
+        _print("pixel[W(8)].get() - s_in"),
+        _print("output[P(4)][Q(17)][group][CP(2)].get() - y"),
+        _print("smem_output[OUTBUF(1)][C8(1)][Q(9)][CP(3)].get() - s_out"),
+        "const auto tap = weight[group][KO(5)][R(2)][S(1)];",
+        _print("tap[CI(6)].get() - wt"),
+        _print("bias[group][KO(7)].get() - wt"),
+        _print("SmemInput::storage_size()"),
+    ]
+    got = _run(tmp_path, specs, "\n".join(lines))
+    want = [
+        2 * cfg.block_p, 0, 0,  # block 4: p0 = 4, q0 = 0, group0 = 0
+        cfg.warps,  # block 3: gb = 1 -> group0 = 2
+        (3 * p.w + 7) * g + 1,  # x pixel (3, 7), group 1 (16-byte units)
+        ((2 * cfg.warps + 1) * tile_w + 5) * 4,
+        ((1 * cfg.warps + 1) * tile_w + 22) * 4 + 3,
+        ((1 * cfg.warps + 1) * tile_w + 30) * 4 + 3,
+        ((4 * p.q + 17) * g + 1) * 4 + 2,  # y pixel (4, 17), channels 8 + 4, 8 + 5
+        ((1 * cfg.warps + 1) * plane + 9) * 4 + 3,
+        ((1 * 8 + 5) * 8 + 6) * p.r * p.s + 2 * p.s + 1,  # w[8 + 5, 6, 2, 1] of (C, 8, R, S)
+        8 + 7,
+        cfg.stages * cfg.warps * tile_w * 4,
+    ]  # fmt: skip
+    assert got == want
+    assert fp.smem_bytes(p, cfg) == 4 * got[-1] + 2 * cfg.warps * plane * 16
+
+
+def test_wgrad_layouts(tmp_path):
+    p = Conv2dGw8Params(n=3, c=24, h=6, w=21, r=3, s=3, pad_h=1, pad_w=1, has_bias=True)
+    cfg = Conv2dGw8WgradConfig(block_p=4, block_q=16, warps=1, stages=2, splits_per_sm=1)
+    specs = wg.spec(p, cfg).specs
+    g = p.groups
+    tw = wg.tile_w(p, cfg)
+    lines = [
+        "static uint4 s[SmemInput::storage_size() + SmemGrad::storage_size()];",
+        "static uint4 x[Input::storage_size()];",
+        "static uint4 dy[Grad::storage_size()];",
+        "static float part[Partial::storage_size()];",
+        "const SmemInput smem_input(s); const SmemGrad smem_grad(s + SmemInput::storage_size());",
+        "const Input input(x); const Grad grad(dy); const Partial partial(part);",
+        "const BiasPartial bias_partial(part);",
+        "const BlockIdx block(5);",  # (qb, gb) = (1, 2) with 3 group blocks
+        _print("block.get<QB>().unfold().get()"),
+        _print("block.get<QB>().get()"),
+        "const C8 group = block.get<GB>().unfold().template fold<8>();",
+        _print("group.get()"),
+        _print("smem_input[STAGE(1)][C8(0)][W(17)].get() - s"),
+        _print("smem_grad[DYROW(3)][C8(0)][Q(11)].get() - s"),
+        _print("grad[P(5)][Q(20)][group].get() - dy"),
+        _print("partial[group][KO(3)][CI(6)][R(1)][S(2)].get() - part"),
+        _print("bias_partial[group][KO(3)].get() - part"),
+    ]
+    got = _run(tmp_path, specs, "\n".join(lines))
+    want = [
+        cfg.block_q, 1, 2,
+        (1 * tw + 17),
+        cfg.stages * tw + 3 * cfg.block_q + 11,
+        (5 * p.q + 20) * g + 2,
+        ((2 * 8 + 3) * 8 + 6) * 9 + 1 * 3 + 2,
+        2 * 8 + 3,
+    ]  # fmt: skip
+    assert got == want
+    assert wg.smem_bytes(p, cfg) == 16 * (cfg.stages * tw + wg.dy_rows(p, cfg) * cfg.block_q)
+
+
+def test_reduce_index(tmp_path):
+    p = Conv2dGw8Params(n=1, c=16, h=4, w=4, r=2, s=3, pad_h=0, pad_w=1, has_bias=True)
+    cfg = Conv2dGw8ReduceConfig(threads=128)
+    specs = rd.reduce_spec(p, cfg).specs
+    lines = [
+        "const BlockIdx block(3);",
+        _print("(block.get<EB>().unfold() + E(17)).get()"),
+        _print("BlockIdx::size()"),
+    ]
+    assert _run(tmp_path, specs, "\n".join(lines)) == [3 * 128 + 17, rd.reduce_grid(p, cfg)[0]]
