@@ -4,6 +4,9 @@ features, the fp64 references, and NVRTC compiles of every (sampled) config for 
 from __future__ import annotations
 
 import math
+import shutil
+import subprocess
+from pathlib import Path
 
 import pytest
 import torch
@@ -238,3 +241,165 @@ def test_configs_compile(kdef, p, cfg, dev):
 )
 def test_configs_compile_exhaustive(kdef, p, cfg, dev):
     _check_compiles(kdef, p, cfg, dev)
+
+
+# ---- the kernels' logic, run on the host (one std::thread per CUDA thread) --------------------
+
+CXX = shutil.which("g++") or shutil.which("clang++")
+HOST_DIR = Path(__file__).resolve().parents[2] / "host" / "cpp"  # cuda_emulation.h
+SRC = Path(k.__file__).resolve().parents[1] / "src" / "layernorm_2d.cu"
+
+# Just enough of the CUDA device API for layernorm_2d.cu on fp32 data: shuffles go through a
+# block-wide slot array between two barriers (every thread of the kernel calls them uniformly).
+EMULATION = r"""
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <vector>
+#include "cuda_emulation.h"
+#define __device__
+#define __forceinline__ inline
+#define __launch_bounds__(n)
+inline EmulatedDim3 gridDim;
+struct uint4 { unsigned x, y, z, w; };
+struct float2 { float x, y; };
+struct __half {};
+struct __half2 {};
+struct __nv_bfloat16 {};
+struct __nv_bfloat162 {};
+float __half2float(__half);
+float __bfloat162float(__nv_bfloat16);
+float2 __half22float2(__half2);
+float2 __bfloat1622float2(__nv_bfloat162);
+__half2 __floats2half2_rn(float, float);
+__nv_bfloat162 __floats2bfloat162_rn(float, float);
+inline float __uint_as_float(unsigned u) { float f; std::memcpy(&f, &u, 4); return f; }
+inline unsigned __float_as_uint(float f) { unsigned u; std::memcpy(&u, &f, 4); return u; }
+inline float rsqrtf(float v) { return 1.0f / std::sqrt(v); }
+template <class T> T __ldg(const T* p) { return *p; }
+inline float __shfl_xor_sync(unsigned, float v, int offset) {
+    static float slots[1024];
+    const int t = static_cast<int>(threadIdx.x);
+    slots[t] = v;
+    __syncthreads();
+    const float r = slots[t ^ offset];
+    __syncthreads();
+    return r;
+}
+namespace spio {
+inline constexpr int warp_size = 32;
+inline constexpr unsigned full_warp_mask = 0xffffffffu;
+inline int lane_id() { return static_cast<int>(threadIdx.x) & 31; }
+inline int warp_id() { return static_cast<int>(threadIdx.x) / 32; }
+}  // namespace spio
+#include "types.h"
+#include "kernel.cu"
+
+static std::vector<float> read(const char* path, size_t n) {
+    std::vector<float> v(n);
+    FILE* f = std::fopen(path, "rb");
+    if (!f || std::fread(v.data(), 4, n, f) != n) std::abort();
+    std::fclose(f);
+    return v;
+}
+static void write(const char* path, const std::vector<float>& v) {
+    FILE* f = std::fopen(path, "wb");
+    std::fwrite(v.data(), 4, v.size(), f);
+    std::fclose(f);
+}
+
+int main(int argc, char** argv) {
+    const int m = std::atoi(argv[1]), grid = std::atoi(argv[2]);
+    gridDim = {static_cast<unsigned>(grid), 1, 1};
+    auto x = read("x.bin", size_t(m) * CHANNELS);
+    auto w = read("w.bin", CHANNELS);
+    auto b = read("b.bin", CHANNELS);
+    std::vector<float> y(size_t(m) * CHANNELS, NAN), dx(y.size(), NAN);
+    std::vector<float> mean(m, NAN), rstd(m, NAN);
+    std::vector<float> dwp(size_t(grid) * CHANNELS, NAN), dbp(dwp.size(), NAN);
+    auto raw = [](std::vector<float>& v) { return reinterpret_cast<X::data_type*>(v.data()); };
+#if !SPIO_LAYERNORM_2D_BACKWARD
+    emulate_launch(grid, {BLOCK_THREADS, 1, 0}, [&] {
+        layernorm_2d_fwd(raw(x), HAS_WEIGHT ? w.data() : nullptr, HAS_BIAS ? b.data() : nullptr,
+                         raw(y), mean.data(), rstd.data(), m, 1e-6f);
+    });
+    write("y.bin", y); write("mean.bin", mean); write("rstd.bin", rstd);
+#else
+    auto dy = read("dy.bin", size_t(m) * CHANNELS);
+    mean = read("mean_in.bin", m);
+    rstd = read("rstd_in.bin", m);
+    emulate_launch(grid, {BLOCK_THREADS, 1, 0}, [&] {
+        layernorm_2d_bwd(raw(x), raw(dy), mean.data(), rstd.data(),
+                         HAS_WEIGHT ? w.data() : nullptr, raw(dx), dwp.data(), dbp.data(), m);
+    });
+    write("dx.bin", dx); write("dwp.bin", dwp); write("dbp.bin", dbp);
+#endif
+    return 0;
+}
+"""
+
+EMULATED = [
+    # (C, threads_per_row, rows_per_block, vec_bytes, has_weight, has_bias, M, grid)
+    (8, 1, 128, 16, True, True, 300, 2),  # one thread per row; M not a multiple of the block
+    (96, 16, 8, 16, True, False, 37, 3),  # 24 vectors on 16 threads: idle threads, ragged
+    (64, 32, 4, 8, False, True, 9, 2),  # 8-byte vectors, a warp per row
+    (256, 64, 2, 16, True, True, 5, 2),  # two warps per row (shared-memory exchange)
+]
+
+
+def _emulate(tmp_path, p, cfg, backward, m, grid, arrays):
+    from spio.generators import generate
+
+    spec = (k.backward_spec if backward else k.forward_spec)(p, cfg, None)
+    (tmp_path / "types.h").write_text(generate(spec.specs, title="emulated"))
+    (tmp_path / "kernel.cu").write_text(SRC.read_text())
+    (tmp_path / "main.cpp").write_text(EMULATION)
+    for name, t in arrays.items():
+        t.float().contiguous().numpy().tofile(tmp_path / f"{name}.bin")
+    exe = tmp_path / "emulated"
+    cmd = [CXX, "-std=c++20", "-O1", "-pthread", "-I", str(HOST_DIR), "-I", str(tmp_path),
+           "-I", str(SRC.parents[1] / "include"), str(tmp_path / "main.cpp"), "-o", str(exe)]  # fmt: skip
+    build = subprocess.run(cmd, capture_output=True, text=True)
+    assert build.returncode == 0, build.stderr[-4000:]
+    run = subprocess.run([str(exe), str(m), str(grid)], cwd=tmp_path, capture_output=True)
+    assert run.returncode == 0, run.stderr
+
+    def out(name, *shape):
+        return torch.from_numpy(
+            __import__("numpy").fromfile(tmp_path / f"{name}.bin", dtype="float32")
+        ).reshape(shape)
+
+    return out
+
+
+@pytest.mark.skipif(CXX is None, reason="needs a host C++20 compiler (g++ or clang++)")
+@pytest.mark.parametrize("case", EMULATED, ids=str)
+def test_kernel_logic_emulated(case, tmp_path, seed):
+    """Forward and backward of layernorm_2d.cu (fp32) run on the host: every row's y, mean, rstd,
+    dx and the per-CTA dweight/dbias partials against fp64, NaN-poisoned outputs."""
+    from spio.testing import assert_close, tolerance
+
+    c, t, r, vb, hw, hb, m, grid = case
+    p = LayerNorm2dParams(c=c, m=m, dtype="float32", has_weight=hw, has_bias=hb)
+    cfg = LayerNorm2dConfig(t, r, vb)
+    g = torch.Generator().manual_seed(seed)
+    x = (3 + torch.randn(m, c, generator=g, dtype=torch.float64)).float()
+    dy = torch.randn(m, c, generator=g)
+    w, b = torch.randn(c, generator=g), torch.randn(c, generator=g)
+    nchw = lambda t: t.reshape(m, c, 1, 1)  # noqa: E731
+    ref_y, ref_mean, ref_rstd = k.reference(nchw(x), w if hw else None, b if hb else None, 1e-6)
+    out = _emulate(tmp_path, p, cfg, False, m, grid, {"x": x, "w": w, "b": b})
+    tol = tolerance(torch.float32, c)
+    assert_close(out("y", m, c), ref_y.reshape(m, c), tol, f"emulated y {p} {cfg}")
+    assert_close(out("mean", m), ref_mean.flatten(), tol, "emulated mean")
+    assert_close(out("rstd", m), ref_rstd.flatten(), tol, "emulated rstd")
+
+    mean, rstd = ref_mean.flatten().float(), ref_rstd.flatten().float()
+    arrays = {"x": x, "w": w, "b": b, "dy": dy, "mean_in": mean, "rstd_in": rstd}
+    out = _emulate(tmp_path, p, cfg, True, m, grid, arrays)
+    ref_dx, ref_dw, ref_db = k.reference_backward(nchw(x), nchw(dy), w if hw else None, 1e-6)
+    assert_close(out("dx", m, c), ref_dx.reshape(m, c), tolerance(torch.float32, c, c=8.0), "dx")
+    if hw:
+        assert_close(out("dwp", grid, c).sum(0), ref_dw, tolerance(torch.float32, m), "dweight")
+    if hb:
+        assert_close(out("dbp", grid, c).sum(0), ref_db, tolerance(torch.float32, m), "dbias")
