@@ -88,25 +88,6 @@ def cache():
     return FunctionCache()
 
 
-def _warm(variants, dev):
-    """Compiles every variant in parallel up front (the launches then load from the disk cache)."""
-    from spio.compiler import CompileJob, compile_many
-
-    specs = [kdef.spec(p, cfg, dev) for kdef, p, cfg in variants]
-    compile_many(
-        [
-            CompileJob(
-                source=s.source_text(),
-                arch=dev.arch,
-                options=s.options,
-                name=s.source,
-                scope=s.specs,
-            )
-            for s in specs
-        ]
-    )
-
-
 def check_forward(p, cfg, cache, dev, seed):
     x, _, w, b = _inputs(p, seed)
     where = f"fwd {p} {cfg} seed={seed}"
@@ -192,7 +173,6 @@ def check_backward(p, cfg, rcfg, cache, dev, seed):
 def test_forward_every_config(case, cache, seed):
     dev = _device()
     cfgs = sample(k.FWD.configs(_params(case), dev))
-    _warm([(k.FWD, _params(case), cfg) for cfg in cfgs], dev)
     for cfg in cfgs:
         for m in ROWS:
             check_forward(_params(case, m), cfg, cache, dev, seed)
@@ -204,11 +184,6 @@ def test_backward_every_config(case, cache, seed):
     p0 = _params(case)
     cfgs = sample(k.BWD.configs(p0, dev))
     rcfgs = k.BWD_REDUCE.configs(p0, dev)
-    _warm(
-        [(k.BWD, p0, cfg) for cfg in cfgs]
-        + ([(k.BWD_REDUCE, p0, r) for r in rcfgs] if p0.has_weight or p0.has_bias else []),
-        dev,
-    )
     for i, cfg in enumerate(cfgs):
         rcfg = rcfgs[i % len(rcfgs)]  # every reduce config runs with some backward config
         for m in ROWS:
