@@ -29,10 +29,10 @@ MIN_C = 8
 MAX_C = 16384
 VEC_BYTES = (16, 8)
 MAX_BLOCK_THREADS = 1024
-# Register budget (32-bit words per thread) of what a thread keeps for the whole kernel: the
-# resident row (two with prefetch; x and dy in backward) and its channels of weight and bias as fp32
-# (backward: weight and the fp32 dweight/dbias accumulators). Leaves room for addresses and
-# temporaries under ~128 registers.
+# Register budget (32-bit words per thread) of what a thread keeps live: the resident row (two
+# with prefetch; x and dy in backward) and fp32 values of its channels (forward: the converted
+# row; backward: the dweight/dbias accumulators). weight and bias are re-read per row from L1.
+# Leaves room for addresses and temporaries under ~128 registers.
 MAX_LIVE_WORDS = 80
 # Shared memory of the backward's per-CTA dweight/dbias combine (rows_per_block x C fp32).
 MAX_BWD_SMEM = 32 * 1024
@@ -201,9 +201,9 @@ def fits(p: LayerNorm2dParams, cfg: LayerNorm2dConfig, backward: bool) -> bool:
     """Whether cfg is a sensible, register-feasible mapping for p.
 
     Rules: at least half of the vector slots of a row hold data (utilization >= 0.5); what a
-    thread keeps live fits MAX_LIVE_WORDS (forward: the row, twice with prefetch, and fp32
-    weight/bias of its channels; backward: x and dy, fp32 weight, dweight and dbias of its
-    channels); backward's per-CTA combine of rows_per_block rows fits MAX_BWD_SMEM.
+    thread keeps live fits MAX_LIVE_WORDS (forward: the row, twice with prefetch, and its fp32
+    conversion; backward: x and dy and fp32 dweight/dbias accumulators of its channels);
+    backward's per-CTA combine of rows_per_block rows fits MAX_BWD_SMEM.
     """
     g = geometry(p, cfg)
     if g.utilization < 0.5:
@@ -212,11 +212,10 @@ def fits(p: LayerNorm2dParams, cfg: LayerNorm2dConfig, backward: bool) -> bool:
     if backward:
         if cfg.prefetch:
             return False
-        live = 2 * g.row_words + channels * (2 * int(p.has_weight) + int(p.has_bias))
+        live = 2 * g.row_words + channels * (int(p.has_weight) + int(p.has_bias))
         combine = cfg.rows_per_block * p.c * 4 if cfg.rows_per_block > 1 else 0
         return live <= MAX_LIVE_WORDS and combine <= MAX_BWD_SMEM
-    live = g.row_words * (2 if cfg.prefetch else 1)
-    live += channels * (int(p.has_weight) + int(p.has_bias))
+    live = g.row_words * (2 if cfg.prefetch else 1) + channels
     return live <= MAX_LIVE_WORDS
 
 

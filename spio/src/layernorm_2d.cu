@@ -14,7 +14,7 @@
 ///   warps) hold VECS_PER_THREAD vectors of VEC channels each: vector k·THREADS_PER_ROW + lane.
 /// Traffic per row: forward reads C·sizeof(DATA) of x once (kept in registers for both passes) and
 ///   writes as much y plus 8 B of mean/rstd; backward reads x and dy and writes dx. weight and
-///   bias are read once per thread. Bound: DRAM (≤ 12 flops per 2–4 bytes); targets ≥ 85% of an
+///   bias (C elements) are re-read per row from L1 rather than held in registers. Bound: DRAM (≤ 12 flops per 2–4 bytes); targets ≥ 85% of an
 ///   elementwise pass (forward) and ≥ 75% of copy bandwidth (backward).
 /// Pipeline: row sums use xor-shuffles within the row's threads; rows of several warps add one
 ///   shared-memory exchange (two barriers). With PREFETCH the next row group's vectors load into
@@ -143,17 +143,39 @@ SPIO_DEVICE void load_row(const X& t, const Coords& at, ROW rows, Raw (&reg)[K])
     }
 }
 
-/// This thread's channels of weight or bias as floats (`absent` where there are none).
+/// The channels of this thread's k-th vector of weight or bias, as floats.
+///
+/// 8–32 bytes of read-only vector loads per call, which hit L1 after the first row (the
+/// parameters are C elements): reloading them per row costs far less than keeping 2·K·VEC fp32
+/// registers live for the whole kernel, which would lower occupancy. Call only for vectors
+/// inside the row (vector_in_row).
 template <class Coords>
-SPIO_DEVICE void load_affine(WEIGHT* ptr, const Coords& thread, float (&out)[K][VEC],
-                             float absent) {
-    const AFFINE a(ptr);
+SPIO_DEVICE void load_affine(WEIGHT* ptr, const Coords& thread, int k, float (&out)[VEC]) {
+    constexpr int bytes = VEC * static_cast<int>(sizeof(WEIGHT));
+    static_assert(bytes % 8 == 0, "layernorm_2d: a vector of weights must be 8-byte chunks");
+    unsigned words[bytes / 4];
+    const WEIGHT* src = AFFINE(ptr)[thread + VEC_STEP(k)].get();
+    if constexpr (bytes % 16 == 0) {
 #pragma unroll
-    for (int k = 0; k < K; ++k) {
-        const auto pos = thread + VEC_STEP(k);
-        const bool ok = ptr != nullptr && vector_in_row(thread, k);
+        for (int j = 0; j < bytes / 16; ++j) {
+            const uint4 v = __ldg(reinterpret_cast<const uint4*>(src) + j);
+            words[4 * j] = v.x, words[4 * j + 1] = v.y, words[4 * j + 2] = v.z,
+                      words[4 * j + 3] = v.w;
+        }
+    } else {
+        const uint2 v = __ldg(reinterpret_cast<const uint2*>(src));
+        words[0] = v.x, words[1] = v.y;
+    }
 #pragma unroll
-        for (int i = 0; i < VEC; ++i) out[k][i] = ok ? to_float(*a[pos][C(i)].get()) : absent;
+    for (int i = 0; i < VEC; ++i) {
+        if constexpr (spio::detail::is_same_v<WEIGHT, float>) {
+            out[i] = __uint_as_float(words[i]);
+        } else {
+            // Element i is the low (even i) or high half of word i / 2 (little-endian).
+            const unsigned short bits =
+                static_cast<unsigned short>(i % 2 ? words[i / 2] >> 16 : words[i / 2]);
+            out[i] = to_float(*reinterpret_cast<const WEIGHT*>(&bits));
+        }
     }
 }
 
@@ -204,9 +226,6 @@ layernorm_2d_fwd(Raw* x_ptr, WEIGHT* weight_ptr, WEIGHT* bias_ptr, Raw* y_ptr, f
     const ROW_GROUP groups((m + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK);
     const ROW_GROUP grid(static_cast<int>(gridDim.x));
     const bool leader = (thread + VEC_STEP(0)).template get<CV>() == CV(0);
-    float reg_w[K][VEC], reg_b[K][VEC];
-    if constexpr (HAS_WEIGHT) load_affine(weight_ptr, thread, reg_w, 1.0f);
-    if constexpr (HAS_BIAS) load_affine(bias_ptr, thread, reg_b, 0.0f);
 
     // ---- prologue: the first row group
     Raw reg_x[K];
@@ -244,12 +263,14 @@ layernorm_2d_fwd(Raw* x_ptr, WEIGHT* weight_ptr, WEIGHT* bias_ptr, Raw* y_ptr, f
 #pragma unroll
             for (int k = 0; k < K; ++k) {
                 if (!vector_in_row(thread, k)) continue;
-                float o[VEC];
+                float o[VEC], w[VEC], b[VEC];
+                if constexpr (HAS_WEIGHT) load_affine(weight_ptr, thread, k, w);
+                if constexpr (HAS_BIAS) load_affine(bias_ptr, thread, k, b);
 #pragma unroll
                 for (int i = 0; i < VEC; ++i) {
                     o[i] = (f[k][i] - mu) * rs;
-                    if constexpr (HAS_WEIGHT) o[i] *= reg_w[k][i];
-                    if constexpr (HAS_BIAS) o[i] += reg_b[k][i];
+                    if constexpr (HAS_WEIGHT) o[i] *= w[i];
+                    if constexpr (HAS_BIAS) o[i] += b[i];
                 }
                 *y[at + VEC_STEP(k)].get() = pack(o);
             }
@@ -279,8 +300,15 @@ layernorm_2d_bwd(Raw* x_ptr, Raw* dy_ptr, float* mean_ptr, float* rstd_ptr, WEIG
     const ROW rows(m);
     const ROW_GROUP groups((m + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK);
     const ROW_GROUP grid(static_cast<int>(gridDim.x));
-    float reg_w[K][VEC];
-    if constexpr (HAS_WEIGHT) load_affine(weight_ptr, thread, reg_w, 1.0f);
+    // The weight of vector k, or 1 (without weight, or outside the row where dy = 0).
+    auto weights = [&](int k, float (&w)[VEC]) {
+        if (HAS_WEIGHT && vector_in_row(thread, k)) {
+            load_affine(weight_ptr, thread, k, w);
+        } else {
+#pragma unroll
+            for (int i = 0; i < VEC; ++i) w[i] = 1.0f;
+        }
+    };
     float acc_dw[K][VEC] = {}, acc_db[K][VEC] = {};
 
     // ---- main loop: one row group per step; x and dy read once
@@ -292,33 +320,41 @@ layernorm_2d_bwd(Raw* x_ptr, Raw* dy_ptr, float* mean_ptr, float* rstd_ptr, WEIG
         load_row(dy, at, rows, reg_dy);
         const float mu = row_ok ? *mean[at].get() : 0.0f;
         const float rs = row_ok ? *rstd[at].get() : 0.0f;
-        float xhat[K][VEC], g[K][VEC];
-        float s[2] = {0.0f, 0.0f};  // Σ g, Σ g·x̂ over the row
+        // Pass 1: the row sums of g = dy·w and g·x̂, and this thread's dweight/dbias terms.
+        float s[2] = {0.0f, 0.0f};  // Σ g, Σ g·x̂ over the row (x = dy = 0 outside the row)
 #pragma unroll
         for (int k = 0; k < K; ++k) {
-            float d[VEC];
-            unpack(reg_x[k], xhat[k]);
+            float xhat[VEC], d[VEC], w[VEC];
+            unpack(reg_x[k], xhat);
             unpack(reg_dy[k], d);
+            weights(k, w);
 #pragma unroll
             for (int i = 0; i < VEC; ++i) {
-                xhat[k][i] = (xhat[k][i] - mu) * rs;
-                g[k][i] = d[i];  // dy = 0 outside the row
-                if constexpr (HAS_WEIGHT) g[k][i] *= reg_w[k][i];
-                s[0] += g[k][i];
-                s[1] += g[k][i] * xhat[k][i];
-                if constexpr (HAS_WEIGHT) acc_dw[k][i] += d[i] * xhat[k][i];
+                xhat[i] = (xhat[i] - mu) * rs;
+                const float g = d[i] * w[i];
+                s[0] += g;
+                s[1] += g * xhat[i];
+                if constexpr (HAS_WEIGHT) acc_dw[k][i] += d[i] * xhat[i];
                 if constexpr (HAS_BIAS) acc_db[k][i] += d[i];
             }
         }
         row_sum(s, smem_scratch);
         const float c1 = s[0] * (1.0f / CHANNELS), c2 = s[1] * (1.0f / CHANNELS);
+        // Pass 2: dx from the raw registers again (recomputing x̂ and g is cheaper than keeping
+        // 2·K·VEC more floats live, which would cost occupancy).
         if (row_ok) {
 #pragma unroll
             for (int k = 0; k < K; ++k) {
                 if (!vector_in_row(thread, k)) continue;
-                float o[VEC];
+                float xhat[VEC], d[VEC], w[VEC], o[VEC];
+                unpack(reg_x[k], xhat);
+                unpack(reg_dy[k], d);
+                weights(k, w);
 #pragma unroll
-                for (int i = 0; i < VEC; ++i) o[i] = rs * (g[k][i] - c1 - xhat[k][i] * c2);
+                for (int i = 0; i < VEC; ++i) {
+                    const float g = d[i] * w[i];
+                    o[i] = rs * (g - c1 - (xhat[i] - mu) * rs * c2);
+                }
                 *dx[at + VEC_STEP(k)].get() = pack(o);
             }
         }

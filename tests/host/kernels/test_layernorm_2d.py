@@ -265,6 +265,7 @@ EMULATION = r"""
 #define __launch_bounds__(n)
 inline EmulatedDim3 gridDim;
 struct uint4 { unsigned x, y, z, w; };
+struct uint2 { unsigned x, y; };
 struct float2 { float x, y; };
 struct __half {};
 struct __half2 {};
