@@ -110,13 +110,21 @@ def compile_prepared(p: Prepared, disk: DiskCache | None) -> bytes:
     from filelock import FileLock
 
     lock = disk.lock_path(p.key)
-    lock.parent.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(lock)):  # one process compiles a key; the others then read its entry
+    try:
+        lock.parent.mkdir(parents=True, exist_ok=True)
+        guard = FileLock(str(lock))
+        guard.acquire()  # one process compiles a key; the others then read its entry
+    except OSError as e:
+        log.warning("spio cache: %s is not usable (%s); compiling without it", disk.root, e)
+        return build(p)
+    try:
         image = disk.get(p.key, p.ptx, count=False)
         if image is None:
             image = build(p)
             disk.record_compile()
             store(p, image, disk)
+    finally:
+        guard.release()
     return image
 
 
@@ -215,8 +223,13 @@ def build(p: Prepared) -> bytes:
 
 
 def store(p: Prepared, image: bytes, disk: DiskCache) -> None:
-    """Writes the entry, and the debug dumps the settings ask for."""
-    disk.put(p.key, image, p.ptx)
+    """Writes the entry, and the debug dumps the settings ask for (a full or read-only disk only
+    costs a warning: the image is still returned)."""
+    try:
+        disk.put(p.key, image, p.ptx)
+    except OSError as e:
+        log.warning("spio cache: could not write %s (%s)", disk.path(p.key, p.ptx), e)
+        return
     s = settings()
     if s.cache_save_source:
         disk.put_text(p.key, ".cu", p.text)

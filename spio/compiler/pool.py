@@ -5,6 +5,9 @@ disk cache, de-duplicates the misses by key, and sends only the prepared misses 
 to `spawn` workers: fork is unsafe after CUDA or torch threads exist, and the workers need
 nothing but NVRTC. Results are stored in the cache by the parent. A CompileError pickles, so it
 crosses back from the worker intact.
+
+As with any spawn pool, a script that calls compile_many at top level needs the usual
+`if __name__ == "__main__":` guard (a spawned worker imports the main module).
 """
 
 from __future__ import annotations

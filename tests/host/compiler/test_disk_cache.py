@@ -211,6 +211,14 @@ def test_no_disk_cache_setting(tiny, tmp_path):
         assert default_cache().stats().compiles == 1
 
 
+def test_unusable_cache_dir_only_warns(tiny, tmp_path, caplog):
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("a file where the cache dir should be")
+    disk = DiskCache(blocker)
+    assert compile(tiny(), "sm_80", cache=disk)[:4] == b"\x7fELF"
+    assert "is not usable" in caplog.text
+
+
 def test_compile_error_is_not_cached(broken, disk):
     for _ in range(2):
         with pytest.raises(CompileError):
