@@ -136,21 +136,16 @@ def candidates(
 ) -> list[Candidate]:
     """Every candidate in search order (steps 2 to 5 of the module docstring)."""
     wheels = [c for r in roots for c in wheel_candidates(r)]
-    ordered = [c for c in wheels if torch_major is not None and c.major == torch_major]
-    for c in wheels:
-        if c not in ordered:
-            ordered.append(c)
-    if torch_major is not None:
-        ordered = [
-            Candidate(
-                f"{c.how} (matches torch's CUDA {torch_major})", c.library, c.include_dirs, c.major
-            )
+    if torch_major is not None:  # stable sort: the matching major first, path order kept
+        wheels.sort(key=lambda c: c.major != torch_major)
+        note = f" (matches torch's CUDA {torch_major})"
+        wheels = [
+            Candidate(c.how + note, c.library, c.include_dirs, c.major)
             if c.major == torch_major
             else c
-            for c in ordered
+            for c in wheels
         ]
-    ordered += [toolkit_candidate(home, how) for how, home in toolkit_homes]
-    return ordered
+    return wheels + [toolkit_candidate(home, how) for how, home in toolkit_homes]
 
 
 def has_headers(include_dirs: Sequence[Path]) -> bool:
