@@ -191,7 +191,9 @@ SPIO_DEVICE void write_partials(const float (&acc)[K][VEC], const Coords& thread
         for (int k = 0; k < K; ++k) {
             if (!vector_in_row(thread, k)) continue;
 #pragma unroll
-            for (int i = 0; i < VEC; ++i) *partials[cta][thread + VEC_STEP(k)][C(i)].get() = acc[k][i];
+            for (int i = 0; i < VEC; ++i) {
+                *partials[cta][thread + VEC_STEP(k)][C(i)].get() = acc[k][i];
+            }
         }
     } else {
         const COMBINE combine(smem_combine);  // (ROW_IN_GROUP, C) fp32
@@ -217,7 +219,7 @@ SPIO_DEVICE void write_partials(const float (&acc)[K][VEC], const Coords& thread
 extern "C" __global__ void __launch_bounds__(BLOCK_THREADS)
 layernorm_2d_fwd(Raw* x_ptr, WEIGHT* weight_ptr, WEIGHT* bias_ptr, Raw* y_ptr, float* mean_ptr,
                  float* rstd_ptr, int m, float eps) {
-    // ---- setup: typed views, this thread's place, its channels of weight and bias
+    // ---- setup: typed views and this thread's place
     __shared__ float smem_scratch[WARPS];
     const X x(x_ptr), y(y_ptr);
     const STATS mean(mean_ptr), rstd(rstd_ptr);
