@@ -156,6 +156,9 @@ def test_invalid_option_names_the_problem(tiny):
 
 
 def test_compiling_does_not_import_torch():
+    plain = "import spio.compiler, sys; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", plain], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
     code = (
         "import sys, spio.compiler as c;"
         "c.compile('extern \"C\" __global__ void k(float* y) { y[0] = 1; }', 'sm_80', cache=None);"
