@@ -252,12 +252,14 @@ CXX = shutil.which("g++") or shutil.which("clang++")
 HOST_DIR = Path(__file__).resolve().parents[2] / "host" / "cpp"  # cuda_emulation.h
 SRC = Path(k.__file__).resolve().parents[1] / "src" / "layernorm_2d.cu"
 
-# Just enough of the CUDA device API for layernorm_2d.cu on fp32 data: shuffles go through a
+# Just enough of the CUDA device API for layernorm_2d.cu on fp32 and fp16 data (__half is the
+# compiler's _Float16, rounding to nearest even like __float2half_rn): shuffles go through a
 # block-wide slot array between two barriers (every thread of the kernel calls them uniformly).
 EMULATION = r"""
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 #include "cuda_emulation.h"
 #define __device__
@@ -267,15 +269,17 @@ inline EmulatedDim3 gridDim;
 struct uint4 { unsigned x, y, z, w; };
 struct uint2 { unsigned x, y; };
 struct float2 { float x, y; };
-struct __half {};
-struct __half2 {};
+struct __half { _Float16 v; };
+struct __half2 { _Float16 x, y; };  // x in the low 16 bits, as on the GPU
+inline float __half2float(__half h) { return static_cast<float>(h.v); }
+inline float2 __half22float2(__half2 h) { return {static_cast<float>(h.x), static_cast<float>(h.y)}; }
+inline __half2 __floats2half2_rn(float a, float b) {
+    return {static_cast<_Float16>(a), static_cast<_Float16>(b)};
+}
 struct __nv_bfloat16 {};
 struct __nv_bfloat162 {};
-float __half2float(__half);
 float __bfloat162float(__nv_bfloat16);
-float2 __half22float2(__half2);
 float2 __bfloat1622float2(__nv_bfloat162);
-__half2 __floats2half2_rn(float, float);
 __nv_bfloat162 __floats2bfloat162_rn(float, float);
 inline float __uint_as_float(unsigned u) { float f; std::memcpy(&f, &u, 4); return f; }
 inline unsigned __float_as_uint(float f) { unsigned u; std::memcpy(&u, &f, 4); return u; }
@@ -306,22 +310,38 @@ static std::vector<float> read(const char* path, size_t n) {
     std::fclose(f);
     return v;
 }
-static void write(const char* path, const std::vector<float>& v) {
+template <class T>
+static std::vector<T> cast(const std::vector<float>& v) {
+    std::vector<T> out(v.size());
+    for (size_t i = 0; i < v.size(); ++i) {
+        if constexpr (std::is_same_v<T, float>) out[i] = v[i];
+        else out[i] = T{static_cast<_Float16>(v[i])};
+    }
+    return out;
+}
+template <class T>
+static void write(const char* path, const std::vector<T>& v) {
+    std::vector<float> f32(v.size());
+    for (size_t i = 0; i < v.size(); ++i) {
+        if constexpr (std::is_same_v<T, float>) f32[i] = v[i];
+        else f32[i] = static_cast<float>(v[i].v);
+    }
     FILE* f = std::fopen(path, "wb");
-    std::fwrite(v.data(), 4, v.size(), f);
+    std::fwrite(f32.data(), 4, f32.size(), f);
     std::fclose(f);
 }
 
 int main(int argc, char** argv) {
     const int m = std::atoi(argv[1]), grid = std::atoi(argv[2]);
     gridDim = {static_cast<unsigned>(grid), 1, 1};
-    auto x = read("x.bin", size_t(m) * CHANNELS);
-    auto w = read("w.bin", CHANNELS);
-    auto b = read("b.bin", CHANNELS);
-    std::vector<float> y(size_t(m) * CHANNELS, NAN), dx(y.size(), NAN);
+    auto x = cast<DATA>(read("x.bin", size_t(m) * CHANNELS));
+    auto w = cast<WEIGHT>(read("w.bin", CHANNELS));
+    auto b = cast<WEIGHT>(read("b.bin", CHANNELS));
+    auto y = cast<DATA>(std::vector<float>(size_t(m) * CHANNELS, NAN));
+    auto dx = y;
     std::vector<float> mean(m, NAN), rstd(m, NAN);
     std::vector<float> dwp(size_t(grid) * CHANNELS, NAN), dbp(dwp.size(), NAN);
-    auto raw = [](std::vector<float>& v) { return reinterpret_cast<X::data_type*>(v.data()); };
+    auto raw = [](std::vector<DATA>& v) { return reinterpret_cast<X::data_type*>(v.data()); };
 #if !SPIO_LAYERNORM_2D_BACKWARD
     emulate_launch(grid, {BLOCK_THREADS, 1, 0}, [&] {
         layernorm_2d_fwd(raw(x), HAS_WEIGHT ? w.data() : nullptr, HAS_BIAS ? b.data() : nullptr,
@@ -329,7 +349,7 @@ int main(int argc, char** argv) {
     });
     write("y.bin", y); write("mean.bin", mean); write("rstd.bin", rstd);
 #else
-    auto dy = read("dy.bin", size_t(m) * CHANNELS);
+    auto dy = cast<DATA>(read("dy.bin", size_t(m) * CHANNELS));
     mean = read("mean_in.bin", m);
     rstd = read("rstd_in.bin", m);
     emulate_launch(grid, {BLOCK_THREADS, 1, 0}, [&] {
@@ -343,11 +363,14 @@ int main(int argc, char** argv) {
 """
 
 EMULATED = [
-    # (C, threads_per_row, rows_per_block, vec_bytes, has_weight, has_bias, M, grid)
-    (8, 1, 128, 16, True, True, 300, 2),  # one thread per row; M not a multiple of the block
-    (96, 16, 8, 16, True, False, 37, 3),  # 24 vectors on 16 threads: idle threads, ragged
-    (64, 32, 4, 8, False, True, 9, 2),  # 8-byte vectors, a warp per row
-    (256, 64, 2, 16, True, True, 5, 2),  # two warps per row (shared-memory exchange)
+    # (C, threads_per_row, rows_per_block, vec_bytes, has_weight, has_bias, M, grid, dtype, wdtype)
+    (8, 1, 128, 16, True, True, 300, 2, "float32", "float32"),  # a thread per row; ragged M
+    (96, 16, 8, 16, True, False, 37, 3, "float32", "float32"),  # 24 vectors, 16 threads: idle
+    (64, 32, 4, 8, False, True, 9, 2, "float32", "float32"),  # 8-byte vectors, a warp per row
+    (256, 64, 2, 16, True, True, 5, 2, "float32", "float32"),  # two warps per row (smem)
+    (96, 4, 32, 16, True, True, 70, 2, "float16", "float16"),  # 3 half8 vectors per thread
+    (64, 16, 8, 8, True, True, 21, 3, "float16", "float32"),  # 4-half vectors, fp32 weights
+    (768, 64, 2, 16, True, True, 6, 2, "float16", "float16"),  # 96 vectors on 64 threads
 ]
 
 
@@ -383,18 +406,20 @@ def test_kernel_logic_emulated(case, tmp_path, seed):
     dx and the per-CTA dweight/dbias partials against fp64, NaN-poisoned outputs."""
     from spio.testing import assert_close, tolerance
 
-    c, t, r, vb, hw, hb, m, grid = case
-    p = LayerNorm2dParams(c=c, m=m, dtype="float32", has_weight=hw, has_bias=hb)
+    c, t, r, vb, hw, hb, m, grid, dtype, wdtype = case
+    p = LayerNorm2dParams(c=c, m=m, dtype=dtype, wdtype=wdtype, has_weight=hw, has_bias=hb)
     cfg = LayerNorm2dConfig(t, r, vb)
     g = torch.Generator().manual_seed(seed)
-    x = (3 + torch.randn(m, c, generator=g, dtype=torch.float64)).float()
-    dy = torch.randn(m, c, generator=g)
-    w, b = torch.randn(c, generator=g), torch.randn(c, generator=g)
+    dt, wdt = getattr(torch, dtype), getattr(torch, wdtype)
+    # Quantize first: the references see exactly the values the kernel reads.
+    x = (3 + torch.randn(m, c, generator=g, dtype=torch.float64)).to(dt).float()
+    dy = torch.randn(m, c, generator=g).to(dt).float()
+    w, b = (torch.randn(c, generator=g).to(wdt).float() for _ in range(2))
     nchw = lambda t: t.reshape(m, c, 1, 1)  # noqa: E731
     ref_y, ref_mean, ref_rstd = k.reference(nchw(x), w if hw else None, b if hb else None, 1e-6)
     out = _emulate(tmp_path, p, cfg, False, m, grid, {"x": x, "w": w, "b": b})
     tol = tolerance(torch.float32, c)
-    assert_close(out("y", m, c), ref_y.reshape(m, c), tol, f"emulated y {p} {cfg}")
+    assert_close(out("y", m, c), ref_y.reshape(m, c), tolerance(dt, c), f"emulated y {p} {cfg}")
     assert_close(out("mean", m), ref_mean.flatten(), tol, "emulated mean")
     assert_close(out("rstd", m), ref_rstd.flatten(), tol, "emulated rstd")
 
@@ -402,7 +427,7 @@ def test_kernel_logic_emulated(case, tmp_path, seed):
     arrays = {"x": x, "w": w, "b": b, "dy": dy, "mean_in": mean, "rstd_in": rstd}
     out = _emulate(tmp_path, p, cfg, True, m, grid, arrays)
     ref_dx, ref_dw, ref_db = k.reference_backward(nchw(x), nchw(dy), w if hw else None, 1e-6)
-    assert_close(out("dx", m, c), ref_dx.reshape(m, c), tolerance(torch.float32, c, c=8.0), "dx")
+    assert_close(out("dx", m, c), ref_dx.reshape(m, c), tolerance(dt, c, c=8.0), "dx")
     if hw:
         assert_close(out("dwp", grid, c).sum(0), ref_dw, tolerance(torch.float32, m), "dweight")
     if hb:
