@@ -196,3 +196,13 @@ def test_layer_rejects_plain_layernorm():
         LayerNorm2d.from_module(nn.LayerNorm(16))
     with pytest.raises(ValueError, match="channels"):
         LayerNorm2d(0)
+
+
+def test_kernel_limits_documented():
+    """The shapes spio's kernels do not take (and so fall back on a GPU too), with reasons."""
+    from spio.functional.layernorm_2d import _kernel_limit
+
+    assert _kernel_limit(torch.empty(1, 16, 2, 2, dtype=torch.float16)) is None
+    assert "C = 12" in _kernel_limit(torch.empty(1, 12, 2, 2))
+    assert "C = 16392" in _kernel_limit(torch.empty(1, 16392, 1, 1))
+    assert "float64" in _kernel_limit(torch.empty(1, 16, 2, 2, dtype=torch.float64))
