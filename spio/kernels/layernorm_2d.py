@@ -26,6 +26,7 @@ from spio.kernels.layernorm_2d_params import (
     forward_stats,
     geometry,
     heuristic,
+    sample_params,
 )
 
 REDUCE_CHANNELS = 32  # channels per reduce CTA: one warp-wide coalesced 128-byte row segment
@@ -322,6 +323,41 @@ def reference_backward(x: Any, dy: Any, weight: Any, eps: float) -> tuple[Any, A
     return grads[0], (grads[2] if wd is not None else None), grads[1]
 
 
+def make_runner(p: LayerNorm2dParams, cfg: LayerNorm2dConfig, backward: bool = False):
+    """A zero-argument launch of (p, cfg) on fresh inputs on the current GPU (collect, autotune).
+
+    The backward runner includes the partial-sum reduce (its heuristic config)."""
+    import torch
+
+    from spio.cuda import device_attributes
+    from spio.kernels.loader import default_function_cache
+
+    dev = device_attributes(torch.cuda.current_device())
+    dt, wdt = getattr(torch, p.dtype), getattr(torch, p.wdtype)
+    x = (3 + torch.randn(p.m, p.c, device="cuda")).to(dt)
+    w = torch.randn(p.c, device="cuda").to(wdt) if p.has_weight else None
+    b = torch.randn(p.c, device="cuda").to(wdt) if p.has_bias else None
+    mean, rstd = torch.zeros(p.m, device="cuda"), torch.ones(p.m, device="cuda")
+    out = torch.empty_like(x)
+    stream = torch.cuda.current_stream().cuda_stream
+    cache = default_function_cache()
+    if not backward:
+        loaded = cache.get(FWD, p.static(), cfg, dev)
+        return lambda: launch_forward(loaded, p, cfg, dev, x=x, weight=w, bias=b, y=out,
+                                      mean=mean, rstd=rstd, eps=1e-6, stream=stream)  # fmt: skip
+    loaded = cache.get(BWD, p.static(), cfg, dev)
+    reduce_loaded = cache.get(BWD_REDUCE, p.static(), reduce_heuristic(p, dev), dev)
+    n = parts(loaded, p, cfg, dev)
+    dwp = torch.empty(n, p.c, device="cuda") if p.has_weight else None
+    dbp = torch.empty(n, p.c, device="cuda") if p.has_bias else None
+    dw, db = (None if t is None else torch.empty_like(t) for t in (w, b))
+    dy = torch.randn_like(x)
+    return lambda: launch_backward(
+        loaded, reduce_loaded, p, cfg, dev, x=x, dy=dy, mean=mean, rstd=rstd, weight=w, dx=out,
+        dweight=dw, dbias=db, dweight_part=dwp, dbias_part=dbp, stream=stream,
+    )  # fmt: skip
+
+
 FWD = KernelDef(
     name="layernorm_2d_fwd",
     params_type=LayerNorm2dParams,
@@ -332,6 +368,8 @@ FWD = KernelDef(
     stats=forward_stats,
     features=features,
     examples=examples,
+    sample_params=sample_params,
+    make_runner=make_runner,
 )
 
 BWD = KernelDef(
@@ -344,6 +382,8 @@ BWD = KernelDef(
     stats=backward_stats,
     features=features,
     examples=examples,
+    sample_params=sample_params,
+    make_runner=lambda p, cfg: make_runner(p, cfg, backward=True),
 )
 
 BWD_REDUCE = KernelDef(

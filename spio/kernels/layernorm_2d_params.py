@@ -328,3 +328,28 @@ def examples() -> list[LayerNorm2dParams]:
         LayerNorm2dParams(c=768, m=128 * 7 * 7, dtype="bfloat16"),
         LayerNorm2dParams(c=4096, m=64, dtype="float32"),
     ]
+
+
+# ConvNeXt / MetaFormer widths and spatial sizes, for performance-model training data.
+_WIDTHS = (64, 96, 128, 192, 256, 320, 384, 512, 640, 768, 1024, 1536, 2048, 4096)
+_SIDES = (7, 14, 28, 56, 112)
+
+
+def sample_params(rng: Any) -> LayerNorm2dParams:
+    """One params from realistic layer shapes (3 in 4) or random ones, for `spio tune collect`.
+
+    rng is a random.Random. At most 2**28 elements (512 MiB of fp16 data).
+    """
+    if rng.random() < 0.75:
+        c, side = rng.choice(_WIDTHS), rng.choice(_SIDES)
+        m = rng.choice((1, 2, 8, 32, 64, 128, 256)) * side * side
+    else:
+        c = 8 * rng.randint(1, 512)
+        m = rng.randint(1, 1 << 20)
+    m = max(1, min(m, (1 << 28) // c))
+    dtype = rng.choice(DTYPES)
+    wdtype = rng.choice((dtype, "float32"))
+    affine = rng.random() < 0.9
+    return LayerNorm2dParams(
+        c=c, m=m, dtype=dtype, wdtype=wdtype, has_weight=affine, has_bias=affine
+    )

@@ -148,6 +148,18 @@ def test_registered():
         assert kdef.examples()
 
 
+def test_sample_params_have_configs():
+    import random
+
+    rng = random.Random(0)
+    for _ in range(200):
+        p = k.FWD.sample_params(rng)
+        assert p.m * p.c <= 1 << 28
+        for dev in DEVICES:
+            assert k.FWD.configs(p, dev) and k.BWD.configs(p, dev), p
+    assert k.FWD.make_runner is not None and k.BWD.make_runner is not None
+
+
 def test_grid_rows():
     p = LayerNorm2dParams(c=64, m=1000)
     cfg = LayerNorm2dConfig(8, 32)
