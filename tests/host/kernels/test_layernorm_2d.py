@@ -444,3 +444,79 @@ def test_kernel_logic_emulated(case, tmp_path, seed):
         assert_close(out("dwp", grid, c).sum(0), ref_dw, tolerance(torch.float32, m), "dweight")
     if hb:
         assert_close(out("dbp", grid, c).sum(0), ref_db, tolerance(torch.float32, m), "dbias")
+
+
+REDUCE_SRC = SRC.with_name("layernorm_2d_bwd_reduce.cu")
+REDUCE_MAIN = r"""
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+#include "cuda_emulation.h"
+#define __launch_bounds__(n)
+#include "types.h"
+#include "kernel.cu"
+
+int main(int argc, char** argv) {
+    const int parts = std::atoi(argv[1]);
+    std::vector<float> dwp(size_t(parts) * CHANNELS), dbp(dwp.size());
+    FILE* f = std::fopen("parts.bin", "rb");
+    if (!f || std::fread(dwp.data(), 4, dwp.size(), f) != dwp.size() ||
+        std::fread(dbp.data(), 4, dbp.size(), f) != dbp.size()) std::abort();
+    std::fclose(f);
+    std::vector<float> dw(CHANNELS, NAN), db(CHANNELS, NAN);
+    const int outputs = int(HAS_WEIGHT) + int(HAS_BIAS);
+    for (int y = 0; y < outputs; ++y) {  // blockIdx.y: dweight, then dbias
+        for (unsigned x = 0; x < (CHANNELS + 31) / 32; ++x) {
+            emulate_launch(1, {SPLITS * 32, 1, 0}, [&] {
+                blockIdx = {x, static_cast<unsigned>(y), 0};
+                layernorm_2d_bwd_reduce(dwp.data(), dbp.data(), dw.data(), db.data(), parts);
+            });
+        }
+    }
+    f = std::fopen("out.bin", "wb");
+    std::fwrite(dw.data(), 4, dw.size(), f);
+    std::fwrite(db.data(), 4, db.size(), f);
+    std::fclose(f);
+    return 0;
+}
+"""
+
+
+@pytest.mark.skipif(CXX is None, reason="needs a host C++20 compiler (g++ or clang++)")
+@pytest.mark.parametrize("c, splits, parts, hw, hb", [(96, 8, 37, True, True),
+                                                     (40, 4, 3, False, True),
+                                                     (64, 32, 100, True, False)])  # fmt: skip
+def test_reduce_logic_emulated(c, splits, parts, hw, hb, tmp_path, seed):
+    """layernorm_2d_bwd_reduce.cu (fp32) on the host: column sums of the partials, C not a
+    multiple of 32, fewer partial rows than warps, weight-only and bias-only."""
+    from spio.generators import generate
+
+    p = LayerNorm2dParams(c=c, dtype="float32", has_weight=hw, has_bias=hb)
+    spec = k.reduce_spec(p, k.ReduceConfig(splits), None)
+    (tmp_path / "types.h").write_text(generate(spec.specs, title="emulated"))
+    (tmp_path / "kernel.cu").write_text(REDUCE_SRC.read_text())
+    (tmp_path / "main.cpp").write_text(REDUCE_MAIN)
+    g = torch.Generator().manual_seed(seed)
+    dwp, dbp = torch.randn(parts, c, generator=g), torch.randn(parts, c, generator=g)
+    torch.cat([dwp.flatten(), dbp.flatten()]).numpy().tofile(tmp_path / "parts.bin")
+    exe = tmp_path / "emulated"
+    cmd = [CXX, "-std=c++20", "-O1", "-pthread", "-I", str(HOST_DIR), "-I", str(tmp_path),
+           "-I", str(SRC.parents[1] / "include"), str(tmp_path / "main.cpp"), "-o", str(exe)]  # fmt: skip
+    build = subprocess.run(cmd, capture_output=True, text=True)
+    assert build.returncode == 0, build.stderr[-4000:]
+    run = subprocess.run([str(exe), str(parts)], cwd=tmp_path, capture_output=True)
+    assert run.returncode == 0, run.stderr
+    import numpy as np
+
+    out = torch.from_numpy(np.fromfile(tmp_path / "out.bin", dtype="float32")).reshape(2, c)
+    from spio.testing import assert_close, tolerance
+
+    if hw:
+        assert_close(out[0], dwp.double().sum(0), tolerance(torch.float32, parts), "dweight")
+    else:
+        assert torch.isnan(out[0]).all(), "dweight written without a weight"
+    if hb:
+        assert_close(out[1], dbp.double().sum(0), tolerance(torch.float32, parts), "dbias")
+    else:
+        assert torch.isnan(out[1]).all(), "dbias written without a bias"
