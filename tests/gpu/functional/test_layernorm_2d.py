@@ -118,9 +118,11 @@ def test_torch_compile_fullgraph(seed):
     got_grads = torch.autograd.grad(got, (x, w, b))
     want = f(x, w, b)
     want_grads = torch.autograd.grad(want, (x, w, b))
-    assert torch.equal(got, want)
-    for a, e in zip(got_grads, want_grads, strict=True):
-        assert torch.equal(a, e)
+    # Inductor may sum the loss in another order than eager: compare with a tolerance.
+    tol = tolerance(torch.bfloat16, 128 * 8 * 8 * 2)
+    assert_close(got, want, tol, "compiled loss")
+    for name, a, e in zip(("dx", "dweight", "dbias"), got_grads, want_grads, strict=True):
+        assert_close(a, e, tol, f"compiled {name}")
 
 
 def test_new_batch_size_does_not_compile(seed):
