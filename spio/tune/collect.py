@@ -22,12 +22,12 @@ WARMUP_MS = 5.0
 
 
 def _precompile(kdef: KernelDef, params: Any, configs: list[Any], dev: Any) -> None:
-    from spio.compiler import compile_many
+    from spio.compiler import CompileJob, compile_many
 
     specs = [kdef.spec(params, c, dev) for c in configs]
     compile_many(
-        [dict(source=s.source_text(), arch=dev.arch, options=s.options, name=s.source,
-              scope=s.specs) for s in specs],
+        [CompileJob(s.source_text(), dev.arch, options=s.options, name=s.source, scope=s.specs)
+         for s in specs],
         progress=False,
     )
 
