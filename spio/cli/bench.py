@@ -34,7 +34,7 @@ def run_bench(families: list[str], quick: bool, extra: list[str]) -> int:
     chosen = families or list(FAMILIES)
     if not _has_gpu():
         return _no_gpu(chosen)
-    args = (["--quick"] if quick else []) + [a for a in extra if a != "--"]
+    args = (["--quick"] if quick else []) + list(extra)
     status = 0
     for family in chosen:
         print(f"\n== spio bench {family} ==", flush=True)

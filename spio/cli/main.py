@@ -2,7 +2,7 @@
 
     spio info                         versions, NVRTC, driver, GPUs, cache, performance models
     spio compile FILE.cu [--arch sm_90] [-I DIR] [-o OUT.cubin] [--ptx]
-    spio bench [--quick] [FAMILY ...]   conv2d-gw8, layernorm2d, matmul (all when none is named)
+    spio bench [--quick] [FAMILY ...] [options of the family's benchmark, e.g. --csv F --plot F]
     spio tune {collect,train,eval,select} ...
 """
 
@@ -56,8 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("bench", help="benchmark spio's kernels against PyTorch")
     p.add_argument("families", nargs="*", help="conv2d-gw8, layernorm2d, matmul (default: all)")
     p.add_argument("--quick", action="store_true", help="a few shapes per family")
-    p.add_argument("extra", nargs=argparse.REMAINDER, help="after --: passed to the family's bench")
-    p.set_defaults(func=_cmd_bench)
+    p.set_defaults(func=_cmd_bench, extra=[])
 
     p = sub.add_parser("tune", help="performance models: collect, train, eval, select")
     p.add_argument("rest", nargs=argparse.REMAINDER, help="collect|train|eval|select ...")
@@ -66,7 +65,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        if args.command != "bench":
+            parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+        # Other options go to the family's own benchmark (e.g. --csv, --plot, --sweep 8192).
+        args.extra = [a for a in unknown if a != "--"]
     from spio.errors import SpioError
 
     try:
