@@ -43,8 +43,10 @@ def main(argv: list[str] | None = None) -> int:
             new_ms.append((t1 - t0) * 1e3)
             cached_us.append((t2 - t1) / 100 * 1e6)
             n_cfg.append(len(kdef.configs(p, dev)))
-        print(f"{name:<22} {source:<10} {statistics.median(n_cfg):>8.0f} "
-              f"{statistics.median(new_ms):>13.2f} {statistics.median(cached_us):>10.2f}")
+        print(
+            f"{name:<22} {source:<10} {statistics.median(n_cfg):>8.0f} "
+            f"{statistics.median(new_ms):>13.2f} {statistics.median(cached_us):>10.2f}"
+        )
     return 0
 
 

@@ -25,8 +25,9 @@ UNIT_ROUNDOFF = {
 }
 
 
-def tolerance(out_dtype: torch.dtype, depth: int, acc_dtype: torch.dtype = torch.float32,
-              c: float = 4.0) -> float:
+def tolerance(
+    out_dtype: torch.dtype, depth: int, acc_dtype: torch.dtype = torch.float32, c: float = 4.0
+) -> float:
     """Relative error bound of a reduction of `depth` terms accumulated in `acc_dtype`.
 
     The output is rounded once to `out_dtype` (one unit roundoff), and a sum of `depth` terms in

@@ -14,13 +14,16 @@ def print_table(rows: Sequence[dict], columns: Sequence[str] | None = None) -> s
     columns = list(columns or rows[0].keys())
 
     def fmt(v):
-        return f"{v:.3g}" if isinstance(v, float) and abs(v) < 100 else (
-            f"{v:.0f}" if isinstance(v, float) else str(v))
+        return (
+            f"{v:.3g}"
+            if isinstance(v, float) and abs(v) < 100
+            else (f"{v:.0f}" if isinstance(v, float) else str(v))
+        )
 
     cells = [[fmt(r.get(c, "")) for c in columns] for r in rows]
     widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(columns)]
-    lines = ["  ".join(c.rjust(w) for c, w in zip(columns, widths))]
-    lines += ["  ".join(v.rjust(w) for v, w in zip(row, widths)) for row in cells]
+    lines = ["  ".join(c.rjust(w) for c, w in zip(columns, widths, strict=True))]
+    lines += ["  ".join(v.rjust(w) for v, w in zip(row, widths, strict=True)) for row in cells]
     text = "\n".join(lines)
     print(text, flush=True)
     return text
@@ -34,9 +37,17 @@ def write_csv(rows: Sequence[dict], path: Path) -> None:
         w.writerows(rows)
 
 
-def plot(rows: Sequence[dict], x: str, series: Sequence[str], path: Path, *, ylabel: str,
-         roofline: float | None = None, roofline_label: str = "copy bandwidth",
-         title: str = "") -> bool:
+def plot(
+    rows: Sequence[dict],
+    x: str,
+    series: Sequence[str],
+    path: Path,
+    *,
+    ylabel: str,
+    roofline: float | None = None,
+    roofline_label: str = "copy bandwidth",
+    title: str = "",
+) -> bool:
     """Grouped bars of `series` per row labelled by `x`, with an optional horizontal roofline.
 
     Returns False (and writes nothing) when matplotlib is not installed.
@@ -53,8 +64,9 @@ def plot(rows: Sequence[dict], x: str, series: Sequence[str], path: Path, *, yla
     width = 0.8 / max(n, 1)
     fig, ax = plt.subplots(figsize=(max(8, 0.45 * len(rows) * n), 5))
     for i, s in enumerate(series):
-        ax.bar([j + i * width for j in range(len(rows))], [float(r[s]) for r in rows], width,
-               label=s)
+        ax.bar(
+            [j + i * width for j in range(len(rows))], [float(r[s]) for r in rows], width, label=s
+        )
     if roofline:
         ax.axhline(roofline, color="k", linestyle="--", label=roofline_label)
     ax.set_xticks([j + width * (n - 1) / 2 for j in range(len(rows))])

@@ -35,8 +35,14 @@ def _flush_buffer(device: torch.device) -> torch.Tensor:
     return torch.empty(2 * l2 // 4 + 1024, dtype=torch.int32, device=device)
 
 
-def bench(fn: Callable[[], object], *, warmup_ms: float = 25.0, reps: int = 50,
-          flush_l2: bool = True, device: torch.device | None = None) -> Timing:
+def bench(
+    fn: Callable[[], object],
+    *,
+    warmup_ms: float = 25.0,
+    reps: int = 50,
+    flush_l2: bool = True,
+    device: torch.device | None = None,
+) -> Timing:
     """Times fn() on the current stream; fn must only enqueue GPU work.
 
     Warms up for about `warmup_ms`, then times `reps` calls, each preceded (outside its timed
@@ -64,7 +70,7 @@ def bench(fn: Callable[[], object], *, warmup_ms: float = 25.0, reps: int = 50,
         fn()
         ends[i].record()
     torch.cuda.synchronize(device)
-    times = sorted(s.elapsed_time(e) for s, e in zip(starts, ends))
+    times = sorted(s.elapsed_time(e) for s, e in zip(starts, ends, strict=True))
     q = statistics.quantiles(times, n=10) if len(times) >= 2 else [times[0]] * 9
     return Timing(median_ms=statistics.median(times), p20_ms=q[1], p80_ms=q[7], reps=reps)
 

@@ -29,7 +29,9 @@ def _has_gpu() -> bool:
 def run_bench(families: list[str], quick: bool, extra: list[str]) -> int:
     unknown = [f for f in families if f not in FAMILIES]
     if unknown:
-        print(f"spio bench: unknown family {unknown}; choose from {sorted(FAMILIES)}", file=sys.stderr)
+        print(
+            f"spio bench: unknown family {unknown}; choose from {sorted(FAMILIES)}", file=sys.stderr
+        )
         return 2
     chosen = families or list(FAMILIES)
     if not _has_gpu():
@@ -47,7 +49,9 @@ def _no_gpu(chosen: list[str]) -> int:
     from spio.kernels import KERNELS
     from spio.kernels.loader import compile_spec
 
-    print("No CUDA GPU of sm_80+ here: compiling every kernel family for an H100 (sm_90) with NVRTC")
+    print(
+        "No CUDA GPU of sm_80+ here: compiling every kernel family for an H100 (sm_90) with NVRTC"
+    )
     dev = known_device("H100")
     prefixes = tuple(f.replace("-", "_").replace("layernorm2d", "layernorm_2d") for f in chosen)
     rows = []

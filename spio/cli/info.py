@@ -40,7 +40,9 @@ def _gpu_lines() -> list[str]:
 
         count = device_count()
         if count == 0:
-            return ["  GPUs: none (no CUDA driver or no device); kernels compile, ops use fallbacks"]
+            return [
+                "  GPUs: none (no CUDA driver or no device); kernels compile, ops use fallbacks"
+            ]
         major, minor = driver_version()
         lines = [f"  CUDA driver: {major}.{minor}"]
         for i in range(count):

@@ -1,9 +1,9 @@
 """Entry point of the `spio` command.
 
-    spio info                         versions, NVRTC, driver, GPUs, cache, performance models
-    spio compile FILE.cu [--arch sm_90] [-I DIR] [-o OUT.cubin] [--ptx]
-    spio bench [--quick] [FAMILY ...] [options of the family's benchmark, e.g. --csv F --plot F]
-    spio tune {collect,train,eval,select} ...
+spio info                         versions, NVRTC, driver, GPUs, cache, performance models
+spio compile FILE.cu [--arch sm_90] [-I DIR] [-o OUT.cubin] [--ptx]
+spio bench [--quick] [FAMILY ...] [options of the family's benchmark, e.g. --csv F --plot F]
+spio tune {collect,train,eval,select} ...
 """
 
 from __future__ import annotations

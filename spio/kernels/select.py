@@ -86,8 +86,11 @@ class Selector:
             return rank(kdef, params, device, model)[0][0], "model"
         if (kdef.name, device.name) not in self._warned:
             self._warned.add((kdef.name, device.name))
-            log.info("spio: no performance model for %s on %s; using its heuristic config",
-                     kdef.name, device.name)
+            log.info(
+                "spio: no performance model for %s on %s; using its heuristic config",
+                kdef.name,
+                device.name,
+            )
         return kdef.heuristic(params, device), "heuristic"
 
     def _measure_best(self, kdef: KernelDef, params: Any, device: Any, k: int) -> Any:
@@ -99,8 +102,9 @@ class Selector:
             raise ValueError(f"{kdef.name}: none of the top-{k} configs ran for {params}")
         best, us = timed[0]
         self._persist(kdef, params, device, best)
-        log.info("spio: autotuned %s %s on %s: %s (%.1f us)", kdef.name, params, device.name,
-                 best, us)
+        log.info(
+            "spio: autotuned %s %s on %s: %s (%.1f us)", kdef.name, params, device.name, best, us
+        )
         return best
 
     def _store_file(self, kdef: KernelDef, device: Any) -> Path:

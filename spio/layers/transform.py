@@ -15,7 +15,9 @@ class TransformReport:
     skipped: list[tuple[str, str]] = field(default_factory=list)  # (path, reason)
 
     def __str__(self) -> str:
-        lines = [f"spio.transform: replaced {len(self.replaced)} modules, skipped {len(self.skipped)}"]
+        lines = [
+            f"spio.transform: replaced {len(self.replaced)} modules, skipped {len(self.skipped)}"
+        ]
         lines += [f"  replaced {path} -> {kind}" for path, kind in self.replaced]
         lines += [f"  kept     {path}: {why}" for path, why in self.skipped]
         return "\n".join(lines)

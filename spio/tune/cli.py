@@ -74,9 +74,13 @@ def cmd_train(a: argparse.Namespace) -> int:
             continue
         for device_name, samples in sorted(by_device.items()):
             dev = _device_for(device_name)
-            model = PerfModel.train(k, device_name, samples[0].arch,
-                                    feature_rows(KERNELS[k], samples, dev),
-                                    [s.latency_us for s in samples])
+            model = PerfModel.train(
+                k,
+                device_name,
+                samples[0].arch,
+                feature_rows(KERNELS[k], samples, dev),
+                [s.latency_us for s in samples],
+            )
             path = model_path(out_dir, k, device_name)
             model.save(path)
             print(f"{k} on {device_name}: trained on {len(samples)} samples -> {path}")
@@ -108,8 +112,10 @@ def cmd_select(a: argparse.Namespace) -> int:
     ranked = Selector().ranked(kdef, params, dev)
     ms = (time.perf_counter() - start) * 1e3
     source = "model" if ranked[0][1] is not None else "heuristic (no model for this GPU)"
-    print(f"{kdef.name} {params} on {dev.name} ({dev.arch}): {len(ranked)} configs, "
-          f"ranked by {source} in {ms:.1f} ms")
+    print(
+        f"{kdef.name} {params} on {dev.name} ({dev.arch}): {len(ranked)} configs, "
+        f"ranked by {source} in {ms:.1f} ms"
+    )
     for i, (cfg, us) in enumerate(ranked[: a.top]):
         pred = f"{us:9.1f} us" if us is not None else "        -"
         print(f"  {i + 1:3d}. {pred}  {cfg}")

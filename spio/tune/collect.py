@@ -26,14 +26,23 @@ def _precompile(kdef: KernelDef, params: Any, configs: list[Any], dev: Any) -> N
 
     specs = [kdef.spec(params, c, dev) for c in configs]
     compile_many(
-        [CompileJob(s.source_text(), dev.arch, options=s.options, name=s.source, scope=s.specs)
-         for s in specs],
+        [
+            CompileJob(s.source_text(), dev.arch, options=s.options, name=s.source, scope=s.specs)
+            for s in specs
+        ],
         progress=False,
     )
 
 
-def collect(kdef: KernelDef, minutes: float, out: Path, ordinal: int = 0, seed: int = 0,
-            max_configs: int | None = None, progress: bool = True) -> int:
+def collect(
+    kdef: KernelDef,
+    minutes: float,
+    out: Path,
+    ordinal: int = 0,
+    seed: int = 0,
+    max_configs: int | None = None,
+    progress: bool = True,
+) -> int:
     """Measures samples for about `minutes`; returns how many new rows were written."""
     import torch
 
@@ -56,7 +65,8 @@ def collect(kdef: KernelDef, minutes: float, out: Path, ordinal: int = 0, seed: 
         if max_configs is not None and len(configs) > max_configs:
             configs = rng.sample(configs, max_configs)
         todo = [
-            c for c in configs
+            c
+            for c in configs
             if Sample(kdef.name, dev.name, dev.arch, to_dict(params), to_dict(c), 0.0).pair_key()
             not in done
         ]
@@ -95,8 +105,9 @@ def _bar(minutes: float, progress: bool, desc: str):
     return tqdm(total=round(60 * minutes), desc=desc, unit="s")
 
 
-def collect_all_gpus(kdef_name: str, minutes: float, out: Path, seed: int,
-                     max_configs: int | None) -> int:
+def collect_all_gpus(
+    kdef_name: str, minutes: float, out: Path, seed: int, max_configs: int | None
+) -> int:
     """One worker process per GPU, each appending to its own file `<out>.gpu<N>`."""
     import multiprocessing as mp
 
@@ -107,14 +118,17 @@ def collect_all_gpus(kdef_name: str, minutes: float, out: Path, seed: int,
     with ctx.Pool(n) as pool:
         counts = pool.starmap(
             _worker,
-            [(kdef_name, minutes, out.with_name(f"{out.name}.gpu{i}"), i, seed, max_configs)
-             for i in range(n)],
+            [
+                (kdef_name, minutes, out.with_name(f"{out.name}.gpu{i}"), i, seed, max_configs)
+                for i in range(n)
+            ],
         )
     return sum(counts)
 
 
-def _worker(kdef_name: str, minutes: float, out: Path, ordinal: int, seed: int,
-            max_configs: int | None) -> int:
+def _worker(
+    kdef_name: str, minutes: float, out: Path, ordinal: int, seed: int, max_configs: int | None
+) -> int:
     from spio.kernels import KERNELS
 
     return collect(KERNELS[kdef_name], minutes, out, ordinal, seed, max_configs, progress=False)

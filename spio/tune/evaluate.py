@@ -42,8 +42,12 @@ class Report:
 def feature_rows(kdef: KernelDef, samples: list[Sample], device: Any) -> list[dict[str, float]]:
     """Recomputes features from stored params/config with the family's current code."""
     return [
-        features(kdef, from_dict(kdef.params_type, s.params), from_dict(kdef.config_type, s.config),
-                 device)
+        features(
+            kdef,
+            from_dict(kdef.params_type, s.params),
+            from_dict(kdef.config_type, s.config),
+            device,
+        )
         for s in samples
     ]
 
@@ -52,8 +56,9 @@ def _fold(shape_key: str, folds: int) -> int:
     return int(hashlib.sha256(shape_key.encode()).hexdigest(), 16) % folds
 
 
-def evaluate(kdef: KernelDef, samples: list[Sample], device: Any, folds: int = 5,
-             rounds: int | None = None) -> Report:
+def evaluate(
+    kdef: KernelDef, samples: list[Sample], device: Any, folds: int = 5, rounds: int | None = None
+) -> Report:
     if not samples:
         raise ValueError(f"evaluate: no samples for {kdef.name}")
     rows = feature_rows(kdef, samples, device)
@@ -73,9 +78,14 @@ def evaluate(kdef: KernelDef, samples: list[Sample], device: Any, folds: int = 5
         train_idx = [i for k, idx in by_shape.items() if _fold(k, folds) != f for i in idx]
         if not train_idx:
             continue
-        model = PerfModel.train(kdef.name, samples[0].device, samples[0].arch,
-                                [rows[i] for i in train_idx],
-                                [samples[i].latency_us for i in train_idx], **kwargs)
+        model = PerfModel.train(
+            kdef.name,
+            samples[0].device,
+            samples[0].arch,
+            [rows[i] for i in train_idx],
+            [samples[i].latency_us for i in train_idx],
+            **kwargs,
+        )
         for k in test_shapes:
             idx = by_shape[k]
             measured = [samples[i].latency_us for i in idx]
@@ -86,5 +96,13 @@ def evaluate(kdef: KernelDef, samples: list[Sample], device: Any, folds: int = 5
             hits += any(measured[j] == best for j in order[:5])
     regrets.sort()
     p90 = regrets[min(len(regrets) - 1, int(round(0.9 * (len(regrets) - 1))))]
-    return Report(kdef.name, samples[0].device, len(regrets), len(samples),
-                  statistics.median(regrets), p90, regrets[-1], hits / len(regrets))
+    return Report(
+        kdef.name,
+        samples[0].device,
+        len(regrets),
+        len(samples),
+        statistics.median(regrets),
+        p90,
+        regrets[-1],
+        hits / len(regrets),
+    )

@@ -64,7 +64,9 @@ class PerfModel:
         names = tuple(rows[0])
         x = _matrix(rows, names)
         y = np.log(np.asarray(latency_us, dtype=np.float64))
-        booster = xgb.train(TRAIN_PARAMS, xgb.DMatrix(x, label=y, feature_names=list(names)), rounds)
+        booster = xgb.train(
+            TRAIN_PARAMS, xgb.DMatrix(x, label=y, feature_names=list(names)), rounds
+        )
         return cls(kernel, device, arch, names, booster, len(rows))
 
     def predict_us(self, rows: Sequence[dict[str, float]]) -> np.ndarray:
@@ -105,9 +107,17 @@ class PerfModel:
             )
         booster = xgb.Booster()
         booster.load_model(bytearray(json.dumps(data["booster"]).encode()))
-        booster.set_param({"nthread": 1})  # one row batch per call: threads cost more than they save
-        return cls(data["kernel"], data["device"], data["arch"], tuple(data["features"]), booster,
-                   data.get("n_samples", 0))
+        booster.set_param(
+            {"nthread": 1}
+        )  # one row batch per call: threads cost more than they save
+        return cls(
+            data["kernel"],
+            data["device"],
+            data["arch"],
+            tuple(data["features"]),
+            booster,
+            data.get("n_samples", 0),
+        )
 
     def save(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)

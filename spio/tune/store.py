@@ -43,8 +43,10 @@ def list_models() -> list[str]:
         for p in sorted(d.glob("*__*.json")):
             try:
                 head = json.loads(p.read_text())
-                out.append(f"{head['kernel']} for {head['device']} ({head['arch']}, "
-                           f"{head.get('n_samples', '?')} samples) [{p.parent}]")
+                out.append(
+                    f"{head['kernel']} for {head['device']} ({head['arch']}, "
+                    f"{head.get('n_samples', '?')} samples) [{p.parent}]"
+                )
             except (OSError, ValueError, KeyError) as e:
                 out.append(f"{p.name}: unreadable ({e})")
     return out
@@ -65,8 +67,13 @@ def find_model(kernel: str, device_name: str, arch: str) -> PerfModel | None:
         for p in sorted(d.glob(f"{kernel}__*.json")):
             model = _try_load(p)
             if model is not None and model.arch == arch:
-                log.info("spio: no %s model for %s; using the one trained on %s (same arch %s)",
-                         kernel, device_name, model.device, arch)
+                log.info(
+                    "spio: no %s model for %s; using the one trained on %s (same arch %s)",
+                    kernel,
+                    device_name,
+                    model.device,
+                    arch,
+                )
                 return model
     return None
 

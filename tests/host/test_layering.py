@@ -13,8 +13,10 @@ def _run(code: str) -> str:
     return out.stdout.strip()
 
 
-@pytest.mark.parametrize("module", ["spio", "spio.generators", "spio.compiler", "spio.cuda",
-                                    "spio.settings", "spio.errors"])
+@pytest.mark.parametrize(
+    "module",
+    ["spio", "spio.generators", "spio.compiler", "spio.cuda", "spio.settings", "spio.errors"],
+)
 def test_lower_layers_do_not_import_torch(module):
     assert _run(f"import {module}, sys; print('torch' in sys.modules)") == "False"
 

@@ -19,7 +19,9 @@ def test_env_docs_are_generated_from_the_registry():
     from spio.settings import markdown
 
     doc = Path(__file__).resolve().parents[2] / "docs" / "env.md"
-    assert doc.read_text() == markdown(), "docs/env.md is stale: run `python -m spio.settings > docs/env.md`"
+    assert doc.read_text() == markdown(), (
+        "docs/env.md is stale: run `python -m spio.settings > docs/env.md`"
+    )
 
 
 def test_no_environment_reads_outside_settings():
@@ -33,4 +35,6 @@ def test_no_environment_reads_outside_settings():
         for p in root.rglob("*.py")
         if p not in allowed and re.search(r"os\.environ|os\.getenv", p.read_text())
     ]
-    assert not offenders, f"read SPIO_* knobs through spio.settings.settings(), not os.environ: {offenders}"
+    assert not offenders, (
+        f"read SPIO_* knobs through spio.settings.settings(), not os.environ: {offenders}"
+    )

@@ -20,8 +20,9 @@ extern "C" __global__ void add_one(float* x, int n) {
 
 
 def _spio(*args: str, env=None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "spio.cli.main", *args], capture_output=True,
-                          text=True, env=env)
+    return subprocess.run(
+        [sys.executable, "-m", "spio.cli.main", *args], capture_output=True, text=True, env=env
+    )
 
 
 def test_info_runs_without_gpu():

@@ -53,14 +53,26 @@ def _true_us(p: P, cfg: Cfg) -> float:
 
 def _feat(p: P, cfg: Cfg, dev) -> dict[str, float]:
     tiles = math.ceil(p.n / cfg.tile)
-    return {"n": p.n, "c": p.c, "tile": cfg.tile, "warps": cfg.warps, "tiles": tiles,
-            "waves": math.ceil(tiles / (dev.sm_count * 4 / cfg.warps))}
+    return {
+        "n": p.n,
+        "c": p.c,
+        "tile": cfg.tile,
+        "warps": cfg.warps,
+        "tiles": tiles,
+        "waves": math.ceil(tiles / (dev.sm_count * 4 / cfg.warps)),
+    }
 
 
 KDEF = KernelDef(
-    name="synthetic", params_type=P, config_type=Cfg, configs=_configs, spec=None,
-    heuristic=lambda p, dev: Cfg(32, 4), stats=lambda p: KernelStats(0), features=_feat,
-    make_runner=lambda p, cfg: (lambda: None),
+    name="synthetic",
+    params_type=P,
+    config_type=Cfg,
+    configs=_configs,
+    spec=None,
+    heuristic=lambda p, dev: Cfg(32, 4),
+    stats=lambda p: KernelStats(0),
+    features=_feat,
+    make_runner=lambda p, cfg: lambda: None,
 )
 
 
@@ -68,12 +80,22 @@ def _dataset(shapes: int, seed: int) -> list[Sample]:
     rng = random.Random(seed)
     out = []
     for _ in range(shapes):
-        p = P(rng.choice([1000, 5000, 20000, 100000, 400000]) + rng.randrange(1000),
-              rng.choice([16, 32, 64, 128]))
+        p = P(
+            rng.choice([1000, 5000, 20000, 100000, 400000]) + rng.randrange(1000),
+            rng.choice([16, 32, 64, 128]),
+        )
         for cfg in _configs(p, Dev()):
             noise = 1 + 0.01 * rng.uniform(-1, 1)
-            out.append(Sample("synthetic", Dev().name, "sm_90", to_dict(p), to_dict(cfg),
-                              _true_us(p, cfg) * noise))
+            out.append(
+                Sample(
+                    "synthetic",
+                    Dev().name,
+                    "sm_90",
+                    to_dict(p),
+                    to_dict(cfg),
+                    _true_us(p, cfg) * noise,
+                )
+            )
     return out
 
 
@@ -96,8 +118,14 @@ def test_params_and_configs_round_trip_through_json():
 
 def test_model_finds_the_known_best_config_on_unseen_shapes(seed):
     samples = _dataset(40, seed)
-    model = PerfModel.train("synthetic", Dev().name, "sm_90", feature_rows(KDEF, samples, Dev()),
-                            [s.latency_us for s in samples], rounds=200)
+    model = PerfModel.train(
+        "synthetic",
+        Dev().name,
+        "sm_90",
+        feature_rows(KDEF, samples, Dev()),
+        [s.latency_us for s in samples],
+        rounds=200,
+    )
     rng = random.Random(seed + 1)
     regrets = []
     for _ in range(20):
@@ -120,13 +148,16 @@ def test_evaluation_splits_by_shape_and_reports_regret(seed):
 def test_model_file_round_trip_and_format_check(tmp_path: Path):
     samples = _dataset(5, seed=3)
     rows = feature_rows(KDEF, samples, Dev())
-    model = PerfModel.train("synthetic", Dev().name, "sm_90", rows,
-                            [s.latency_us for s in samples], rounds=20)
+    model = PerfModel.train(
+        "synthetic", Dev().name, "sm_90", rows, [s.latency_us for s in samples], rounds=20
+    )
     path = tmp_path / "m.json"
     model.save(path)
     back = PerfModel.load(path)
     assert back.feature_names == model.feature_names
-    assert list(back.predict_us(rows[:7])) == pytest.approx(list(model.predict_us(rows[:7])), rel=1e-5)
+    assert list(back.predict_us(rows[:7])) == pytest.approx(
+        list(model.predict_us(rows[:7])), rel=1e-5
+    )
     data = json.loads(path.read_text())
     data["format"] = MODEL_FORMAT + 1
     with pytest.raises(ModelFormatError, match="retrain"):
@@ -146,8 +177,14 @@ def test_selector_without_model_uses_heuristic_and_caches(tmp_path: Path):
 
 def test_selector_uses_model_when_one_exists(tmp_path: Path, seed):
     samples = _dataset(30, seed)
-    model = PerfModel.train("synthetic", Dev().name, "sm_90", feature_rows(KDEF, samples, Dev()),
-                            [s.latency_us for s in samples], rounds=150)
+    model = PerfModel.train(
+        "synthetic",
+        Dev().name,
+        "sm_90",
+        feature_rows(KDEF, samples, Dev()),
+        [s.latency_us for s in samples],
+        rounds=150,
+    )
     with override(cache_dir=tmp_path):
         model.save(model_path(tmp_path / "models", "synthetic", Dev().name))
         assert find_model("synthetic", Dev().name, "sm_90") is not None
@@ -172,10 +209,21 @@ def test_persisted_autotune_winner_is_reused(tmp_path: Path):
 
 
 def test_features_fall_back_to_numeric_fields():
-    bare = KernelDef(name="b", params_type=P, config_type=Cfg, configs=_configs, spec=None,
-                     heuristic=None, stats=None)
-    assert features(bare, P(3, 8), Cfg(16, 2), Dev()) == {"p_n": 3.0, "p_c": 8.0, "c_tile": 16.0,
-                                                          "c_warps": 2.0}
+    bare = KernelDef(
+        name="b",
+        params_type=P,
+        config_type=Cfg,
+        configs=_configs,
+        spec=None,
+        heuristic=None,
+        stats=None,
+    )
+    assert features(bare, P(3, 8), Cfg(16, 2), Dev()) == {
+        "p_n": 3.0,
+        "p_c": 8.0,
+        "c_tile": 16.0,
+        "c_warps": 2.0,
+    }
 
 
 def test_slug():
