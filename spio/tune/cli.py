@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 import time
@@ -106,7 +107,13 @@ def cmd_select(a: argparse.Namespace) -> int:
     from spio.tune.features import from_dict
 
     kdef = KERNELS[_kernels(a.kernel)[0]]
-    params = from_dict(kdef.params_type, json.loads(a.params))
+    try:
+        params = from_dict(kdef.params_type, json.loads(a.params))
+    except (TypeError, ValueError) as e:
+        fields = [f.name for f in dataclasses.fields(kdef.params_type)]
+        raise SystemExit(
+            f"spio tune select: --params for {kdef.name} needs the fields {fields}: {e}"
+        )
     dev = _device_for(a.device)
     start = time.perf_counter()
     ranked = Selector().ranked(kdef, params, dev)
