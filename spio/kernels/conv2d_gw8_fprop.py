@@ -22,12 +22,20 @@ from spio.kernels.kernel_def import KernelDef, KernelSpec, KernelStats
 
 SOURCE = "conv2d_gw8_fprop.cu"
 ENTRY = "conv2d_gw8_fprop"
-BLOCK_P_CHOICES = (2, 4, 8, 16, 32)
+BLOCK_P_CHOICES = (2, 4, 8, 16, 32, 64)
 M_TILE_CHOICES = (1, 2, 4)  # block_q = 16 * m tiles
 WARP_CHOICES = (1, 2, 4, 8)
-STAGE_CHOICES = (2, 3)
+STAGE_CHOICES = (2, 3, 4, 6, 8)
 # Registers: R*S weights + R*M*4 accumulators + addressing; past this the kernel spills.
 MAX_LIVE_REGS = 168
+# Bytes of input rows the heuristic wants in flight per SM (cp.async stages beyond the row being
+# multiplied): Little's law at ~3 TB/s over 132 SMs and ~1.5-2 us loaded DRAM latency gives
+# 35-45 KB; the first H100 run had 10-35 KB in flight and reached 21-51% of copy bandwidth.
+IN_FLIGHT_BYTES = 48 * 1024
+# ptxas uses about this many registers beyond live_regs (addresses, loop state), measured on
+# sm_90 for 3x3 to 7x7 variants (64-128 registers in all).
+REG_OVERHEAD = 48
+MAX_CTAS_PER_SM = 32
 
 
 def out_plane(cfg: Conv2dGw8Config) -> int:
@@ -38,9 +46,11 @@ def out_plane(cfg: Conv2dGw8Config) -> int:
 
 def smem_bytes(p: Conv2dGw8Params, cfg: Conv2dGw8Config) -> int:
     """Dynamic shared memory: STAGES input rows of (BLOCK_Q + S - 1) pixels x WARPS groups x 16 B,
-    plus two staged output rows of WARPS padded planes."""
+    two staged output rows of WARPS padded planes, and the CTA's weights (WARPS x 8 x 8 x R x S
+    fp16/bf16)."""
     rows_in = cfg.stages * cfg.warps * (cfg.block_q + p.s - 1) * 16
-    return rows_in + 2 * cfg.warps * out_plane(cfg) * 16
+    weights = cfg.warps * GROUP_WIDTH * GROUP_WIDTH * p.r * p.s * 2
+    return rows_in + 2 * cfg.warps * out_plane(cfg) * 16 + weights
 
 
 def live_regs(p: Conv2dGw8Params, cfg: Conv2dGw8Config) -> int:
@@ -58,8 +68,9 @@ def configs(p: Conv2dGw8Params, dev: Any) -> list[Conv2dGw8Config]:
     """Every valid fprop config for `p` on `dev`, in a stable order.
 
     Block rows above P and 16-column strips beyond the first that covers Q are dropped (they only
-    add idle work); warps must divide the channel groups; shared memory must fit the device's
-    opt-in limit and the register estimate must stay below the spill point.
+    add idle work); warps must divide the channel groups; stages above 3 only while the block has
+    that many rows to prefetch; shared memory must fit the device's opt-in limit and the register
+    estimate must stay below the spill point.
     """
     out = []
     p_choices = sorted({min(bp, p.p) for bp in BLOCK_P_CHOICES})
@@ -72,6 +83,8 @@ def configs(p: Conv2dGw8Params, dev: Any) -> list[Conv2dGw8Config]:
                 if p.groups % warps:
                     continue
                 for stages in STAGE_CHOICES:
+                    if stages > 3 and stages - 1 > block_p + p.r - 1:
+                        continue  # more stages than the block has rows to prefetch
                     cfg = Conv2dGw8Config(
                         block_p=block_p, block_q=16 * m, warps=warps, stages=stages
                     )
@@ -83,14 +96,44 @@ def configs(p: Conv2dGw8Params, dev: Any) -> list[Conv2dGw8Config]:
     return out
 
 
+def row_bytes(p: Conv2dGw8Params, cfg: Conv2dGw8Config) -> int:
+    """Bytes of one input row of the tile (one cp.async stage)."""
+    return cfg.warps * (cfg.block_q + p.s - 1) * 16
+
+
+def resident_ctas(p: Conv2dGw8Params, cfg: Conv2dGw8Config, dev: Any) -> int:
+    """CTAs of this config one SM runs at once: the grid spread over the SMs, capped by threads,
+    shared memory (plus 1 KB reserved per CTA) and the estimated registers."""
+    regs = min(255, -(-(live_regs(p, cfg) + REG_OVERHEAD) // 8) * 8)
+    threads = 32 * cfg.warps
+    g = grid(p, cfg)
+    return max(
+        1,
+        min(
+            math.ceil(g[0] * g[1] / dev.sm_count),
+            dev.regs_per_sm // (regs * threads),
+            dev.max_threads_per_sm // threads,
+            dev.max_smem_per_sm // (smem_bytes(p, cfg) + 1024),
+            MAX_CTAS_PER_SM,
+        ),
+    )
+
+
+def in_flight_bytes(p: Conv2dGw8Params, cfg: Conv2dGw8Config, dev: Any) -> int:
+    """Input bytes in flight per SM in the steady state: STAGES - 1 rows per resident CTA."""
+    rows = min(cfg.stages - 1, cfg.block_p + p.r - 1)
+    return resident_ctas(p, cfg, dev) * rows * row_bytes(p, cfg)
+
+
 def heuristic(p: Conv2dGw8Params, dev: Any) -> Conv2dGw8Config:
     """The config used until a performance model exists.
 
     Rule: 4 warps (128 threads) when the groups allow it, else the most that divide them; 32
     output columns when Q >= 32 and the registers allow, else 16; then the tallest block (fewest
-    halo rows re-read) that still gives at least 2 CTAs per SM over the whole batch, so small
-    batches still fill the GPU; three pipeline stages when the block streams >= 8 input rows,
-    else two.
+    halo rows re-read; up to a whole image) that still gives at least 2 CTAs per SM over the
+    whole batch, so small batches still fill the GPU; then the fewest pipeline stages that put
+    IN_FLIGHT_BYTES of input rows in flight per SM (the deepest valid one when none does). The
+    first H100 run (2-3 stages) had 10-35 KB in flight per SM and was latency-bound.
     """
     valid = configs(p, dev)
     if not valid:
@@ -106,13 +149,16 @@ def heuristic(p: Conv2dGw8Params, dev: Any) -> Conv2dGw8Config:
         g = grid(p, cfg)
         if g[0] * g[1] >= target:
             best = cfg
-    # Little's law: ~14 KB per SM must be in flight to cover DRAM latency at 3 TB/s on an H100.
-    # A CTA has one row (WARPS x TILE_W x 16 B, ~2 KB) in flight per extra stage, so tall tiles
-    # (many rows to stream) get a third stage.
-    deeper = replace(best, stages=3)
-    if best.block_p + p.r - 1 >= 8 and deeper in valid:
-        return deeper
-    return best
+    # Little's law: a CTA has STAGES - 1 rows (WARPS x TILE_W x 16 B, ~1-2 KB) in flight.
+    chosen = best
+    for stages in STAGE_CHOICES:
+        cand = replace(best, stages=stages)
+        if cand not in valid:
+            continue
+        chosen = cand
+        if in_flight_bytes(p, cand, dev) >= IN_FLIGHT_BYTES:
+            break
+    return chosen
 
 
 def spec(p: Conv2dGw8Params, cfg: Conv2dGw8Config, dev: Any = None) -> KernelSpec:
@@ -160,6 +206,7 @@ def spec(p: Conv2dGw8Params, cfg: Conv2dGw8Config, dev: Any = None) -> KernelSpe
             uint32,
             strides={C8: 4 * out_plane(cfg)},
         ),
+        "SmemWeight": Tensor((C8(cfg.warps), KO(8), CI(8), R(p.r), S(p.s)), elem),
         "BlockIdx": CompoundIndex(
             PB(math.ceil(p.p / cfg.block_p)), QB(math.ceil(p.q / cfg.block_q)), GB(g // cfg.warps)
         ),

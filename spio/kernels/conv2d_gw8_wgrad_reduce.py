@@ -1,7 +1,8 @@
 """The deterministic second pass of conv2d_gw8's weight gradient: the ordered slice reduction.
 
 `spio/src/conv2d_gw8_wgrad_reduce.cu` sums the fp32 partial slices written by the wgrad kernel
-(`spio.kernels.conv2d_gw8_wgrad`) in ascending slice order and rounds once to fp16/bf16.
+(`spio.kernels.conv2d_gw8_wgrad`) in a fixed order (THREADS / 32 contiguous runs of slices, each
+ascending, then the runs ascending) and rounds once to fp16/bf16.
 """
 
 from __future__ import annotations
@@ -21,8 +22,21 @@ def reduce_configs(p: Conv2dGw8Params, dev: Any) -> list[Conv2dGw8ReduceConfig]:
 
 
 def reduce_heuristic(p: Conv2dGw8Params, dev: Any) -> Conv2dGw8ReduceConfig:
-    """256 threads: the pass is a handful of coalesced streams; occupancy hides the latency."""
-    return Conv2dGw8ReduceConfig(threads=256)
+    """Enough warps per 32 elements that each sums about 8 slices of the wgrad heuristic's
+    partials (8 loads in flight per thread): 128 threads up to 32 slices, 256 up to 64, else 512.
+    """
+    from spio.kernels import conv2d_gw8_wgrad as wg
+
+    slices = wg.num_slices(p, wg.heuristic(p, dev), dev)
+    for threads in (128, 256):
+        if slices <= threads // 32 * 8:
+            return Conv2dGw8ReduceConfig(threads=threads)
+    return Conv2dGw8ReduceConfig(threads=512)
+
+
+def parts(cfg: Conv2dGw8ReduceConfig) -> int:
+    """Runs of slices summed by separate warps (one per warp of the CTA)."""
+    return cfg.threads // 32
 
 
 def reduce_elements(p: Conv2dGw8Params) -> int:
@@ -30,7 +44,8 @@ def reduce_elements(p: Conv2dGw8Params) -> int:
 
 
 def reduce_grid(p: Conv2dGw8Params, cfg: Conv2dGw8ReduceConfig) -> tuple[int, int, int]:
-    return (math.ceil(reduce_elements(p) / cfg.threads), 1, 1)
+    """One CTA per 32 consecutive elements (weight then bias)."""
+    return (math.ceil(reduce_elements(p) / 32), 1, 1)
 
 
 def reduce_spec(p: Conv2dGw8Params, cfg: Conv2dGw8ReduceConfig, dev: Any = None) -> KernelSpec:
@@ -43,16 +58,20 @@ def reduce_spec(p: Conv2dGw8Params, cfg: Conv2dGw8ReduceConfig, dev: Any = None)
     from spio.generators.type_alias import Type
 
     elem = half if p.dtype == "float16" else bfloat16
-    E = Dim()
-    EB = E / cfg.threads
+    E, PART, LANE = Dim(), Dim(), Dim()
+    EB = E / 32
     weight_size = p.c * GROUP_WIDTH * p.r * p.s
     specs = {
         "E": E,
         "EB": EB,
+        "PART": PART,
+        "LANE": LANE,
+        "SmemParts": Tensor((PART(parts(cfg)), LANE(32)), f32),
         "Elem": Type(elem),
         "WeightSlices": Tensor((E(weight_size),), f32),
         "BlockIdx": CompoundIndex(EB(reduce_grid(p, cfg)[0])),
         "THREADS": Constant(cfg.threads),
+        "PARTS": Constant(parts(cfg)),
         "WEIGHT_SIZE": Constant(weight_size),
         "CHANNELS": Constant(p.c),
         "HAS_BIAS": Constant(bool(p.has_bias)),

@@ -24,6 +24,8 @@
 ///   (WARPS, BLOCK_Q, 16 B; plane stride padded by 8/WARPS chunks so the 16-byte reads of 8
 ///   consecutive threads hit 8 distinct bank groups); after the next barrier the whole CTA
 ///   writes it out with 16-byte stores, consecutive threads covering consecutive 16 B of a pixel.
+/// Weights: the CTA's WARPS groups of w are one contiguous block, copied to shared memory by
+///   coalesced 2-byte loads while the prologue rows are in flight, then read into registers.
 /// Assumes: NHWC (channels_last) x and y, C % 8 == 0, 16-byte aligned x/y, weight (C, 8, R, S)
 ///   contiguous, bias (C) contiguous; one image of x and y below 2^31 elements (the batch offset is
 ///   64-bit).
@@ -57,6 +59,9 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
     const SmemInput smem_input(reinterpret_cast<unsigned*>(smem_raw));  // (STAGE, C8, W, CP)
     const SmemOutput smem_output(reinterpret_cast<unsigned*>(smem_raw) +
                                  SmemInput::storage_size());  // (OUTBUF, C8, Q, CP), padded
+    const SmemWeight smem_weight(reinterpret_cast<Elem*>(
+        reinterpret_cast<unsigned*>(smem_raw) + SmemInput::storage_size() +
+        SmemOutput::storage_size()));  // (C8, KO, CI, R, S): this CTA's WARPS groups
     const int lane = spio::lane_id();
     const C8 warp_group(spio::warp_id());  // this warp's group within the CTA
     const BlockIdx block(blockIdx.x);
@@ -71,18 +76,7 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
     const CP lane_pair(lane % 4);  // this thread's channel pair (2t, 2t+1) in A, B and C
     const int lane_row = lane / 4;  // this thread's fragment row (pixel) and B column (channel)
 
-    // Weights of every tap in registers: B[c][k] = w[g8 + k, c, r, s], k = lane/4, c = 2t, 2t+1.
-    unsigned reg_weight[KERNEL_R][KERNEL_S];
-    const Weight weight(const_cast<Elem*>(weight_ptr));  // (C8, KO, CI, R, S)
-#pragma unroll
-    for (int r = 0; r < KERNEL_R; ++r) {
-#pragma unroll
-        for (int s = 0; s < KERNEL_S; ++s) {
-            const auto tap = weight[group][KO(lane_row)][R(r)][S(s)];
-            reg_weight[r][s] = bits16(*tap[CI(2 * lane_pair.get())]) |
-                               (bits16(*tap[CI(2 * lane_pair.get() + 1)]) << 16);
-        }
-    }
+    unsigned reg_weight[KERNEL_R][KERNEL_S];  // filled once the weights are in shared memory
     float bias_lo = 0.f, bias_hi = 0.f;
     if constexpr (HAS_BIAS) {
         const Bias bias(const_cast<Elem*>(bias_ptr));  // (C8, KO)
@@ -172,6 +166,26 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
     for (int i = 0; i < STAGES - 1; ++i) {
         if (i < TILE_H) load_input_row(i, i);
         spio::cp_async_commit();
+    }
+
+    // ---- weights: the CTA's WARPS groups are one contiguous block of w; copy it to shared memory
+    // with coalesced 2-byte loads (a direct fragment load touches 32 sectors per instruction:
+    // 32 L1 wavefronts), overlapping the prologue's rows in flight. Then each tap in a register:
+    // B[c][k] = w[g8 + k, c, r, s], k = lane/4, c = 2t, 2t+1.
+    const Weight weight(const_cast<Elem*>(weight_ptr));  // (C8, KO, CI, R, S)
+    const Elem* weight_block = weight[group0].get();
+    for (int t = threadIdx.x; t < SmemWeight::storage_size(); t += WARPS * 32) {
+        smem_weight.get()[t] = weight_block[t];
+    }
+    __syncthreads();
+#pragma unroll
+    for (int r = 0; r < KERNEL_R; ++r) {
+#pragma unroll
+        for (int s = 0; s < KERNEL_S; ++s) {
+            const auto tap = smem_weight[warp_group][KO(lane_row)][R(r)][S(s)];
+            reg_weight[r][s] = bits16(*tap[CI(2 * lane_pair.get())]) |
+                               (bits16(*tap[CI(2 * lane_pair.get() + 1)]) << 16);
+        }
     }
 
     // ---- main loop: rows in groups of R so ring slots are compile-time constants --------------

@@ -1,36 +1,74 @@
 /// Ordered reduction of the conv2d_gw8 weight-gradient partials (the deterministic second pass):
 ///   dw[e] = sum_{slice = 0}^{slices-1} partial[slice][e]          e < C·8·R·S
 ///   db[k] = sum_{slice = 0}^{slices-1} bias_partial[slice][k]     k < C (when HAS_BIAS)
-/// in ascending slice order, in fp32, rounded once to Elem.
+/// in fp32, rounded once to Elem, in a fixed order: PARTS = THREADS / 32 contiguous runs of
+/// ceil(slices / PARTS) slices, each summed in ascending slice order, then the runs in ascending
+/// order. The order depends only on (slices, THREADS), so results are bitwise reproducible.
 ///
-/// Tiling: one thread per output element E (a flat index over the weight (C, 8, R, S) followed
-///   by the bias (C)); blockIdx.x = E / THREADS. Consecutive threads read consecutive floats of
-///   each slice, so every slice is read with full 128-byte coalescing.
-/// Traffic: reads slices·(C·8·R·S + C)·4 B, writes (C·8·R·S + C)·2 B. Bound: DRAM (one add per
-///   4 B read); small next to the wgrad kernel whenever slices·4 B << N·P·Q·4 B per channel.
-/// Pipeline: none (independent loads; the slice loop is unrolled by 4 for memory parallelism).
+/// Tiling: a CTA owns 32 consecutive output elements E (a flat index over the weight (C, 8, R, S)
+///   followed by the bias (C)); blockIdx.x = E / 32. Warp `part` sums its run of slices, lane l
+///   element E0 + l: 32 consecutive floats of a slice, one 128-byte line per load.
+///   WEIGHT_SIZE = C·8·R·S is a multiple of 64, so no warp straddles weight and bias.
+/// Traffic: reads slices·(C·8·R·S + C)·4 B, writes (C·8·R·S + C)·2 B. Bound: DRAM/L2 (one add
+///   per 4 B read). One thread per element (the first version) had 4 loads in flight per thread
+///   and ~20 CTAs for a 3x3 C64 layer: latency-bound at ~10+ us; here PARTS warps per element
+///   column and UNROLL independent loads per thread.
 /// Assumes: partial slices contiguous with a stride of C·8·R·S floats, bias slices of C floats.
+
+namespace {
+constexpr int UNROLL = 8;  // independent loads in flight per thread before the ordered adds
+}  // namespace
 
 extern "C" __global__ void __launch_bounds__(THREADS)
     conv2d_gw8_wgrad_reduce(Elem* __restrict__ grad_weight, Elem* __restrict__ grad_bias,
                             const float* __restrict__ partial,
                             const float* __restrict__ bias_partial, int slices) {
+    __shared__ float smem_parts_raw[SmemParts::storage_size()];
+    const SmemParts smem_parts(smem_parts_raw);  // (PART, LANE): each run's sum per element
     const BlockIdx block(blockIdx.x);
-    const E e = block.get<EB>().unfold() + E(threadIdx.x);
-    const WeightSlices weight_slices(const_cast<float*>(partial));  // (E) of one slice; slices are WEIGHT_SIZE apart
+    const int lane = spio::lane_id();
+    const PART part(spio::warp_id());
+    const E e = block.get<EB>().unfold() + E(lane);
+    // Slices this warp sums: [begin, end), in ascending order.
+    const int per_part = (slices + PARTS - 1) / PARTS;
+    const int begin = min(part.get() * per_part, slices);
+    const int end = min(begin + per_part, slices);
+
+    // Tensors take non-const pointers; the kernel only reads the partials.
+    const WeightSlices weight_slices(const_cast<float*>(partial));  // (E) of slice 0
+    const float* src = nullptr;  // element e of slice 0; slices are `stride` floats apart
+    long long stride = 0;
     if (e < E(WEIGHT_SIZE)) {
-        float sum = 0.f;
-        const float* src = weight_slices[e].get();
-#pragma unroll 4
-        for (int slice = 0; slice < slices; ++slice) sum += src[static_cast<long long>(slice) * WEIGHT_SIZE];
-        grad_weight[e.get()] = static_cast<Elem>(sum);
+        src = weight_slices[e].get();
+        stride = WEIGHT_SIZE;
     } else if (HAS_BIAS && e < E(WEIGHT_SIZE + CHANNELS)) {
-        const int k = e.get() - WEIGHT_SIZE;
-        float sum = 0.f;
-#pragma unroll 4
-        for (int slice = 0; slice < slices; ++slice) {
-            sum += bias_partial[static_cast<long long>(slice) * CHANNELS + k];
+        src = bias_partial + (e.get() - WEIGHT_SIZE);
+        stride = CHANNELS;
+    }
+    float sum = 0.f;
+    if (src != nullptr) {
+        int slice = begin;
+#pragma unroll 1
+        for (; slice + UNROLL <= end; slice += UNROLL) {
+            float v[UNROLL];
+#pragma unroll
+            for (int k = 0; k < UNROLL; ++k) v[k] = src[static_cast<long long>(slice + k) * stride];
+#pragma unroll
+            for (int k = 0; k < UNROLL; ++k) sum += v[k];
         }
-        grad_bias[k] = static_cast<Elem>(sum);
+#pragma unroll 1
+        for (; slice < end; ++slice) sum += src[static_cast<long long>(slice) * stride];
+    }
+    *smem_parts[part][LANE(lane)] = sum;
+    __syncthreads();
+    if (part == PART(0) && src != nullptr) {
+        float total = 0.f;
+#pragma unroll
+        for (int k = 0; k < PARTS; ++k) total += *smem_parts[PART(k)][LANE(lane)];
+        if (e < E(WEIGHT_SIZE)) {
+            grad_weight[e.get()] = static_cast<Elem>(total);
+        } else {
+            grad_bias[e.get() - WEIGHT_SIZE] = static_cast<Elem>(total);
+        }
     }
 }

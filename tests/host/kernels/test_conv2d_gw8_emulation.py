@@ -22,6 +22,7 @@ from spio.cuda import known_device
 from spio.kernels import conv2d_gw8_fprop as fp
 from spio.kernels import conv2d_gw8_reference as ref
 from spio.kernels import conv2d_gw8_wgrad as wg
+from spio.kernels import conv2d_gw8_wgrad_reduce as rd
 from spio.kernels.conv2d_gw8_params import Conv2dGw8Params
 from spio.testing import sample
 
@@ -204,9 +205,17 @@ def emulate_wgrad(x, dy, p: Conv2dGw8Params, cfg, dev):
                         bias_partial[slice_, grp * 8 + 2 * lane + e] = acc_b[wp, lane, e]
     dw = np.zeros((p.c, 8, p.r, p.s))
     db = np.zeros(p.c)
-    for s_ in range(slices):  # the reduce kernel's order
-        dw += partial[s_]
-        db += bias_partial[s_]
+    # The reduce kernel's order: runs of ceil(slices / parts) slices, each ascending, then the
+    # runs ascending (parts = warps of the reduce heuristic's CTA).
+    parts = rd.parts(rd.reduce_heuristic(p, dev))
+    per_part = -(-slices // parts)
+    for k in range(parts):
+        run_w, run_b = np.zeros_like(dw), np.zeros_like(db)
+        for s_ in range(k * per_part, min(slices, (k + 1) * per_part)):
+            run_w += partial[s_]
+            run_b += bias_partial[s_]
+        dw += run_w
+        db += run_b
     return dw, db
 
 

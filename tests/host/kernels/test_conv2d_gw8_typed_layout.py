@@ -94,6 +94,12 @@ def test_fprop_layouts(tmp_path):
         _print("tap[CI(6)].get() - wt"),
         _print("bias[group][KO(7)].get() - wt"),
         _print("SmemInput::storage_size()"),
+        _print("SmemOutput::storage_size()"),
+        _print("SmemWeight::storage_size()"),
+        "static unsigned short s_w[SmemWeight::storage_size()];",
+        "const SmemWeight smem_weight(s_w);",
+        _print("weight[C8(3)].get() - wt"),
+        _print("smem_weight[C8(1)][KO(5)][R(2)][S(1)][CI(6)].get() - s_w"),
     ]
     got = _run(tmp_path, specs, "\n".join(lines))
     want = [
@@ -108,9 +114,13 @@ def test_fprop_layouts(tmp_path):
         ((1 * 8 + 5) * 8 + 6) * p.r * p.s + 2 * p.s + 1,  # w[8 + 5, 6, 2, 1] of (C, 8, R, S)
         8 + 7,
         cfg.stages * cfg.warps * tile_w * 4,
+        2 * cfg.warps * plane * 4,  # the output rows end where the weights start (padded planes)
+        cfg.warps * 64 * p.r * p.s,  # the CTA's weights: WARPS contiguous 8x8xRxS blocks
+        3 * 64 * p.r * p.s,  # group 3's block starts 3 blocks into w
+        ((1 * 8 + 5) * 8 + 6) * p.r * p.s + 2 * p.s + 1,
     ]  # fmt: skip
     assert got == want
-    assert fp.smem_bytes(p, cfg) == 4 * got[-1] + 2 * cfg.warps * plane * 16
+    assert fp.smem_bytes(p, cfg) == 4 * (got[-5] + got[-4]) + 2 * got[-3]
 
 
 def test_wgrad_layouts(tmp_path):
@@ -159,5 +169,10 @@ def test_reduce_index(tmp_path):
         "const BlockIdx block(3);",
         _print("(block.get<EB>().unfold() + E(17)).get()"),
         _print("BlockIdx::size()"),
+        _print("SmemParts::storage_size()"),
+        "static float s[SmemParts::storage_size()]; const SmemParts parts(s);",
+        _print("parts[PART(2)][LANE(5)].get() - s"),
     ]
-    assert _run(tmp_path, specs, "\n".join(lines)) == [3 * 128 + 17, rd.reduce_grid(p, cfg)[0]]
+    got = _run(tmp_path, specs, "\n".join(lines))
+    assert got == [3 * 32 + 17, rd.reduce_grid(p, cfg)[0], 4 * 32, 2 * 32 + 5]
+    assert rd.reduce_grid(p, cfg)[0] == -(-(16 * 8 * 2 * 3 + 16) // 32)
