@@ -1,0 +1,87 @@
+"""One forward + backward of every spio op at small ragged shapes, for compute-sanitizer.
+
+    compute-sanitizer --tool memcheck  python scripts/sanitizer_smoke.py
+    compute-sanitizer --tool racecheck python scripts/sanitizer_smoke.py
+
+Each op runs on fresh random inputs and is compared with PyTorch, so a run that the sanitizer
+passes also computed the right answer. Small shapes keep the sanitizer's slowdown bearable.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+import spio.functional as sf
+
+
+def _check(name: str, got: torch.Tensor, want: torch.Tensor, tol: float) -> None:
+    err = (got.double() - want.double()).abs().max().item() / max(want.abs().max().item(), 1e-30)
+    status = "ok" if err <= tol else "WRONG"
+    print(f"{name:<28} rel err {err:.2e} (tol {tol:.0e}) {status}", flush=True)
+    if err > tol:
+        raise SystemExit(1)
+
+
+def conv(n: int, c: int, h: int, w: int, k: int, dtype: torch.dtype) -> None:
+    x = torch.randn(n, c, h, w, device="cuda", dtype=dtype).to(memory_format=torch.channels_last)
+    wt = torch.randn(c, 8, k, k, device="cuda", dtype=dtype) * 0.2
+    b = torch.randn(c, device="cuda", dtype=dtype)
+    x.requires_grad_(), wt.requires_grad_(), b.requires_grad_()
+    y = sf.conv2d_gw8(x, wt, b)
+    dy = torch.randn_like(y)
+    gx, gw, gb = torch.autograd.grad(y, (x, wt, b), dy)
+    xr, wr, br = (t.detach().double().requires_grad_() for t in (x, wt, b))
+    yr = F.conv2d(xr, wr, br, padding=k // 2, groups=c // 8)
+    rx, rw, rb = torch.autograd.grad(yr, (xr, wr, br), dy.double())
+    tag = f"conv2d_gw8 {n}x{c}x{h}x{w} k{k}"
+    _check(tag + " y", y, yr, 1e-2)
+    _check(tag + " dx", gx, rx, 1e-2)
+    _check(tag + " dw", gw, rw, 1e-2)
+    _check(tag + " db", gb, rb, 1e-2)
+
+
+def layernorm(n: int, c: int, h: int, w: int, dtype: torch.dtype) -> None:
+    x = (3 + torch.randn(n, c, h, w, device="cuda", dtype=dtype)).to(
+        memory_format=torch.channels_last
+    )
+    wt = torch.randn(c, device="cuda", dtype=dtype)
+    b = torch.randn(c, device="cuda", dtype=dtype)
+    x.requires_grad_(), wt.requires_grad_(), b.requires_grad_()
+    y = sf.layernorm_2d(x, wt, b, eps=1e-6)
+    dy = torch.randn_like(y)
+    gx, gw, gb = torch.autograd.grad(y, (x, wt, b), dy)
+    xr, wr, br = (t.detach().double().requires_grad_() for t in (x, wt, b))
+    yr = F.layer_norm(xr.permute(0, 2, 3, 1), (c,), wr, br, 1e-6).permute(0, 3, 1, 2)
+    rx, rw, rb = torch.autograd.grad(yr, (xr, wr, br), dy.double())
+    tag = f"layernorm_2d {n}x{c}x{h}x{w}"
+    for name, got, want in (("y", y, yr), ("dx", gx, rx), ("dw", gw, rw), ("db", gb, rb)):
+        _check(f"{tag} {name}", got, want, 2e-2)
+
+
+def matmul(m: int, n: int, k: int, dtype: torch.dtype) -> None:
+    a = torch.randn(m, k, device="cuda", dtype=dtype)
+    b = torch.randn(k, n, device="cuda", dtype=dtype)
+    _check(f"matmul {m}x{n}x{k}", sf.matmul(a, b), a.double() @ b.double(), 1e-2)
+    _check(
+        f"matmul {m}x{n}x{k} b^T",
+        sf.matmul(a, b.t().contiguous(), b_transposed=True),
+        a.double() @ b.double(),
+        1e-2,
+    )
+
+
+def main() -> None:
+    torch.manual_seed(0)
+    conv(2, 16, 9, 7, 3, torch.float16)
+    conv(1, 8, 5, 11, 5, torch.bfloat16)
+    layernorm(2, 96, 5, 3, torch.float16)
+    layernorm(1, 768, 3, 3, torch.bfloat16)
+    matmul(17, 40, 64, torch.float16)
+    matmul(130, 264, 96, torch.bfloat16)
+    torch.cuda.synchronize()
+    print("sanitizer smoke: all ops ran and matched PyTorch")
+
+
+if __name__ == "__main__":
+    main()
