@@ -2,5 +2,6 @@
 
 from spio.layers.conv2d_gw8 import Conv2dGw8
 from spio.layers.layernorm_2d import LayerNorm2d
+from spio.layers.transform import TransformReport, transform
 
-__all__: list[str] = ["Conv2dGw8", "LayerNorm2d"]
+__all__: list[str] = ["Conv2dGw8", "LayerNorm2d", "TransformReport", "transform"]
