@@ -262,8 +262,10 @@ class Conv2dGw8WgradConfig:
             )
         if self.warps not in (1, 2, 4, 8):
             raise ValueError(f"Conv2dGw8WgradConfig.warps must be 1, 2, 4 or 8, got {self.warps}")
-        if self.stages not in (2, 3, 4):
-            raise ValueError(f"Conv2dGw8WgradConfig.stages must be 2, 3 or 4, got {self.stages}")
+        if self.stages not in (2, 3, 4, 6, 8):
+            raise ValueError(
+                f"Conv2dGw8WgradConfig.stages must be 2, 3, 4, 6 or 8, got {self.stages}"
+            )
         if self.splits_per_sm not in (1, 2, 4):
             raise ValueError(
                 f"Conv2dGw8WgradConfig.splits_per_sm must be 1, 2 or 4, got {self.splits_per_sm}"

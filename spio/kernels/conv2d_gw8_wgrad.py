@@ -24,9 +24,14 @@ SOURCE = "conv2d_gw8_wgrad.cu"
 BLOCK_P_CHOICES = (4, 8, 16, 32)
 BLOCK_Q_CHOICES = (16, 32, 64, 128)
 WARP_CHOICES = (1, 2, 4)
-STAGE_CHOICES = (2, 3)
+STAGE_CHOICES = (2, 3, 4, 6, 8)
 SPLIT_CHOICES = (1, 2, 4)
 MAX_LIVE_REGS = 160  # R * ceil(S/2) * 4 accumulators + ceil(S/2) * 2 operands + bias
+# Bytes of x and dy rows the heuristic wants in flight per SM (see conv2d_gw8_fprop): the first
+# H100 run had 9-33 KB and reached 19-30% of copy bandwidth at 3x3.
+IN_FLIGHT_BYTES = 48 * 1024
+REG_OVERHEAD = 40  # ptxas registers beyond live_regs, measured on sm_90 (72 at 3x3)
+MAX_CTAS_PER_SM = 32
 
 
 def s_pairs(p: Conv2dGw8Params) -> int:
@@ -97,6 +102,8 @@ def configs(p: Conv2dGw8Params, dev: Any) -> list[Conv2dGw8WgradConfig]:
                 if p.groups % warps:
                     continue
                 for stages in STAGE_CHOICES:
+                    if stages > 3 and stages - 1 > block_p + p.r - 1:
+                        continue  # deeper than one task's rows (most splits run one task)
                     for splits in SPLIT_CHOICES:
                         cfg = Conv2dGw8WgradConfig(
                             block_p=block_p,
@@ -113,14 +120,45 @@ def configs(p: Conv2dGw8Params, dev: Any) -> list[Conv2dGw8WgradConfig]:
     return out
 
 
+def row_bytes(p: Conv2dGw8Params, cfg: Conv2dGw8WgradConfig) -> int:
+    """Bytes of one pipeline stage: an x row of the tile and a dy row."""
+    return cfg.warps * (tile_w(p, cfg) + cfg.block_q) * 16
+
+
+def resident_ctas(p: Conv2dGw8Params, cfg: Conv2dGw8WgradConfig, dev: Any) -> int:
+    """CTAs one SM runs at once: the grid over the SMs, capped by threads, shared memory and the
+    estimated registers."""
+    regs = min(255, -(-(live_regs(p, cfg) + REG_OVERHEAD) // 8) * 8)
+    threads = 32 * cfg.warps
+    g = grid(p, cfg, dev)
+    return max(
+        1,
+        min(
+            math.ceil(g[0] * g[1] / dev.sm_count),
+            dev.regs_per_sm // (regs * threads),
+            dev.max_threads_per_sm // threads,
+            dev.max_smem_per_sm // (smem_bytes(p, cfg) + 1024),
+            MAX_CTAS_PER_SM,
+        ),
+    )
+
+
+def in_flight_bytes(p: Conv2dGw8Params, cfg: Conv2dGw8WgradConfig, dev: Any) -> int:
+    """x + dy bytes in flight per SM in the steady state: STAGES - 1 rows per resident CTA."""
+    return resident_ctas(p, cfg, dev) * (cfg.stages - 1) * row_bytes(p, cfg)
+
+
 def heuristic(p: Conv2dGw8Params, dev: Any) -> Conv2dGw8WgradConfig:
     """The config used until a performance model exists.
 
     Rule: the smallest column tile covering Q up to 64 (one tile per row for most layers, so
     no column partials); 4 warps when the groups allow; block_p 16 (few halo rows, short tasks);
-    3 stages (2 for blocks under 8 rows); 2 splits per SM (two co-resident CTAs hide each
-    other's barriers), or 1 when the fp32 partials would exceed a quarter of the activation
-    traffic.
+    then the fewest stages that put IN_FLIGHT_BYTES of x + dy rows in flight per SM with 2 splits
+    per SM (two co-resident CTAs hide each other's barriers); when even the deepest falls short
+    (small rows: 14x14 layers), 4 splits per SM if their fp32 partials (written, then read back
+    mostly from L2) stay under a quarter of the activation traffic; 1 split per SM when the
+    partials of 2 would exceed a quarter of it. The first H100 run (2-3 stages) had 9-33 KB in
+    flight per SM.
     """
     valid = configs(p, dev)
     if not valid:
@@ -141,12 +179,42 @@ def heuristic(p: Conv2dGw8Params, dev: Any) -> Conv2dGw8WgradConfig:
         )
 
     best = min(valid, key=distance)
+    best = _deep_enough(p, best, valid, dev)
     # The fp32 partials are written once and read once by the reduction: when that would exceed
     # a quarter of the activation traffic (large C·R·S, small N·P·Q), use one split per SM.
     fewer = replace(best, splits_per_sm=1)
     if fewer in valid and 2 * partial_bytes(p, best, dev) > stats(p).bytes_moved // 4:
         return fewer
     return best
+
+
+def _deep_enough(
+    p: Conv2dGw8Params, base: Conv2dGw8WgradConfig, valid: list, dev: Any
+) -> Conv2dGw8WgradConfig:
+    """`base` with the fewest stages reaching IN_FLIGHT_BYTES (trying 4 splits per SM when 2 fall
+    short and the partials stay small), else the deepest valid stages."""
+
+    def deepest(splits: int) -> Conv2dGw8WgradConfig | None:
+        found = None
+        for stages in STAGE_CHOICES:
+            cand = replace(base, stages=stages, splits_per_sm=splits)
+            if cand not in valid:
+                continue
+            found = cand
+            if in_flight_bytes(p, cand, dev) >= IN_FLIGHT_BYTES:
+                break
+        return found
+
+    chosen = deepest(base.splits_per_sm) or base
+    if in_flight_bytes(p, chosen, dev) < IN_FLIGHT_BYTES and base.splits_per_sm < 4:
+        more = deepest(4)
+        if (
+            more is not None
+            and 2 * partial_bytes(p, more, dev) <= stats(p).bytes_moved // 4
+            and in_flight_bytes(p, more, dev) > in_flight_bytes(p, chosen, dev)
+        ):
+            return more
+    return chosen
 
 
 def partial_bytes(p: Conv2dGw8Params, cfg: Conv2dGw8WgradConfig, dev: Any) -> int:

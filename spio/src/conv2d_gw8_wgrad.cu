@@ -19,7 +19,8 @@
 ///   BLOCK_P·BLOCK_Q·WARPS·16 B of dy; writes WARPS·8·8·R·S·4 B of partials once at the end.
 ///   Bound: DRAM at 3x3; at 7x7 the mma.sync rate.
 /// Pipeline: STAGES rows of x (and the matching dy row) in flight via cp.async, zero-filled
-///   outside the image; one __syncthreads per input row.
+///   outside the image; one __syncthreads per input row. The rows of a CTA's tasks form one
+///   stream, so the pipeline does not drain between tasks.
 /// Assumes: NHWC x and dy, C % 8 == 0, 16-byte aligned pointers; partials laid out like the
 ///   weight (C, 8, R, S) in fp32, one slice per (split, column tile).
 
@@ -68,9 +69,26 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
     for (int e = 0; e < 4; ++e) reg_bias[e] = 0.f;
 
     // ---- stages ---------------------------------------------------------------------------------
+    // The CTA streams the rows of its tasks [first, last) as one sequence: stream position k is
+    // row i = k % TILE_H of task first + k / TILE_H, so the pipeline runs on across task
+    // boundaries (no drain per task). x of position k sits in STAGE(k % STAGES), its dy row (if
+    // any) in DYROW(k % DY_ROWS) until position k + R - 1 has used it.
+    const int first = blockIdx.y * tasks_per_split;
+    const int last = min(first + tasks_per_split, num_tasks);
+    const int stream_rows = max(last - first, 0) * TILE_H;
+
     // Task row i: x image row p0 - PAD_H + i (tile column j = image column q0 - PAD_W + j) and,
     // for i < BLOCK_P, dy row p0 + i (tile column j = output column q0 + j). Zero-filled outside.
-    auto load_rows = [&](const Input& input, const Grad& grad, int p0, int i) {
+    auto load_rows = [&](int k) {
+        const int task = first + k / TILE_H;
+        const int i = k % TILE_H;
+        const int image = task / P_CHUNKS;
+        const int p0 = (task % P_CHUNKS) * BLOCK_P;
+        // Tensors take non-const pointers; the kernel only reads x and dy.
+        const Input input(const_cast<uint4*>(in_ptr) +
+                          static_cast<long long>(image) * Input::storage_size());
+        const Grad grad(const_cast<uint4*>(grad_ptr) +
+                        static_cast<long long>(image) * Grad::storage_size());
         const int h = p0 - PAD_H + i;
         const bool row_inside = h >= 0 && h < IN_H;
         for (int t = threadIdx.x; t < WARPS * TILE_W; t += WARPS * 32) {
@@ -79,7 +97,7 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
             const int w = q0 - PAD_W + j;
             const bool inside = row_inside && w >= 0 && w < IN_W;
             const uint4* src = inside ? input[H(h)][W(w)][group0 + g].get() : in_ptr;
-            spio::cp_async_16(smem_input[STAGE(i % STAGES)][g][W(j)].get(), src, inside);
+            spio::cp_async_16(smem_input[STAGE(k % STAGES)][g][W(j)].get(), src, inside);
         }
         const int p = p0 + i;
         if (i < BLOCK_P) {
@@ -88,15 +106,16 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
                 const int j = t / WARPS;
                 const bool inside = p < OUT_P && q0 + j < OUT_Q;
                 const uint4* src = inside ? grad[P(p)][Q(q0 + j)][group0 + g].get() : grad_ptr;
-                spio::cp_async_16(smem_grad[DYROW(i % DY_ROWS)][g][Q(j)].get(), src, inside);
+                spio::cp_async_16(smem_grad[DYROW(k % DY_ROWS)][g][Q(j)].get(), src, inside);
             }
         }
     };
 
-    // Input row i times dy rows i - r, 8 columns at a time.
-    auto multiply_row = [&](int i) {
-        const auto x_plane = smem_input[STAGE(i % STAGES)][warp_group];
-#pragma unroll 1
+    // Input row i (stream position k) times dy rows i - r (positions k - r), 8 columns at a time.
+    auto multiply_row = [&](int k) {
+        const int i = k % TILE_H;
+        const auto x_plane = smem_input[STAGE(k % STAGES)][warp_group];
+#pragma unroll 2
         for (int qc = 0; qc < BLOCK_Q / 8; ++qc) {
             unsigned a[S_PAIRS][2];
 #pragma unroll
@@ -110,7 +129,7 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
                 const int row = i - r;
                 if (row >= 0 && row < BLOCK_P) {
                     unsigned b[1];
-                    const auto dy_plane = smem_grad[DYROW(row % DY_ROWS)][warp_group];
+                    const auto dy_plane = smem_grad[DYROW((k - r) % DY_ROWS)][warp_group];
                     spio::ldmatrix_x1_trans(b, dy_plane[Q(8 * qc + lane % 8)].get());
 #pragma unroll
                     for (int j = 0; j < S_PAIRS; ++j) spio::mma_m16n8k8<Elem>(reg_acc[r][j], a[j], b[0]);
@@ -125,33 +144,20 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
         }
     };
 
-    // ---- main loop: tasks of this split, each streaming its TILE_H input rows -----------------
-    const int first = blockIdx.y * tasks_per_split;
-    const int last = min(first + tasks_per_split, num_tasks);
-#pragma unroll 1
-    for (int task = first; task < last; ++task) {
-        const int image = task / P_CHUNKS;
-        const int p0 = (task % P_CHUNKS) * BLOCK_P;
-        // Tensors take non-const pointers; the kernel only reads x and dy.
-        const Input input(const_cast<uint4*>(in_ptr) +
-                          static_cast<long long>(image) * Input::storage_size());
-        const Grad grad(const_cast<uint4*>(grad_ptr) +
-                        static_cast<long long>(image) * Grad::storage_size());
-        __syncthreads();  // the previous task's rows are no longer read
+    // ---- main loop: every row of this split's tasks, STAGES - 1 rows ahead --------------------
 #pragma unroll
-        for (int i = 0; i < STAGES - 1; ++i) {
-            if (i < TILE_H) load_rows(input, grad, p0, i);
-            spio::cp_async_commit();
-        }
+    for (int k = 0; k < STAGES - 1; ++k) {
+        if (k < stream_rows) load_rows(k);
+        spio::cp_async_commit();
+    }
 #pragma unroll 1
-        for (int i = 0; i < TILE_H; ++i) {
-            spio::cp_async_wait<STAGES - 2>();
-            __syncthreads();  // row i visible; everyone is done with the stage being refilled
-            const int next = i + STAGES - 1;
-            if (next < TILE_H) load_rows(input, grad, p0, next);
-            spio::cp_async_commit();
-            multiply_row(i);
-        }
+    for (int k = 0; k < stream_rows; ++k) {
+        spio::cp_async_wait<STAGES - 2>();
+        __syncthreads();  // row k visible; everyone is done with the stage being refilled
+        const int next = k + STAGES - 1;
+        if (next < stream_rows) load_rows(next);
+        spio::cp_async_commit();
+        multiply_row(k);
     }
     spio::cp_async_wait<0>();
 

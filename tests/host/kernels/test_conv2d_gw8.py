@@ -98,7 +98,7 @@ def test_params_types_and_output_size():
         (Conv2dGw8Config, {"block_q": 24}, "multiple of 16"),
         (Conv2dGw8Config, {"warps": 3}, "warps"),
         (Conv2dGw8Config, {"stages": 5}, "stages"),
-        (Conv2dGw8WgradConfig, {"stages": 6}, "stages"),
+        (Conv2dGw8WgradConfig, {"stages": 5}, "stages"),
         (Conv2dGw8Config, {"block_p": 0}, "block_p"),
         (Conv2dGw8WgradConfig, {"block_q": 12}, "multiple of 8"),
         (Conv2dGw8WgradConfig, {"splits_per_sm": 3}, "splits_per_sm"),

@@ -13,6 +13,7 @@ It does not replace the GPU tests (tests/gpu/kernels/test_conv2d_gw8.py), which 
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -151,46 +152,49 @@ def emulate_wgrad(x, dy, p: Conv2dGw8Params, cfg, dev):
             acc_b = np.zeros((cfg.warps, 32, 4))
             sx = np.zeros((cfg.stages, cfg.warps, tile_w, 8))
             sdy = np.zeros((dyr, cfg.warps, cfg.block_q, 8))
-            for task in range(split * tps, min(split * tps + tps, tasks)):
+            first, last = split * tps, min(split * tps + tps, tasks)
+            stream_rows = max(last - first, 0) * tile_h  # the split's rows as one stream
+
+            def load(k, first=first, q0=q0, group0=group0, sx=sx, sdy=sdy):
+                task, i = first + k // tile_h, k % tile_h
                 n, p0 = task // chunks, (task % chunks) * cfg.block_p
-
-                def load(i, n=n, p0=p0, q0=q0, group0=group0, sx=sx, sdy=sdy):
-                    h = p0 - p.pad_h + i
-                    for t in range(cfg.warps * tile_w):
+                h = p0 - p.pad_h + i
+                for t in range(cfg.warps * tile_w):
+                    g, j = t % cfg.warps, t // cfg.warps
+                    wc = q0 - p.pad_w + j
+                    c0 = (group0 + g) * 8
+                    ok = 0 <= h < p.h and 0 <= wc < p.w
+                    sx[k % cfg.stages, g, j] = x[n, h, wc, c0 : c0 + 8] if ok else 0.0
+                if i < cfg.block_p:
+                    for t in range(cfg.warps * cfg.block_q):
                         g, j = t % cfg.warps, t // cfg.warps
-                        wc = q0 - p.pad_w + j
                         c0 = (group0 + g) * 8
-                        ok = 0 <= h < p.h and 0 <= wc < p.w
-                        sx[i % cfg.stages, g, j] = x[n, h, wc, c0 : c0 + 8] if ok else 0.0
-                    if i < cfg.block_p:
-                        for t in range(cfg.warps * cfg.block_q):
-                            g, j = t % cfg.warps, t // cfg.warps
-                            c0 = (group0 + g) * 8
-                            ok = p0 + i < p.p and q0 + j < p.q
-                            sdy[i % dyr, g, j] = dy[n, p0 + i, q0 + j, c0 : c0 + 8] if ok else 0.0
+                        ok = p0 + i < p.p and q0 + j < p.q
+                        sdy[k % dyr, g, j] = dy[n, p0 + i, q0 + j, c0 : c0 + 8] if ok else 0.0
 
-                for i in range(cfg.stages - 1):
-                    if i < tile_h:
-                        load(i)
-                for i in range(tile_h):
-                    if i + cfg.stages - 1 < tile_h:
-                        load(i + cfg.stages - 1)
-                    for wp in range(cfg.warps):
-                        for qc in range(cfg.block_q // 8):
-                            a = np.zeros((sp, 32, 2, 2))
-                            for jj in range(sp):
-                                for mi in range(2):  # lanes 8 mi .. 8 mi + 7 address matrix mi
-                                    cols = 8 * qc + 2 * jj + mi + np.arange(8)
-                                    a[jj, :, mi] = ldmatrix_trans(sx[i % cfg.stages, wp, cols])
-                            for r in range(p.r):
-                                row = i - r
-                                if 0 <= row < cfg.block_p:
-                                    cols = 8 * qc + np.arange(8)
-                                    bfrag = ldmatrix_trans(sdy[row % dyr, wp, cols])
-                                    for jj in range(sp):
-                                        mma_m16n8k8(acc[wp, r, jj], a[jj], bfrag)
-                                    if p.has_bias and r == 0:
-                                        mma_m16n8k8(acc_b[wp], np.ones((32, 2, 2)), bfrag)
+            for k in range(cfg.stages - 1):
+                if k < stream_rows:
+                    load(k)
+            for k in range(stream_rows):
+                if k + cfg.stages - 1 < stream_rows:
+                    load(k + cfg.stages - 1)
+                i = k % tile_h
+                for wp in range(cfg.warps):
+                    for qc in range(cfg.block_q // 8):
+                        a = np.zeros((sp, 32, 2, 2))
+                        for jj in range(sp):
+                            for mi in range(2):  # lanes 8 mi .. 8 mi + 7 address matrix mi
+                                cols = 8 * qc + 2 * jj + mi + np.arange(8)
+                                a[jj, :, mi] = ldmatrix_trans(sx[k % cfg.stages, wp, cols])
+                        for r in range(p.r):
+                            row = i - r
+                            if 0 <= row < cfg.block_p:
+                                cols = 8 * qc + np.arange(8)
+                                bfrag = ldmatrix_trans(sdy[(k - r) % dyr, wp, cols])
+                                for jj in range(sp):
+                                    mma_m16n8k8(acc[wp, r, jj], a[jj], bfrag)
+                                if p.has_bias and r == 0:
+                                    mma_m16n8k8(acc_b[wp], np.ones((32, 2, 2)), bfrag)
             for wp in range(cfg.warps):
                 grp = group0 + wp
                 for r in range(p.r):
@@ -270,3 +274,19 @@ def test_wgrad_emulation(p, seed):
         np.testing.assert_allclose(dw, want_w, rtol=1e-9, atol=1e-9, err_msg=f"{p} {cfg}")
         if p.has_bias:
             np.testing.assert_allclose(db, want_b, rtol=1e-9, atol=1e-9, err_msg=f"{p} {cfg}")
+
+
+@pytest.mark.parametrize("p", SHAPES[:2], ids=str)
+def test_wgrad_emulation_streams_across_tasks(p, seed):
+    """On a 1-SM device every split runs several (image, row-chunk) tasks: the kernel streams their
+    rows as one pipeline (x stages and dy ring indexed by stream position), which must still
+    give the exact weight gradient."""
+    dev = replace(known_device("H100"), sm_count=1)
+    x, _, _ = _inputs(p, seed)
+    dy = torch.randn(p.n, p.c, p.p, p.q, dtype=torch.float64)
+    want_w = ref.wgrad(x, dy, (p.r, p.s), p.padding).numpy()
+    cfgs = [c for c in wg.configs(p, dev) if wg.split_plan(p, c, dev)[1] > 1]
+    assert cfgs, f"no config runs several tasks per split for {p}"
+    for cfg in sample(cfgs, 3, seed=seed):
+        dw, _ = emulate_wgrad(_nhwc(x), _nhwc(dy), p, cfg, dev)
+        np.testing.assert_allclose(dw, want_w, rtol=1e-9, atol=1e-9, err_msg=f"{p} {cfg}")
