@@ -49,6 +49,19 @@ SPIO_DEVICE unsigned pack2(float lo, float hi) {
     }
 }
 
+
+/// Calls f(t) for every t = threadIdx.x + k * THREADS below COUNT: a CTA-strided loop with a
+/// compile-time trip count, unrolled, so the per-row copies carry no loop counter and the
+/// per-thread index terms (t % WARPS, t / WARPS) are computed once outside the row loop.
+template <int COUNT, int THREADS, typename F>
+SPIO_DEVICE void for_each_strided(F&& f) {
+#pragma unroll
+    for (int k = 0; k < (COUNT + THREADS - 1) / THREADS; ++k) {
+        const int t = static_cast<int>(threadIdx.x) + k * THREADS;
+        if (COUNT % THREADS == 0 || t < COUNT) f(t);
+    }
+}
+
 }  // namespace
 
 extern "C" __global__ void __launch_bounds__(WARPS * 32)
@@ -90,14 +103,14 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
     auto load_input_row = [&](int i, int stage) {
         const int h = p0 - PAD_H + i;
         const bool row_inside = h >= 0 && h < IN_H;
-        for (int t = threadIdx.x; t < WARPS * TILE_W; t += WARPS * 32) {
+        for_each_strided<WARPS * TILE_W, WARPS * 32>([&](int t) {
             const C8 g(t % WARPS);  // consecutive threads: consecutive 16 B of one pixel
             const int j = t / WARPS;
             const int w = q0 - PAD_W + j;
             const bool inside = row_inside && w >= 0 && w < IN_W;
             const uint4* src = inside ? input[H(h)][W(w)][group0 + g].get() : in_ptr;
             spio::cp_async_16(smem_input[STAGE(stage)][g][W(j)].get(), src, inside);
-        }
+        });
     };
 
     float reg_acc[KERNEL_R][MMA_M_TILES][4];  // ring of R output rows x 16-column strips
@@ -150,7 +163,7 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
 
     // A staged row (visible after a barrier) to global memory, 16 B per thread.
     auto write_row = [&](int p, int buf) {
-        for (int t = threadIdx.x; t < WARPS * BLOCK_Q; t += WARPS * 32) {
+        for_each_strided<WARPS * BLOCK_Q, WARPS * 32>([&](int t) {
             const C8 g(t % WARPS);
             const int j = t / WARPS;
             if (q0 + j < OUT_Q) {
@@ -158,7 +171,7 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
                     smem_output[OUTBUF(buf)][g][Q(j)].get());
                 *reinterpret_cast<uint4*>(output[P(p)][Q(q0 + j)][group0 + g].get()) = v;
             }
-        }
+        });
     };
 
     // ---- prologue: the first STAGES - 1 rows in flight ----------------------------------------

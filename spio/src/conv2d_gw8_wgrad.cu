@@ -39,6 +39,19 @@ SPIO_DEVICE constexpr unsigned ones2() {
     }
 }
 
+
+/// Calls f(t) for every t = threadIdx.x + k * THREADS below COUNT: a CTA-strided loop with a
+/// compile-time trip count, unrolled, so the per-row copies carry no loop counter and the
+/// per-thread index terms (t % WARPS, t / WARPS) are computed once outside the row loop.
+template <int COUNT, int THREADS, typename F>
+SPIO_DEVICE void for_each_strided(F&& f) {
+#pragma unroll
+    for (int k = 0; k < (COUNT + THREADS - 1) / THREADS; ++k) {
+        const int t = static_cast<int>(threadIdx.x) + k * THREADS;
+        if (COUNT % THREADS == 0 || t < COUNT) f(t);
+    }
+}
+
 }  // namespace
 
 extern "C" __global__ void __launch_bounds__(WARPS * 32)
@@ -91,23 +104,23 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
                         static_cast<long long>(image) * Grad::storage_size());
         const int h = p0 - PAD_H + i;
         const bool row_inside = h >= 0 && h < IN_H;
-        for (int t = threadIdx.x; t < WARPS * TILE_W; t += WARPS * 32) {
+        for_each_strided<WARPS * TILE_W, WARPS * 32>([&](int t) {
             const C8 g(t % WARPS);
             const int j = t / WARPS;
             const int w = q0 - PAD_W + j;
             const bool inside = row_inside && w >= 0 && w < IN_W;
             const uint4* src = inside ? input[H(h)][W(w)][group0 + g].get() : in_ptr;
             spio::cp_async_16(smem_input[STAGE(k % STAGES)][g][W(j)].get(), src, inside);
-        }
+        });
         const int p = p0 + i;
         if (i < BLOCK_P) {
-            for (int t = threadIdx.x; t < WARPS * BLOCK_Q; t += WARPS * 32) {
+            for_each_strided<WARPS * BLOCK_Q, WARPS * 32>([&](int t) {
                 const C8 g(t % WARPS);
                 const int j = t / WARPS;
                 const bool inside = p < OUT_P && q0 + j < OUT_Q;
                 const uint4* src = inside ? grad[P(p)][Q(q0 + j)][group0 + g].get() : grad_ptr;
                 spio::cp_async_16(smem_grad[DYROW(k % DY_ROWS)][g][Q(j)].get(), src, inside);
-            }
+            });
         }
     };
 
