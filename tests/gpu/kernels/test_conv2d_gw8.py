@@ -9,6 +9,7 @@ every config. Variants are compiled up front in parallel (spio.compiler.compile_
 from __future__ import annotations
 
 import functools
+from dataclasses import replace
 
 import pytest
 import torch
@@ -253,6 +254,30 @@ def test_batch_is_a_runtime_argument(n, seed):
     with override(assert_no_compile=True):
         check_fprop(p.with_batch(n), [cfg], seed, cache)
     assert len(cache) == 1
+
+
+# Benchmark-like layers at moderate batch: the heuristic picks deep pipelines (up to 8 stages),
+# whole-image fprop blocks and wgrad splits that stream several tasks; sampled configs may miss them.
+HEURISTIC_SHAPES = [
+    Conv2dGw8Params(n=8, c=64, h=56, w=56, r=3, s=3, pad_h=1, pad_w=1, has_bias=True),
+    Conv2dGw8Params(n=64, c=256, h=14, w=14, r=3, s=3, pad_h=1, pad_w=1, has_bias=True),
+    Conv2dGw8Params(n=4, c=128, h=28, w=28, r=5, s=5, pad_h=2, pad_w=2, dtype="bfloat16"),
+]
+
+
+@pytest.mark.parametrize("p", HEURISTIC_SHAPES, ids=str)
+def test_heuristic_configs(p, seed):
+    dev = _dev()
+    best = fp.heuristic(p, dev)
+    whole = replace(best, block_p=p.p)  # one block per image column strip (block_p 64 capped)
+    check_fprop(
+        p, [best] + ([whole] if whole != best and whole in fp.configs(p, dev) else []), seed
+    )
+    check_dgrad(p, [fp.dgrad_heuristic(p, dev)], seed)
+    cfg = wg.heuristic(p, dev)
+    check_wgrad(p, [cfg], seed)
+    if p.c == 256:  # 64 tasks over fewer splits: the rows of several tasks form one stream
+        assert wg.split_plan(p, cfg, dev)[1] > 1, f"{p} {cfg}: expected several tasks per split"
 
 
 @pytest.mark.slow
