@@ -47,10 +47,15 @@ def dy_rows(p: Conv2dGw8Params, cfg: Conv2dGw8WgradConfig) -> int:
 
 
 def smem_bytes(p: Conv2dGw8Params, cfg: Conv2dGw8WgradConfig) -> int:
-    """x ring (STAGES rows) plus dy ring (R + STAGES - 1 rows), 16 B per pixel and group."""
+    """x ring (STAGES rows) plus dy ring (R + STAGES - 1 rows), 16 B per pixel and group; after
+    the main loop the same memory stages the CTA's fp32 partial (WARPS x 8 x 8 x R x S)."""
     x = cfg.stages * cfg.warps * tile_w(p, cfg) * 16
     dy = dy_rows(p, cfg) * cfg.warps * cfg.block_q * 16
-    return x + dy
+    return max(x + dy, partial_stage_bytes(p, cfg))
+
+
+def partial_stage_bytes(p: Conv2dGw8Params, cfg: Conv2dGw8WgradConfig) -> int:
+    return cfg.warps * GROUP_WIDTH * GROUP_WIDTH * p.r * p.s * 4
 
 
 def live_regs(p: Conv2dGw8Params, cfg: Conv2dGw8WgradConfig) -> int:
@@ -260,6 +265,7 @@ def spec(p: Conv2dGw8Params, cfg: Conv2dGw8WgradConfig, dev: Any = None) -> Kern
         "BiasPartial": Tensor((C8(g), KO(8)), f32),
         "SmemInput": Tensor((STAGE(cfg.stages), C8(cfg.warps), W(tile_w(p, cfg))), uint4),
         "SmemGrad": Tensor((DYROW(dy_rows(p, cfg)), C8(cfg.warps), Q(cfg.block_q)), uint4),
+        "SmemPartial": Tensor((C8(cfg.warps), KO(8), CI(8), R(p.r), S(p.s)), f32),
         "BlockIdx": CompoundIndex(QB(q_tiles(p, cfg)), GB(g // cfg.warps)),
         "IN_H": Constant(p.h),
         "IN_W": Constant(p.w),

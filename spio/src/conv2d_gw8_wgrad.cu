@@ -21,8 +21,8 @@
 /// Pipeline: STAGES rows of x (and the matching dy row) in flight via cp.async, zero-filled
 ///   outside the image; one __syncthreads per input row. The rows of a CTA's tasks form one
 ///   stream, so the pipeline does not drain between tasks.
-/// Assumes: NHWC x and dy, C % 8 == 0, 16-byte aligned pointers; partials laid out like the
-///   weight (C, 8, R, S) in fp32, one slice per (split, column tile).
+/// Assumes: NHWC x and dy, C % 8 == 0, 16-byte aligned pointers (partial included); partials laid
+///   out like the weight (C, 8, R, S) in fp32, one slice per (split, column tile).
 
 #include "spio/async_copy.h"
 #include "spio/ldmatrix.h"
@@ -128,7 +128,7 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
     auto multiply_row = [&](int k) {
         const int i = k % TILE_H;
         const auto x_plane = smem_input[STAGE(k % STAGES)][warp_group];
-#pragma unroll 2
+#pragma unroll 1
         for (int qc = 0; qc < BLOCK_Q / 8; ++qc) {
             unsigned a[S_PAIRS][2];
 #pragma unroll
@@ -173,11 +173,15 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
         multiply_row(k);
     }
     spio::cp_async_wait<0>();
+    __syncthreads();  // every warp is done with the pipeline's shared memory: reuse it below
 
     // ---- epilogue: this CTA's partial, laid out like the weight (C8, KO, CI, R, S) ------------
+    // The CTA's WARPS groups are one contiguous block of the slice. Each warp puts its fragments
+    // in the same layout in shared memory (a direct store would touch 32 sectors per
+    // instruction), then the CTA copies the block out with coalesced 16-byte stores.
     // Fragment element e of a[j]: row = 8 * (e / 2) + lane / 4 -> (filter column 2j + e / 2,
     // input channel lane / 4); column = 2 * (lane % 4) + e % 2 -> output channel.
-    const Partial partial(partial_ptr + static_cast<long long>(slice) * Partial::storage_size());
+    const SmemPartial smem_partial(reinterpret_cast<float*>(smem_raw));  // (C8, KO, CI, R, S)
 #pragma unroll
     for (int r = 0; r < KERNEL_R; ++r) {
 #pragma unroll
@@ -186,12 +190,18 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
             for (int e = 0; e < 4; ++e) {
                 const int s = 2 * j + e / 2;
                 if (s < KERNEL_S) {
-                    *partial[group][KO(2 * (lane % 4) + e % 2)][CI(lane / 4)][R(r)][S(s)] =
-                        reg_acc[r][j][e];
+                    *smem_partial[warp_group][KO(2 * (lane % 4) + e % 2)][CI(lane / 4)][R(r)]
+                                 [S(s)] = reg_acc[r][j][e];
                 }
             }
         }
     }
+    __syncthreads();
+    const Partial partial(partial_ptr + static_cast<long long>(slice) * Partial::storage_size());
+    float4* partial_block = reinterpret_cast<float4*>(partial[group0].get());
+    const float4* staged = reinterpret_cast<const float4*>(smem_partial.get());
+    for_each_strided<SmemPartial::storage_size() / 4, WARPS * 32>(
+        [&](int t) { partial_block[t] = staged[t]; });
     if constexpr (HAS_BIAS) {
         if (lane < 4) {  // fragment row 0: columns 2 * lane and 2 * lane + 1
             const BiasPartial bias_partial(bias_partial_ptr +

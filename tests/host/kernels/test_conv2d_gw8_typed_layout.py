@@ -158,7 +158,39 @@ def test_wgrad_layouts(tmp_path):
         2 * 8 + 3,
     ]  # fmt: skip
     assert got == want
-    assert wg.smem_bytes(p, cfg) == 16 * (cfg.stages * tw + wg.dy_rows(p, cfg) * cfg.block_q)
+    pipeline = 16 * (cfg.stages * tw + wg.dy_rows(p, cfg) * cfg.block_q)
+    assert wg.smem_bytes(p, cfg) == max(pipeline, 4 * cfg.warps * 64 * p.r * p.s)
+
+
+def test_wgrad_partial_staging_matches_the_slice_layout(tmp_path):
+    """The epilogue stages each warp's fragments in SmemPartial and copies the block to the slice
+    from partial[group0] on: the two layouts must agree element for element."""
+    p = Conv2dGw8Params(n=3, c=32, h=6, w=21, r=2, s=5, pad_h=1, pad_w=2, has_bias=True)
+    cfg = Conv2dGw8WgradConfig(block_p=4, block_q=16, warps=2, stages=2, splits_per_sm=1)
+    specs = wg.spec(p, cfg).specs
+    lines = [
+        "static float part[Partial::storage_size()];",
+        "static float st[SmemPartial::storage_size()];",
+        "const Partial partial(part); const SmemPartial smem_partial(st);",
+        "const C8 group0(2);",
+        _print("SmemPartial::storage_size()"),
+        _print("partial[group0].get() - part"),
+    ]
+    idx = [(w, ko, ci, r, s) for w in range(2) for ko in (0, 7) for ci in (1, 6) for r in range(2)
+           for s in (0, 4)]  # fmt: skip
+    for w, ko, ci, r, s in idx:
+        sub = f"[KO({ko})][CI({ci})][R({r})][S({s})]"
+        lines.append(
+            _print(
+                f"(partial[group0 + C8({w})]{sub}.get() - partial[group0].get()) - "
+                f"(smem_partial[C8({w})]{sub}.get() - st)"
+            )
+        )
+    got = _run(tmp_path, specs, "\n".join(lines))
+    assert got[0] == cfg.warps * 64 * p.r * p.s
+    assert got[1] == 2 * 64 * p.r * p.s
+    assert got[2:] == [0] * len(idx)
+    assert wg.smem_bytes(p, cfg) >= 4 * got[0]
 
 
 def test_reduce_index(tmp_path):
