@@ -355,8 +355,13 @@ def launch(
     grad_output: Any,
     stream: int,
 ) -> None:
-    """Runs a loaded wgrad variant; partial has num_slices(p, cfg, dev) * C*8*R*S floats and
+    """Runs a loaded wgrad variant; partial (16-byte aligned) has num_slices * C*8*R*S floats and
     bias_partial num_slices * C floats (any pointer when the layer has no bias)."""
+    if hasattr(partial, "data_ptr") and partial.data_ptr() % 16:
+        raise ValueError(
+            "conv2d_gw8 wgrad: partial must be 16-byte aligned (the kernel writes it with 16-byte "
+            "stores); allocate it fresh with torch.empty"
+        )
     tasks, tps, _ = split_plan(p, cfg, dev)
     kernel.launch(
         grid(p, cfg, dev), (partial, bias_partial, x, grad_output, tasks, tps), stream=stream

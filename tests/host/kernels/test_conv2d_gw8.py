@@ -297,3 +297,12 @@ def test_sampled_params_always_have_configs():
         for kdef in KDEFS:
             assert kdef.configs(p, _dev("A100")), f"{kdef.name}: no config for {p}"
     assert all(k.make_runner is not None for k in KDEFS)
+
+
+def test_wgrad_launch_rejects_unaligned_partial():
+    p = Conv2dGw8Params(n=1, c=8, h=4, w=4)
+    dev = _dev("H100")
+    cfg = wg.heuristic(p, dev)
+    buf = torch.empty(wg.num_slices(p, cfg, dev) * 8 * 8 * 9 + 1)
+    with pytest.raises(ValueError, match="16-byte aligned"):
+        wg.launch(None, p, cfg, dev, buf[1:], buf, buf, buf, 0)
