@@ -1,7 +1,7 @@
 """layernorm_2d kernel family: LayerNorm over the C channels of channels_last (N, C, H, W) data.
 
 Three kernels (spio/src/layernorm_2d.cu holds the first two, picked by a generated macro, and
-spio/src/layernorm_2d_bwd_reduce.cu the third):
+spio/src/layernorm_2d_bwd_reduce.cu the third, specified in layernorm_2d_reduce):
   layernorm_2d_fwd          y = (x - mean) * rstd * weight + bias; saves mean and rstd (fp32, M)
   layernorm_2d_bwd          dx, plus per-CTA partial sums of dweight = Σ dy·x̂ and dbias = Σ dy
   layernorm_2d_bwd_reduce   sums the per-CTA partials in a fixed order into dweight and dbias
@@ -12,15 +12,16 @@ bitwise reproducible. Params, configs and the heuristic live in layernorm_2d_par
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
-from spio.kernels.kernel_def import KernelDef, KernelSpec, KernelStats
+from spio.kernels.kernel_def import KernelDef, KernelSpec
 from spio.kernels.layernorm_2d_params import (
     LayerNorm2dConfig,
     LayerNorm2dParams,
+    acc_in_smem,
     backward_stats,
     configs,
+    dtype_spec,
     examples,
     features,
     forward_stats,
@@ -28,31 +29,17 @@ from spio.kernels.layernorm_2d_params import (
     heuristic,
     sample_params,
 )
-
-REDUCE_CHANNELS = 32  # channels per reduce CTA: one warp-wide coalesced 128-byte row segment
-
-
-@dataclass(frozen=True, slots=True)
-class ReduceConfig:
-    """The partial-sum reduce kernel: `splits` warps per CTA, each summing every splits-th
-    partial row of a 32-channel column, then combined in warp order through shared memory."""
-
-    splits: int = 8
-
-    def __post_init__(self) -> None:
-        if self.splits not in (4, 8, 16, 32):
-            raise ValueError(f"ReduceConfig.splits must be 4, 8, 16 or 32, got {self.splits}")
-
-
-# Row count bound of the generated row tensors: M is a runtime argument (bounds are checked in the
-# kernel against it), the extent only has to cover every row a 32-bit offset reaches.
-MAX_ROWS = 2**31 - 1
-
-
-def _dtype(name: str):
-    from spio.generators import dtype
-
-    return {"float16": dtype.half, "bfloat16": dtype.bfloat16, "float32": dtype.float}[name]
+from spio.kernels.layernorm_2d_reduce import (  # noqa: F401  (re-exported)
+    BWD_REDUCE,
+    MAX_ROWS,
+    REDUCE_CHANNELS,
+    ReduceConfig,
+    launch_reduce,
+    needs_reduce,
+    reduce_configs,
+    reduce_heuristic,
+    reduce_spec,
+)
 
 
 def _row_specs(p: LayerNorm2dParams, cfg: LayerNorm2dConfig, backward: bool) -> dict[str, Any]:
@@ -89,10 +76,10 @@ def _row_specs(p: LayerNorm2dParams, cfg: LayerNorm2dConfig, backward: bool) -> 
             dtype.uint4 if cfg.vec_bytes == 16 else dtype.int64,
         ),
         "STATS": Tensor((row(MAX_ROWS),), dtype.float),
-        "AFFINE": Tensor((c(p.c),), _dtype(p.wdtype)),
+        "AFFINE": Tensor((c(p.c),), dtype_spec(p.wdtype)),
         "THREAD": CompoundIndex(*thread_dims),
-        "DATA": Type(_dtype(p.dtype)),
-        "WEIGHT": Type(_dtype(p.wdtype)),
+        "DATA": Type(dtype_spec(p.dtype)),
+        "WEIGHT": Type(dtype_spec(p.wdtype)),
         "CHANNELS": Constant(p.c),
         "VEC": Constant(g.vec),
         "ROW_VECS": Constant(g.row_vecs),
@@ -101,6 +88,7 @@ def _row_specs(p: LayerNorm2dParams, cfg: LayerNorm2dConfig, backward: bool) -> 
         "ROWS_PER_BLOCK": Constant(r),
         "BLOCK_THREADS": Constant(cfg.block_threads),
         "PREFETCH": Constant(cfg.prefetch),
+        "ACC_SMEM": Constant(backward and acc_in_smem(p, cfg)),
         "HAS_WEIGHT": Constant(p.has_weight),
         "HAS_BIAS": Constant(p.has_bias),
     }
@@ -128,65 +116,6 @@ def forward_spec(p: LayerNorm2dParams, cfg: LayerNorm2dConfig, dev: Any) -> Kern
 def backward_spec(p: LayerNorm2dParams, cfg: LayerNorm2dConfig, dev: Any) -> KernelSpec:
     """(x, dy, mean, rstd, weight, dx, dweight_partial, dbias_partial, m)."""
     return _spec(p, cfg, "layernorm_2d_bwd", "ppppppppi", backward=True)
-
-
-def reduce_spec(p: LayerNorm2dParams, cfg: ReduceConfig, dev: Any) -> KernelSpec:
-    """(dweight_partial, dbias_partial, dweight, dbias, parts)."""
-    from spio.generators import CompoundIndex, Constant, Dim, Tensor, Type, dtype
-
-    p = p.static()
-    part, c = Dim(), Dim()
-    split = part % cfg.splits  # which every-splits-th partial row a warp sums
-    lane = c % REDUCE_CHANNELS  # the thread's channel of the CTA's 32
-    return KernelSpec(
-        source="layernorm_2d_bwd_reduce.cu",
-        entry="layernorm_2d_bwd_reduce",
-        signature="ppppi",
-        specs={
-            "PART": part,
-            "C": c,
-            "PARTIALS": Tensor((part(MAX_ROWS // p.c), c(p.c)), dtype.float),
-            "OUT": Tensor((c(p.c),), _dtype(p.wdtype)),
-            "SPLIT": split,
-            "LANE": lane,
-            "THREAD": CompoundIndex(split(cfg.splits), lane(REDUCE_CHANNELS)),
-            "SUMS": Tensor((split(cfg.splits), lane(REDUCE_CHANNELS)), dtype.float),
-            "COLUMN": c / REDUCE_CHANNELS,
-            "WEIGHT": Type(_dtype(p.wdtype)),
-            "CHANNELS": Constant(p.c),
-            "SPLITS": Constant(cfg.splits),
-            "HAS_WEIGHT": Constant(p.has_weight),
-            "HAS_BIAS": Constant(p.has_bias),
-        },
-        title=f"layernorm_2d_bwd_reduce {p} {cfg}",
-        block=(REDUCE_CHANNELS * cfg.splits, 1, 1),
-    )
-
-
-def reduce_configs(p: LayerNorm2dParams, dev: Any) -> list[ReduceConfig]:
-    return [ReduceConfig(s) for s in (4, 8, 16, 32)]
-
-
-def reduce_heuristic(p: LayerNorm2dParams, dev: Any) -> ReduceConfig:
-    """8 warps per CTA: 256 threads, each summing parts/8 partial rows of one channel."""
-    return ReduceConfig(8)
-
-
-def reduce_stats(p: LayerNorm2dParams) -> KernelStats:
-    # Parts are unknown without a device; count one partial row per SM-resident CTA estimate
-    # as ~1024 rows (the H100's 132 SMs × 8 CTAs).
-    parts = 1024
-    n = int(p.has_weight) + int(p.has_bias)
-    return KernelStats(bytes_moved=n * p.c * (4 * parts + p.welem_bytes), flops=n * p.c * parts)
-
-
-def reduce_features(p: LayerNorm2dParams, cfg: ReduceConfig, dev: Any) -> dict[str, float]:
-    return {
-        "c": float(p.c),
-        "splits": float(cfg.splits),
-        "outputs": float(int(p.has_weight) + int(p.has_bias)),
-        "sm_count": float(dev.sm_count),
-    }
 
 
 def grid_rows(p: LayerNorm2dParams, cfg: LayerNorm2dConfig, resident_blocks: int) -> int:
@@ -272,8 +201,15 @@ def launch_backward(
 ) -> None:
     """dx, dweight, dbias <- layernorm backward. dweight_part/dbias_part: fp32 scratch of
     (parts(...), C) each (None when the params have no weight / no bias); dweight/dbias (C,) in
-    the weight dtype or None. With M == 0, dx is empty and dweight/dbias must be zeroed by the
-    caller (nothing is launched)."""
+    the weight dtype or None. reduce_loaded: the loaded layernorm_2d_bwd_reduce when p has a
+    weight or a bias (needs_reduce), else None (there is nothing to reduce). With M == 0, dx is
+    empty and dweight/dbias must be zeroed by the caller (nothing is launched)."""
+    if needs_reduce(p) != (reduce_loaded is not None):
+        raise ValueError(
+            "layernorm_2d launch_backward: reduce_loaded must be the loaded "
+            "layernorm_2d_bwd_reduce when the params have a weight or a bias, and None otherwise "
+            f"(got {'None' if reduce_loaded is None else 'a kernel'} for {p})"
+        )
     if p.m == 0:
         return
     grid = _grid(loaded, p, cfg, dev)
@@ -282,13 +218,9 @@ def launch_backward(
         (x, dy, mean, rstd, _ptr(weight), dx, _ptr(dweight_part), _ptr(dbias_part), p.m),
         stream=stream,
     )
-    if p.has_weight or p.has_bias:
-        outputs = int(p.has_weight) + int(p.has_bias)
-        reduce_loaded.launch(
-            (-(-p.c // REDUCE_CHANNELS), outputs, 1),
-            (_ptr(dweight_part), _ptr(dbias_part), _ptr(dweight), _ptr(dbias), grid),
-            stream=stream,
-        )
+    if reduce_loaded is not None:
+        launch_reduce(reduce_loaded, p, dweight_part=dweight_part, dbias_part=dbias_part,
+                      dweight=dweight, dbias=dbias, parts=grid, stream=stream)  # fmt: skip
 
 
 def _ptr(t: Any) -> Any:
@@ -326,7 +258,8 @@ def reference_backward(x: Any, dy: Any, weight: Any, eps: float) -> tuple[Any, A
 def make_runner(p: LayerNorm2dParams, cfg: LayerNorm2dConfig, backward: bool = False):
     """A zero-argument launch of (p, cfg) on fresh inputs on the current GPU (collect, autotune).
 
-    The backward runner includes the partial-sum reduce (its heuristic config)."""
+    The backward runner includes the partial-sum reduce (its heuristic config) when p has a
+    weight or a bias."""
     import torch
 
     from spio.cuda import device_attributes
@@ -346,7 +279,9 @@ def make_runner(p: LayerNorm2dParams, cfg: LayerNorm2dConfig, backward: bool = F
         return lambda: launch_forward(loaded, p, cfg, dev, x=x, weight=w, bias=b, y=out,
                                       mean=mean, rstd=rstd, eps=1e-6, stream=stream)  # fmt: skip
     loaded = cache.get(BWD, p.static(), cfg, dev)
-    reduce_loaded = cache.get(BWD_REDUCE, p.static(), reduce_heuristic(p, dev), dev)
+    reduce_loaded = None
+    if needs_reduce(p):
+        reduce_loaded = cache.get(BWD_REDUCE, p.static(), reduce_heuristic(p, dev), dev)
     n = parts(loaded, p, cfg, dev)
     dwp = torch.empty(n, p.c, device="cuda") if p.has_weight else None
     dbp = torch.empty(n, p.c, device="cuda") if p.has_bias else None
@@ -384,16 +319,4 @@ BWD = KernelDef(
     examples=examples,
     sample_params=sample_params,
     make_runner=lambda p, cfg: make_runner(p, cfg, backward=True),
-)
-
-BWD_REDUCE = KernelDef(
-    name="layernorm_2d_bwd_reduce",
-    params_type=LayerNorm2dParams,
-    config_type=ReduceConfig,
-    configs=reduce_configs,
-    spec=reduce_spec,
-    heuristic=reduce_heuristic,
-    stats=reduce_stats,
-    features=reduce_features,
-    examples=examples,
 )

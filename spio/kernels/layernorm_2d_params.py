@@ -31,14 +31,22 @@ VEC_BYTES = (16, 8)
 MAX_BLOCK_THREADS = 1024
 # Register budget (32-bit words per thread) of what a thread keeps live: the resident row (two
 # with prefetch; x and dy in backward) and fp32 values of its channels (forward: the converted
-# row; backward: the dweight/dbias accumulators). weight and bias are re-read per row from L1.
-# Leaves room for addresses and temporaries under ~128 registers.
+# row; backward: the dweight/dbias accumulators when they are in registers). weight and bias are
+# re-read per row from L1. Leaves room for addresses and temporaries under ~128 registers.
 MAX_LIVE_WORDS = 80
-# Shared memory of the backward's per-CTA dweight/dbias combine (rows_per_block x C fp32).
-MAX_BWD_SMEM = 32 * 1024
+# Static shared memory of the backward's dweight/dbias accumulators (outputs x rows_per_block x C
+# fp32), the CUDA limit for static shared memory.
+MAX_BWD_SMEM = 48 * 1024
 # Element offsets are 32-bit in the kernels: M * C must stay below 2**32 (2**31 vectors of >= 2
 # elements).
 MAX_ELEMENTS = 2**32
+
+
+def dtype_spec(name: str):
+    """The generator dtype of a data type name ("float16", "bfloat16", "float32")."""
+    from spio.generators import dtype
+
+    return {"float16": dtype.half, "bfloat16": dtype.bfloat16, "float32": dtype.float}[name]
 
 
 def _is_pow2(v: int) -> bool:
@@ -139,8 +147,8 @@ class LayerNorm2dConfig:
             group, > 32 several warps combined through shared memory.
         rows_per_block: rows a CTA handles at a time (power of two).
         vec_bytes: bytes per vector load/store (16 or 8).
-        prefetch: load the CTA's next rows into a second register buffer before reducing the
-            current ones (forward only; doubles the resident-row registers).
+        prefetch: load the CTA's next rows (backward: x, dy, mean, rstd) into a second register
+            buffer before reducing the current ones (doubles the resident-row registers).
     """
 
     threads_per_row: int
@@ -197,26 +205,43 @@ def geometry(p: LayerNorm2dParams, cfg: LayerNorm2dConfig) -> Geometry:
     )
 
 
+def outputs(p: LayerNorm2dParams) -> int:
+    """How many of dweight, dbias the backward produces (0, 1 or 2)."""
+    return int(p.has_weight) + int(p.has_bias)
+
+
+def acc_in_smem(p: LayerNorm2dParams, cfg: LayerNorm2dConfig) -> bool:
+    """Whether the backward keeps its dweight/dbias accumulators in shared memory (ACC_SMEM).
+
+    Yes whenever there is something to accumulate and outputs x rows_per_block x C fp32 fit
+    MAX_BWD_SMEM: each thread then owns the accumulators of its vectors (no barrier until the
+    epilogue), which frees 2·K·VEC registers and raises occupancy. Otherwise (one row per CTA
+    and a large C) they are registers.
+    """
+    return outputs(p) > 0 and outputs(p) * cfg.rows_per_block * p.c * 4 <= MAX_BWD_SMEM
+
+
 def fits(p: LayerNorm2dParams, cfg: LayerNorm2dConfig, backward: bool) -> bool:
     """Whether cfg is a sensible, register-feasible mapping for p.
 
     Rules: at least half of the vector slots of a row hold data (utilization >= 0.5); what a
     thread keeps live fits MAX_LIVE_WORDS (forward: the row, twice with prefetch, and its fp32
-    conversion; backward: x and dy and fp32 dweight/dbias accumulators of its channels);
-    backward's per-CTA combine of rows_per_block rows fits MAX_BWD_SMEM.
+    conversion; backward: x and dy, twice with prefetch, and the fp32 dweight/dbias accumulators
+    of its channels unless they are in shared memory); backward with several rows per CTA keeps
+    its accumulators in shared memory (acc_in_smem), so they must fit MAX_BWD_SMEM.
     """
     g = geometry(p, cfg)
     if g.utilization < 0.5:
         return False
     channels = g.vecs_per_thread * g.vec
+    rows_words = g.row_words * (2 if cfg.prefetch else 1)
     if backward:
-        if cfg.prefetch:
+        smem = acc_in_smem(p, cfg)
+        if cfg.rows_per_block > 1 and outputs(p) > 0 and not smem:
             return False
-        live = 2 * g.row_words + channels * (int(p.has_weight) + int(p.has_bias))
-        combine = cfg.rows_per_block * p.c * 4 if cfg.rows_per_block > 1 else 0
-        return live <= MAX_LIVE_WORDS and combine <= MAX_BWD_SMEM
-    live = g.row_words * (2 if cfg.prefetch else 1) + channels
-    return live <= MAX_LIVE_WORDS
+        live = 2 * rows_words + (0 if smem else channels * outputs(p))
+        return live <= MAX_LIVE_WORDS
+    return rows_words + channels <= MAX_LIVE_WORDS
 
 
 def configs(p: LayerNorm2dParams, dev: Any, backward: bool = False) -> list[LayerNorm2dConfig]:
@@ -234,7 +259,7 @@ def configs(p: LayerNorm2dParams, dev: Any, backward: bool = False) -> list[Laye
             r = 1
             while t * r <= min(max(512, t), max_threads):
                 if t * r >= 128 or (r == 1 and t >= 32):
-                    for pf in (False,) if backward else (False, True):
+                    for pf in (False, True):
                         cfg = LayerNorm2dConfig(t, r, vb, pf)
                         if fits(p, cfg, backward):
                             out.append(cfg)
@@ -247,10 +272,16 @@ def heuristic(p: LayerNorm2dParams, dev: Any, backward: bool = False) -> LayerNo
     """The config used when no performance model applies (depends on C and dtypes, not on M).
 
     16-byte vectors; threads_per_row is the power of two that wastes the fewest threads
-    (utilization) with 1..4 vectors per thread (forward) or 1..2 (backward, which holds x, dy
-    and accumulators), preferring 2 vectors per thread (two independent loads in flight) and then
-    fewer threads; 256-thread blocks (rows_per_block = 256 / threads_per_row); no prefetch.
-    M does not enter, so a new batch size never compiles a new variant.
+    (utilization) with 1..4 vectors per thread (forward) or 1..2 (backward, which holds x and
+    dy), preferring 2 vectors per thread (two independent loads in flight) and then fewer
+    threads; 256-thread blocks (rows_per_block = 256 / threads_per_row). Forward: no prefetch.
+    Backward: prefetch when every vector slot of the row holds data (utilization 1) and the row
+    is one warp or less, where it compiles to <= 80 registers on sm_90 (3 CTAs of 256 threads
+    per SM, as without it), so the next group's loads overlap the current group's math at no
+    occupancy cost; with idle slots or a multi-warp row it costs 20-40 more registers (or
+    spills), so no prefetch.
+    Expected, not measured: see docs/ops/layernorm_2d.md. M does not enter, so a new batch size
+    never compiles a new variant.
     """
     cands = [c for c in configs(p, dev, backward) if c.vec_bytes == 16 and not c.prefetch]
     if not cands:
@@ -268,7 +299,12 @@ def heuristic(p: LayerNorm2dParams, dev: Any, backward: bool = False) -> LayerNo
             abs(cfg.block_threads - 256),
         )
 
-    return min(cands, key=score)
+    best = min(cands, key=score)
+    if backward and geometry(p, best).utilization == 1.0 and best.threads_per_row <= 32:
+        pf = replace(best, prefetch=True)
+        if fits(p, pf, backward):
+            return pf
+    return best
 
 
 def forward_stats(p: LayerNorm2dParams) -> KernelStats:
@@ -312,6 +348,7 @@ def features(p: LayerNorm2dParams, cfg: LayerNorm2dConfig, dev: Any) -> dict[str
         "block_threads": float(cfg.block_threads),
         "vec_bytes": float(cfg.vec_bytes),
         "prefetch": float(cfg.prefetch),
+        "acc_smem": float(acc_in_smem(p, cfg)),
         "vecs_per_thread": float(g.vecs_per_thread),
         "utilization": g.utilization,
         "row_words": float(g.row_words),

@@ -12,13 +12,15 @@
 ///   group, first vector) takes ROWS_PER_BLOCK rows at a time and strides over row groups
 ///   (grid ≤ resident CTAs). A row's THREADS_PER_ROW threads (a sub-warp group, a warp or several
 ///   warps) hold VECS_PER_THREAD vectors of VEC channels each: vector k·THREADS_PER_ROW + lane.
-/// Traffic per row: forward reads C·sizeof(DATA) of x once (kept in registers for both passes) and
-///   writes as much y plus 8 B of mean/rstd; backward reads x and dy and writes dx. weight and
-///   bias (C elements) are re-read per row from L1 rather than held in registers. Bound: DRAM (≤ 12 flops per 2–4 bytes); targets ≥ 85% of an
-///   elementwise pass (forward) and ≥ 75% of copy bandwidth (backward).
+/// Traffic per row: forward reads x once (registers serve both passes), writes y and 8 B of
+///   mean/rstd; backward reads x, dy, mean, rstd and writes dx. weight/bias are re-read per row
+///   from L1. Bound: DRAM (≤ 12 flops per 2–4 bytes); targets ≥ 85% of an elementwise pass
+///   (forward) and ≥ 75% of copy bandwidth (backward).
 /// Pipeline: row sums use xor-shuffles within the row's threads; rows of several warps add one
-///   shared-memory exchange (two barriers). With PREFETCH the next row group's vectors load into
-///   a second register buffer before the current group's reductions.
+///   shared-memory exchange (two barriers). With PREFETCH the next row group's vectors (and, in
+///   backward, its mean/rstd) load into a second register buffer before the current group's
+///   reductions. Backward's dweight/dbias accumulators live in shared memory (ACC_SMEM) or
+///   registers (one row per CTA and C too large for 48 KiB), see layernorm_2d_bwd.
 /// Assumes: C % VEC == 0; x, y, dy, dx, weight, bias 16-byte aligned; rows contiguous
 ///   (channels_last); M·C < 2³² (32-bit offsets). SPIO_LAYERNORM_2D_BACKWARD picks the entry.
 #include "spio/reduce.h"
@@ -179,38 +181,54 @@ SPIO_DEVICE void load_affine(WEIGHT* ptr, const Coords& thread, int k, float (&o
     }
 }
 
-/// Writes this CTA's per-channel partial sums (acc of each row slot of the CTA) to row
-/// blockIdx.x of `partials`, adding the CTA's row slots in a fixed order (deterministic).
-template <class Coords>
-SPIO_DEVICE void write_partials(const float (&acc)[K][VEC], const Coords& thread,
-                                float* partials_ptr, float* smem_combine) {
+/// acc[0..VEC) += v: one vector's fp32 accumulators in shared memory, 8-byte accesses (VEC is
+/// even; acc is 8-byte aligned: C and the vector offsets are multiples of VEC).
+SPIO_DEVICE void add_to(float* acc, const float (&v)[VEC]) {
+#pragma unroll
+    for (int j = 0; j < VEC / 2; ++j) {
+        float2 a = reinterpret_cast<float2*>(acc)[j];
+        a.x += v[2 * j], a.y += v[2 * j + 1];
+        reinterpret_cast<float2*>(acc)[j] = a;
+    }
+}
+
+/// Row blockIdx.x of `partials` = the sum of acc's ROWS_PER_BLOCK row slots, in slot order
+/// (deterministic). acc is complete (a barrier separates its last update from this call).
+SPIO_DEVICE void sum_row_slots(const COMBINE& acc, float* partials_ptr) {
     const PARTIALS partials(partials_ptr);
     const PART cta(static_cast<int>(blockIdx.x));
-    if constexpr (ROWS_PER_BLOCK == 1) {
-#pragma unroll
-        for (int k = 0; k < K; ++k) {
-            if (!vector_in_row(thread, k)) continue;
-#pragma unroll
-            for (int i = 0; i < VEC; ++i) {
-                *partials[cta][thread + VEC_STEP(k)][C(i)].get() = acc[k][i];
-            }
-        }
-    } else {
-        const COMBINE combine(smem_combine);  // (ROW_IN_GROUP, C) fp32
-#pragma unroll
-        for (int k = 0; k < K; ++k) {
-            if (!vector_in_row(thread, k)) continue;
-#pragma unroll
-            for (int i = 0; i < VEC; ++i) *combine[thread + VEC_STEP(k)][C(i)].get() = acc[k][i];
-        }
-        __syncthreads();
-        for (C c(static_cast<int>(threadIdx.x)); c < C(CHANNELS); c = c + C(BLOCK_THREADS)) {
-            float total = 0.0f;
-            for (int r = 0; r < ROWS_PER_BLOCK; ++r) total += *combine[ROW_IN_GROUP(r)][c].get();
-            *partials[cta][c].get() = total;
-        }
-        __syncthreads();  // combine is reused for the next output
+    for (C c(static_cast<int>(threadIdx.x)); c < C(CHANNELS); c = c + C(BLOCK_THREADS)) {
+        float total = 0.0f;
+        for (int r = 0; r < ROWS_PER_BLOCK; ++r) total += *acc[ROW_IN_GROUP(r)][c].get();
+        *partials[cta][c].get() = total;
     }
+}
+
+/// Register accumulators (not ACC_SMEM, so ROWS_PER_BLOCK == 1): row blockIdx.x of `partials`.
+/// (N is K; N = 1 only in the ACC_SMEM instantiation, which never calls it.)
+template <int N, class Coords>
+SPIO_DEVICE void write_partials(const float (&acc)[N][VEC], const Coords& thread, float* ptr) {
+    const auto part = PARTIALS(ptr)[PART(static_cast<int>(blockIdx.x))];
+#pragma unroll
+    for (int k = 0; k < N; ++k) {
+        if (!vector_in_row(thread, k)) continue;
+#pragma unroll
+        for (int i = 0; i < VEC; ++i) *part[thread + VEC_STEP(k)][C(i)].get() = acc[k][i];
+    }
+}
+
+/// One row group's backward inputs in registers: this thread's vectors of x and dy, and the
+/// row's mean and rstd (0 past the last row, where x = dy = 0 too).
+struct Group { Raw x[K], dy[K]; float mu, rs; };
+
+template <class Coords>
+SPIO_DEVICE void load_group(const X& x, const X& dy, const STATS& mean, const STATS& rstd,
+                            const Coords& at, ROW rows, Group& g) {
+    load_row(x, at, rows, g.x);
+    load_row(dy, at, rows, g.dy);
+    const bool row_ok = at.template get<ROW>() < rows;
+    g.mu = row_ok ? __ldg(mean[at].get()) : 0.0f;
+    g.rs = row_ok ? __ldg(rstd[at].get()) : 0.0f;
 }
 
 }  // namespace
@@ -290,12 +308,23 @@ layernorm_2d_fwd(Raw* x_ptr, WEIGHT* weight_ptr, WEIGHT* bias_ptr, Raw* y_ptr, f
     }
 }
 #else
+/// Accumulators of dweight/dbias: ACC_SMEM keeps them in shared memory, (ROW_IN_GROUP, C) fp32
+/// per output, each element owned by the one thread whose vector covers it (no barrier until
+/// the epilogue), which frees 2·K·VEC registers for occupancy; otherwise in registers.
+constexpr int OUTPUTS = static_cast<int>(HAS_WEIGHT) + static_cast<int>(HAS_BIAS);
+constexpr int ACC_FLOATS = ROWS_PER_BLOCK * CHANNELS;  // one output's accumulators (ACC_SMEM)
+static_assert(ACC_SMEM ? OUTPUTS > 0 : ROWS_PER_BLOCK == 1 || OUTPUTS == 0,
+              "layernorm_2d_bwd: several rows per CTA accumulate in shared memory; regenerate");
+
 extern "C" __global__ void __launch_bounds__(BLOCK_THREADS)
 layernorm_2d_bwd(Raw* x_ptr, Raw* dy_ptr, float* mean_ptr, float* rstd_ptr, WEIGHT* weight_ptr,
                  Raw* dx_ptr, float* dweight_part, float* dbias_part, int m) {
     // ---- setup
     __shared__ float smem_scratch[2 * WARPS];
-    __shared__ float smem_combine[ROWS_PER_BLOCK > 1 ? COMBINE::storage_size() : 1];
+    // Row slot r of output o at o·ACC_FLOATS + r·C (COMBINE views; with one row slot, the
+    // view's second row is never touched).
+    __shared__ __align__(16) float smem_acc[ACC_SMEM ? OUTPUTS * ACC_FLOATS : 1];
+    const COMBINE acc_dw_smem(smem_acc), acc_db_smem(smem_acc + (HAS_WEIGHT ? ACC_FLOATS : 0));
     const X x(x_ptr), dy(dy_ptr), dx(dx_ptr);
     const STATS mean(mean_ptr), rstd(rstd_ptr);
     const auto thread = THREAD(threadIdx.x).coordinates();
@@ -311,24 +340,37 @@ layernorm_2d_bwd(Raw* x_ptr, Raw* dy_ptr, float* mean_ptr, float* rstd_ptr, WEIG
             for (int i = 0; i < VEC; ++i) w[i] = 1.0f;
         }
     };
-    float acc_dw[K][VEC] = {}, acc_db[K][VEC] = {};
+    float acc_dw[ACC_SMEM ? 1 : K][VEC] = {}, acc_db[ACC_SMEM ? 1 : K][VEC] = {};
+    if constexpr (ACC_SMEM) {
+        for (int i = static_cast<int>(threadIdx.x); i < OUTPUTS * ACC_FLOATS; i += BLOCK_THREADS) {
+            smem_acc[i] = 0.0f;
+        }
+        __syncthreads();
+    }
+
+    // ---- prologue (PREFETCH): the first row group
+    Group cur, next_group;  // next_group is used only with PREFETCH
+    ROW_GROUP group(static_cast<int>(blockIdx.x));
+    if (PREFETCH && group < groups) load_group(x, dy, mean, rstd, group + thread, rows, cur);
 
     // ---- main loop: one row group per step; x and dy read once
-    for (ROW_GROUP group(static_cast<int>(blockIdx.x)); group < groups; group = group + grid) {
+    for (; group < groups; group = group + grid) {
         const auto at = group + thread;
-        const bool row_ok = at.template get<ROW>() < rows;
-        Raw reg_x[K], reg_dy[K];
-        load_row(x, at, rows, reg_x);
-        load_row(dy, at, rows, reg_dy);
-        const float mu = row_ok ? *mean[at].get() : 0.0f;
-        const float rs = row_ok ? *rstd[at].get() : 0.0f;
-        // Pass 1: the row sums of g = dy·w and g·x̂, and this thread's dweight/dbias terms.
-        float s[2] = {0.0f, 0.0f};  // Σ g, Σ g·x̂ over the row (x = dy = 0 outside the row)
+        const ROW_GROUP next = group + grid;
+        if constexpr (PREFETCH) {
+            if (next < groups) load_group(x, dy, mean, rstd, next + thread, rows, next_group);
+        } else {
+            load_group(x, dy, mean, rstd, at, rows, cur);
+        }
+        const float mu = cur.mu, rs = cur.rs;
+        // Pass 1: the row sums Σ g, Σ g·x̂ (g = dy·w; x = dy = 0 outside the row) and this
+        // thread's dweight/dbias terms.
+        float s[2] = {0.0f, 0.0f};
 #pragma unroll
         for (int k = 0; k < K; ++k) {
-            float xhat[VEC], d[VEC], w[VEC];
-            unpack(reg_x[k], xhat);
-            unpack(reg_dy[k], d);
+            float xhat[VEC], d[VEC], w[VEC], dw[VEC];
+            unpack(cur.x[k], xhat);
+            unpack(cur.dy[k], d);
             weights(k, w);
 #pragma unroll
             for (int i = 0; i < VEC; ++i) {
@@ -336,21 +378,30 @@ layernorm_2d_bwd(Raw* x_ptr, Raw* dy_ptr, float* mean_ptr, float* rstd_ptr, WEIG
                 const float g = d[i] * w[i];
                 s[0] += g;
                 s[1] += g * xhat[i];
-                if constexpr (HAS_WEIGHT) acc_dw[k][i] += d[i] * xhat[i];
-                if constexpr (HAS_BIAS) acc_db[k][i] += d[i];
+                dw[i] = d[i] * xhat[i];
+                if constexpr (!ACC_SMEM) {
+                    if constexpr (HAS_WEIGHT) acc_dw[k][i] += dw[i];
+                    if constexpr (HAS_BIAS) acc_db[k][i] += d[i];
+                }
+            }
+            if constexpr (ACC_SMEM) {
+                if (vector_in_row(thread, k)) {
+                    if constexpr (HAS_WEIGHT) add_to(acc_dw_smem[thread + VEC_STEP(k)].get(), dw);
+                    if constexpr (HAS_BIAS) add_to(acc_db_smem[thread + VEC_STEP(k)].get(), d);
+                }
             }
         }
         row_sum(s, smem_scratch);
         const float c1 = s[0] * (1.0f / CHANNELS), c2 = s[1] * (1.0f / CHANNELS);
         // Pass 2: dx from the raw registers again (recomputing x̂ and g is cheaper than keeping
         // 2·K·VEC more floats live, which would cost occupancy).
-        if (row_ok) {
+        if (at.template get<ROW>() < rows) {
 #pragma unroll
             for (int k = 0; k < K; ++k) {
                 if (!vector_in_row(thread, k)) continue;
                 float xhat[VEC], d[VEC], w[VEC], o[VEC];
-                unpack(reg_x[k], xhat);
-                unpack(reg_dy[k], d);
+                unpack(cur.x[k], xhat);
+                unpack(cur.dy[k], d);
                 weights(k, w);
 #pragma unroll
                 for (int i = 0; i < VEC; ++i) {
@@ -360,10 +411,17 @@ layernorm_2d_bwd(Raw* x_ptr, Raw* dy_ptr, float* mean_ptr, float* rstd_ptr, WEIG
                 *dx[at + VEC_STEP(k)].get() = pack(o);
             }
         }
+        if constexpr (PREFETCH) cur = next_group;
     }
 
-    // ---- epilogue: this CTA's dweight/dbias partials (fixed order)
-    if constexpr (HAS_WEIGHT) write_partials(acc_dw, thread, dweight_part, smem_combine);
-    if constexpr (HAS_BIAS) write_partials(acc_db, thread, dbias_part, smem_combine);
+    // ---- epilogue: this CTA's dweight/dbias partials (row slots added in a fixed order)
+    if constexpr (ACC_SMEM) {
+        __syncthreads();
+        if constexpr (HAS_WEIGHT) sum_row_slots(acc_dw_smem, dweight_part);
+        if constexpr (HAS_BIAS) sum_row_slots(acc_db_smem, dbias_part);
+    } else {
+        if constexpr (HAS_WEIGHT) write_partials(acc_dw, thread, dweight_part);
+        if constexpr (HAS_BIAS) write_partials(acc_db, thread, dbias_part);
+    }
 }
 #endif

@@ -6,9 +6,10 @@
 ///   rows split, split + SPLITS, ... of channel COLUMN + lane in that order; the SPLITS sums are
 ///   then added in warp order through shared memory. Every sum has a fixed order, so the result
 ///   is bitwise reproducible (no atomics).
-/// Traffic: reads parts·C·4 B per output once (coalesced 128-byte rows), writes C weights. Small:
-///   parts is the backward's grid (≈ resident CTAs), so this pass costs a few microseconds.
-/// Pipeline: none; one barrier between the per-warp sums and the combine.
+/// Traffic: reads parts·C·4 B per output once (coalesced 128-byte rows, from L2: the backward
+///   just wrote them), writes C weights. Latency-bound: parts is the backward's grid (≈ resident
+///   CTAs), so a warp's serial depth is parts / SPLITS loads, 8 of them in flight per thread.
+/// Pipeline: the unrolled row loop; one barrier between the per-warp sums and the combine.
 /// Assumes: partial rows of C fp32 contiguous; dweight/dbias hold C elements of WEIGHT.
 #include "spio/spio.h"
 
@@ -35,6 +36,7 @@ layernorm_2d_bwd_reduce(float* dweight_part, float* dbias_part, WEIGHT* dweight,
     // ---- main loop: this warp's partial rows, in order
     float total = 0.0f;
     if (channel_ok) {
+#pragma unroll 8  // 8 independent loads in flight per thread; the adds stay in row order
         for (PART p(thread.get<SPLIT>().get()); p < PART(parts); p = p + PART(SPLITS)) {
             total += *partials[p][channel].get();
         }

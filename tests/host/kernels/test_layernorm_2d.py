@@ -18,6 +18,7 @@ from spio.kernels.layernorm_2d_params import (
     DTYPES,
     LayerNorm2dConfig,
     LayerNorm2dParams,
+    acc_in_smem,
     configs,
     fits,
     geometry,
@@ -100,8 +101,10 @@ def test_configs_valid(p, backward, dev):
         assert g.vec * g.row_vecs == p.c
         assert cfg.block_threads <= dev.max_threads_per_sm
         assert fits(p, cfg, backward)
-        if backward:
-            assert not cfg.prefetch
+        if backward and cfg.rows_per_block > 1 and (p.has_weight or p.has_bias):
+            # several row slots accumulate dweight/dbias in shared memory (static, <= 48 KiB)
+            assert acc_in_smem(p, cfg)
+            assert (p.has_weight + p.has_bias) * cfg.rows_per_block * p.c * 4 <= 48 * 1024
     best = heuristic(p, dev, backward)
     assert best in cfgs
 
@@ -158,6 +161,55 @@ def test_sample_params_have_configs():
         for dev in DEVICES:
             assert k.FWD.configs(p, dev) and k.BWD.configs(p, dev), p
     assert k.FWD.make_runner is not None and k.BWD.make_runner is not None
+
+
+def test_reduce_never_without_weight_or_bias():
+    """`spio tune collect --kernel all` and the op only ever build the reduce with something to
+    reduce: its sample_params always have a weight or a bias, and params without both have no
+    reduce config, no heuristic, no spec, and launch_backward wants no reduce kernel for them."""
+    import random
+
+    rng = random.Random(0)
+    for _ in range(300):
+        p = k.BWD_REDUCE.sample_params(rng)
+        assert p.has_weight or p.has_bias, p
+        for dev in DEVICES:
+            assert k.BWD_REDUCE.configs(p, dev)
+    assert k.BWD_REDUCE.make_runner is not None
+    bare = LayerNorm2dParams(c=64, m=10, has_weight=False, has_bias=False)
+    dev = DEVICES[0]
+    assert not k.needs_reduce(bare) and k.BWD_REDUCE.configs(bare, dev) == []
+    with pytest.raises(ValueError, match="neither weight nor bias"):
+        k.BWD_REDUCE.heuristic(bare, dev)
+    with pytest.raises(ValueError, match="neither weight nor bias"):
+        k.BWD_REDUCE.spec(bare, k.ReduceConfig(), dev)
+    cfg = k.BWD.heuristic(bare, dev)
+    with pytest.raises(ValueError, match="reduce_loaded must be"):
+        k.launch_backward(None, object(), bare, cfg, dev, x=None, dy=None, mean=None, rstd=None,
+                          weight=None, dx=None, dweight=None, dbias=None, dweight_part=None,
+                          dbias_part=None)  # fmt: skip
+    affine = LayerNorm2dParams(c=64, m=10, has_bias=False)
+    with pytest.raises(ValueError, match="reduce_loaded must be"):
+        k.launch_backward(None, None, affine, cfg, dev, x=None, dy=None, mean=None, rstd=None,
+                          weight=None, dx=None, dweight=None, dbias=None, dweight_part=None,
+                          dbias_part=None)  # fmt: skip
+
+
+def test_backward_accumulators_and_prefetch():
+    """Backward keeps dweight/dbias in shared memory whenever it fits (registers only for one
+    row per CTA and a large C) and the heuristic prefetches single-warp rows without idle slots."""
+    dev = DEVICES[0]
+    for c, pf in ((64, True), (128, True), (256, True), (512, True), (96, False), (768, False)):
+        p = LayerNorm2dParams(c=c, m=128 * 49)
+        cfg = heuristic(p, dev, True)
+        assert cfg.prefetch is pf, (c, cfg)
+        assert acc_in_smem(p, cfg), (c, cfg)
+        assert k.backward_spec(p, cfg, dev).specs["ACC_SMEM"].value is True
+    big = LayerNorm2dParams(c=8192, m=10)
+    cfg = heuristic(big, dev, True)
+    assert cfg.rows_per_block == 1 and not acc_in_smem(big, cfg)
+    bare = LayerNorm2dParams(c=64, m=10, has_weight=False, has_bias=False)
+    assert not acc_in_smem(bare, heuristic(bare, dev, True))
 
 
 def test_grid_rows():
@@ -277,6 +329,7 @@ EMULATION = r"""
 #define __device__
 #define __forceinline__ inline
 #define __launch_bounds__(n)
+#define __align__(n) __attribute__((aligned(n)))
 inline EmulatedDim3 gridDim;
 struct uint4 { unsigned x, y, z, w; };
 struct uint2 { unsigned x, y; };
@@ -375,22 +428,34 @@ int main(int argc, char** argv) {
 """
 
 EMULATED = [
-    # (C, threads_per_row, rows_per_block, vec_bytes, has_weight, has_bias, M, grid, dtype, wdtype)
-    (8, 1, 128, 16, True, True, 300, 2, "float32", "float32"),  # a thread per row; ragged M
-    (96, 16, 8, 16, True, False, 37, 3, "float32", "float32"),  # 24 vectors, 16 threads: idle
-    (64, 32, 4, 8, False, True, 9, 2, "float32", "float32"),  # 8-byte vectors, a warp per row
-    (256, 64, 2, 16, True, True, 5, 2, "float32", "float32"),  # two warps per row (smem)
-    (96, 4, 32, 16, True, True, 70, 2, "float16", "float16"),  # 3 half8 vectors per thread
-    (64, 16, 8, 8, True, True, 21, 3, "float16", "float32"),  # 4-half vectors, fp32 weights
-    (768, 64, 2, 16, True, True, 6, 2, "float16", "float16"),  # 96 vectors on 64 threads
+    # (C, threads_per_row, rows_per_block, vec_bytes, has_weight, has_bias, M, grid, dtype, wdtype,
+    #  prefetch, backward accumulators: "smem" or "regs")
+    (8, 1, 128, 16, True, True, 300, 2, "float32", "float32", False, "smem"),  # ragged M
+    (96, 16, 8, 16, True, False, 37, 3, "float32", "float32", False, "smem"),  # idle threads
+    (64, 32, 4, 8, False, True, 9, 2, "float32", "float32", False, "smem"),  # 8-byte vectors
+    (256, 64, 2, 16, True, True, 5, 2, "float32", "float32", False, "smem"),  # two warps per row
+    (96, 4, 32, 16, True, True, 70, 2, "float16", "float16", False, "smem"),  # 3 half8 vectors
+    (64, 16, 8, 8, True, True, 21, 3, "float16", "float32", False, "smem"),  # fp32 weights
+    (768, 64, 2, 16, True, True, 6, 2, "float16", "float16", False, "smem"),  # 96 vecs, 64 thr
+    # prefetch (the next group's x, dy, mean, rstd): several groups per CTA, ragged last group
+    (8, 1, 32, 16, True, True, 300, 3, "float16", "float16", True, "smem"),
+    (96, 16, 4, 16, False, True, 37, 2, "float32", "float32", True, "smem"),  # idle vectors
+    (128, 64, 1, 8, True, True, 7, 2, "float32", "float32", True, "smem"),  # multi-warp row
+    # register accumulators (one row per CTA; on the GPU for C > 6144), with and without prefetch
+    (128, 32, 1, 16, True, True, 11, 3, "float32", "float32", False, "regs"),
+    (96, 32, 1, 8, True, False, 9, 2, "float16", "float32", True, "regs"),
 ]
 
 
-def _emulate(tmp_path, p, cfg, backward, m, grid, arrays):
-    from spio.generators import generate
+def _emulate(tmp_path, p, cfg, backward, m, grid, arrays, acc="smem"):
+    from spio.generators import Constant, generate
 
     spec = (k.backward_spec if backward else k.forward_spec)(p, cfg, None)
-    (tmp_path / "types.h").write_text(generate(spec.specs, title="emulated"))
+    specs = dict(spec.specs)
+    if backward:  # the accumulator path under test (the GPU takes registers only for C > 6144)
+        assert acc == "regs" or specs["ACC_SMEM"].value, f"{p} {cfg}: expected ACC_SMEM"
+        specs["ACC_SMEM"] = Constant(acc == "smem")
+    (tmp_path / "types.h").write_text(generate(specs, title="emulated"))
     (tmp_path / "kernel.cu").write_text(SRC.read_text())
     (tmp_path / "main.cpp").write_text(EMULATION)
     for name, t in arrays.items():
@@ -418,9 +483,9 @@ def test_kernel_logic_emulated(case, tmp_path, seed):
     dx and the per-CTA dweight/dbias partials against fp64, NaN-poisoned outputs."""
     from spio.testing import assert_close, tolerance
 
-    c, t, r, vb, hw, hb, m, grid, dtype, wdtype = case
+    c, t, r, vb, hw, hb, m, grid, dtype, wdtype, pf, acc = case
     p = LayerNorm2dParams(c=c, m=m, dtype=dtype, wdtype=wdtype, has_weight=hw, has_bias=hb)
-    cfg = LayerNorm2dConfig(t, r, vb)
+    cfg = LayerNorm2dConfig(t, r, vb, pf)
     g = torch.Generator().manual_seed(seed)
     dt, wdt = getattr(torch, dtype), getattr(torch, wdtype)
     # Quantize first: the references see exactly the values the kernel reads.
@@ -437,7 +502,7 @@ def test_kernel_logic_emulated(case, tmp_path, seed):
 
     mean, rstd = ref_mean.flatten().float(), ref_rstd.flatten().float()
     arrays = {"x": x, "w": w, "b": b, "dy": dy, "mean_in": mean, "rstd_in": rstd}
-    out = _emulate(tmp_path, p, cfg, True, m, grid, arrays)
+    out = _emulate(tmp_path, p, cfg, True, m, grid, arrays, acc)
     ref_dx, ref_dw, ref_db = k.reference_backward(nchw(x), nchw(dy), w if hw else None, 1e-6)
     assert_close(out("dx", m, c), ref_dx.reshape(m, c), tolerance(dt, c, c=8.0), "dx")
     if hw:
