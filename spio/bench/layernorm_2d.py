@@ -18,7 +18,12 @@ SPIO_ASSERT_NO_COMPILE. Each shape's outputs are checked against PyTorch's.
 Targets (H100, issue 5): forward ≥ 85% of add1 and ≥ 4× torch_cl at N=128; backward ≥ 75% of
 copy bandwidth counting its real traffic (read x, dy; write dx; mean/rstd).
 
+`--sweep-bwd` then times every backward config (dx kernel + reduce) and the reduce alone at the
+BASELINE shapes and prints the fastest five next to the heuristic's pick: the data for the
+heuristic (docs/ops/layernorm_2d.md says which choices are measured and which expected).
+
     spio bench layernorm2d [--quick] [--csv out.csv] [--plot out.png] [--dtype fp16|bf16|fp32]
+                           [--sweep-bwd]
 """
 
 from __future__ import annotations
@@ -196,12 +201,52 @@ def _targets(rows: list[dict], copy_gbps: float) -> list[str]:
     return lines
 
 
+def sweep_backward(dtype: torch.dtype, reps: int, copy_gbps: float) -> None:
+    """Every backward config at the BASELINE shapes, fastest first, vs the heuristic's."""
+    from spio.compiler import CompileJob, compile_many
+    from spio.cuda import device_attributes
+    from spio.errors import OutOfResources
+    from spio.kernels import layernorm_2d as k
+    from spio.kernels.layernorm_2d_params import LayerNorm2dParams
+
+    dev = device_attributes(torch.cuda.current_device())
+    name = str(dtype).removeprefix("torch.")
+    for c, s in BASELINE:
+        p = LayerNorm2dParams(c=c, m=BATCH * s * s, dtype=name)
+        nbytes = k.BWD.stats(p).bytes_moved
+        best = k.BWD.heuristic(p, dev)
+        cfgs = k.BWD.configs(p, dev)
+        specs = [k.BWD.spec(p, cfg, dev) for cfg in cfgs]  # compile in parallel (disk cache)
+        compile_many([CompileJob(sp.source_text(), dev.arch, options=sp.options, name=sp.source,
+                                 scope=sp.specs) for sp in specs], progress=False)  # fmt: skip
+        timed = []
+        for cfg in cfgs:
+            try:
+                timed.append(
+                    (bench(k.make_runner(p, cfg, backward=True), reps=reps).median_ms, cfg)
+                )
+            except OutOfResources:
+                continue
+        timed.sort(key=lambda t: t[0])
+        red = k.BWD_REDUCE.make_runner(p, k.BWD_REDUCE.heuristic(p, dev))
+        red_us = bench(red, reps=reps).median_ms * 1e3
+        print(f"\n  C{c}@{s}x{s} backward ({len(timed)} configs; reduce alone {red_us:.1f} us):")
+        for rank, (ms, cfg) in enumerate(timed):
+            if rank < 5 or cfg == best:
+                mark = "  <- heuristic" if cfg == best else ""
+                print(f"    #{rank + 1:<3} {_short(cfg):<16} {ms * 1e3:7.1f} us "
+                      f"{nbytes / ms / 1e6 / copy_gbps:5.0%} of copy{mark}")  # fmt: skip
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="spio bench layernorm2d", description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="the four BASELINE shapes, fewer reps")
     ap.add_argument("--csv", type=Path, default=None, help="write the table as CSV")
     ap.add_argument("--plot", type=Path, default=None, help="write a PNG bar chart")
     ap.add_argument("--dtype", choices=tuple(DTYPES), default="fp16")
+    ap.add_argument(
+        "--sweep-bwd", action="store_true", help="also time every backward config (BASELINE)"
+    )
     args = ap.parse_args(argv)
     if not torch.cuda.is_available():
         print("spio bench layernorm2d: needs a CUDA GPU (torch.cuda.is_available() is False)")
@@ -225,6 +270,9 @@ def main(argv: list[str] | None = None) -> int:
     print_table(rows)
     print("\nTargets:")
     print("\n".join(_targets(rows, copy_gbps)))
+    if args.sweep_bwd:
+        print("\nBackward configs (dx kernel + ordered reduce, median, L2 flushed):")
+        sweep_backward(DTYPES[args.dtype], reps, copy_gbps)
     tol = {"fp16": 1e-2, "bf16": 5e-2, "fp32": 1e-4}[args.dtype]
     bad = [r["shape"] for r in rows if max(r["err_y"], r["err_dx"]) > tol]
     if bad:
