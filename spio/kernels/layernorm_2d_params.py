@@ -35,8 +35,8 @@ MAX_BLOCK_THREADS = 1024
 # re-read per row from L1. Leaves room for addresses and temporaries under ~128 registers.
 MAX_LIVE_WORDS = 80
 # Static shared memory of the backward's dweight/dbias accumulators (outputs x rows_per_block x C
-# fp32), the CUDA limit for static shared memory.
-MAX_BWD_SMEM = 48 * 1024
+# fp32): the CUDA limit for static shared memory (48 KiB) less 1 KiB for the row-sum scratch.
+MAX_BWD_SMEM = 47 * 1024
 # Element offsets are 32-bit in the kernels: M * C must stay below 2**32 (2**31 vectors of >= 2
 # elements).
 MAX_ELEMENTS = 2**32

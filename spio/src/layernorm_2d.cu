@@ -20,7 +20,7 @@
 ///   shared-memory exchange (two barriers). With PREFETCH the next row group's vectors (and, in
 ///   backward, its mean/rstd) load into a second register buffer before the current group's
 ///   reductions. Backward's dweight/dbias accumulators live in shared memory (ACC_SMEM) or
-///   registers (one row per CTA and C too large for 48 KiB), see layernorm_2d_bwd.
+///   registers (one row per CTA and C too large for 47 KiB), see layernorm_2d_bwd.
 /// Assumes: C % VEC == 0; x, y, dy, dx, weight, bias 16-byte aligned; rows contiguous
 ///   (channels_last); M·C < 2³² (32-bit offsets). SPIO_LAYERNORM_2D_BACKWARD picks the entry.
 #include "spio/reduce.h"
@@ -313,10 +313,13 @@ layernorm_2d_fwd(Raw* x_ptr, WEIGHT* weight_ptr, WEIGHT* bias_ptr, Raw* y_ptr, f
 /// the epilogue), which frees 2·K·VEC registers for occupancy; otherwise in registers.
 constexpr int OUTPUTS = static_cast<int>(HAS_WEIGHT) + static_cast<int>(HAS_BIAS);
 constexpr int ACC_FLOATS = ROWS_PER_BLOCK * CHANNELS;  // one output's accumulators (ACC_SMEM)
+// At least 768 resident threads per SM (<= 80 registers): without it ptxas picks 64 registers
+// and spills on sm_80, or ~96 (2 CTAs of 256 threads per SM) when told nothing.
+constexpr int BWD_MIN_BLOCKS = BLOCK_THREADS <= 768 ? 768 / BLOCK_THREADS : 1;
 static_assert(ACC_SMEM ? OUTPUTS > 0 : ROWS_PER_BLOCK == 1 || OUTPUTS == 0,
               "layernorm_2d_bwd: several rows per CTA accumulate in shared memory; regenerate");
 
-extern "C" __global__ void __launch_bounds__(BLOCK_THREADS)
+extern "C" __global__ void __launch_bounds__(BLOCK_THREADS, BWD_MIN_BLOCKS)
 layernorm_2d_bwd(Raw* x_ptr, Raw* dy_ptr, float* mean_ptr, float* rstd_ptr, WEIGHT* weight_ptr,
                  Raw* dx_ptr, float* dweight_part, float* dbias_part, int m) {
     // ---- setup

@@ -35,7 +35,7 @@ CASES = [
     (4096, "float16", "float16", True, True),
     (4096, "float32", "float32", False, False),
     (4096, "bfloat16", "bfloat16", True, True),
-    # One row per CTA and 2 x C fp32 over 48 KiB: backward keeps dweight/dbias in registers.
+    # One row per CTA and 2 x C fp32 over 47 KiB: backward keeps dweight/dbias in registers.
     (8192, "float16", "float16", True, True),
 ]
 
