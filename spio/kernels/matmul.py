@@ -40,10 +40,10 @@ OUT_KINDS = {"float16": 0, "bfloat16": 1, "float32": 2}
 def configs(p: MatmulParams, dev: Any) -> list[MatmulConfig]:
     """Every valid config for p on dev, in a stable order (smallest tiles first).
 
-    A config is valid when its warp tile is 32 or 64 in M and N (64 x 64 only with block_k 32:
-    with 64 ptxas spills at 255 registers), it has 2..8 warps, its loads
+    A config is valid when its warp tile is 32 or 64 in M and N, it has 2..8 warps, its loads
     split evenly over the threads and its shared memory (pipeline ring, or the C staging tile of
-    p.out_dtype) fits the device's opt-in limit. The shape does not restrict the space (shapes
+    p.out_dtype) fits the device's opt-in limit. (The kernel keeps two k16 steps of fragments
+    live, not the whole k tile, so 64 x 64 warp tiles fit 255 registers with block_k 64 too.) The shape does not restrict the space (shapes
     are runtime arguments); the heuristic and the model weigh it.
     """
     out: list[MatmulConfig] = []
@@ -58,11 +58,6 @@ def configs(p: MatmulParams, dev: Any) -> list[MatmulConfig]:
                     if not 2 <= warps_m * warps_n <= 8:
                         continue
                     for block_k in BLOCK_KS:
-                        if warp_m * warp_n == 64 * 64 and block_k == 64:
-                            # Measured (NVRTC 12.9, sm_80 and sm_90): 128 accumulators plus four
-                            # k16 steps of fragments sit at the 255-register limit; ptxas spills
-                            # 8-80 B per thread in some variants. The rest have no local memory.
-                            continue
                         for stages in STAGE_COUNTS:
                             for raster in RASTERS:
                                 try:
@@ -84,12 +79,15 @@ _PREFERENCE = ((128, 256, 2, 4), (128, 128, 2, 2), (64, 128, 2, 2), (64, 64, 2, 
 
 
 def heuristic(p: MatmulParams, dev: Any) -> MatmulConfig:
-    """The config used without a performance model.
+    """The config used without a performance model (reasoned from the SASS, not yet tuned on a GPU).
 
     Picks the biggest tile of `_PREFERENCE` that still yields at least one CTA per SM (a full
-    wave); if none does, the smallest. Then block_k 32 and the deepest pipeline (4, 3, 2 stages)
-    whose shared memory fits the opt-in limit, and raster width 8 (8 M-tiles swept across N keeps
-    8 * block_m rows of A and one column strip of B hot in L2).
+    wave); if none does, the smallest. Then block_k 64 (four k16 steps per barrier and cp.async
+    issue instead of two; no spills since only two k16 steps of fragments are live) with the
+    deepest pipeline (4, 3, 2 stages) whose shared memory fits the opt-in limit, else block_k 32
+    likewise; raster width 8 (8 M-tiles swept across N keeps 8 * block_m rows of A and one column
+    strip of B hot in L2). A ring of 3 stages is the least worth keeping block_k 64 for: two
+    stages of 64 leave one tile in flight, so block_k 32 with 4 stages (three) is preferred then.
     """
     choice = _PREFERENCE[-1]
     for bm, bn, wm, wn in _PREFERENCE:
@@ -98,8 +96,8 @@ def heuristic(p: MatmulParams, dev: Any) -> MatmulConfig:
             choice = (bm, bn, wm, wn)
             break
     bm, bn, wm, wn = choice
-    for stages in (4, 3, 2):
-        cfg = MatmulConfig(bm, bn, 32, wm, wn, stages, 8)
+    for block_k, stages in ((64, 4), (64, 3), (32, 4), (32, 3), (32, 2)):
+        cfg = MatmulConfig(bm, bn, block_k, wm, wn, stages, 8)
         if cfg.smem(p) <= dev.max_smem_per_block_optin:
             return cfg
     raise ValueError(

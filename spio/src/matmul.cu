@@ -16,9 +16,12 @@
 ///   Target: the mma.sync ceiling (H100: well below the wgmma peak cuBLAS reaches; measured by
 ///   benchmarks/mma_probe.py); >= 70% of cuBLAS at 8192³.
 /// Pipeline: STAGES-deep ring of (A, B) tiles in shared memory, filled by cp.async (16 B per copy,
-///   zero-filled past M, N and K). One __syncthreads per k tile: wait for tile kt, barrier (which
-///   also proves every warp finished reading the slot about to be refilled), issue the copy of
-///   tile kt+STAGES-1, then run the mma's of tile kt from ldmatrix fragments.
+///   zero-filled past M, N and K). Fragments are double-buffered across the k16 steps: the
+///   ldmatrix's of step s+1 are issued before the mma's of step s. One __syncthreads per k tile,
+///   before its last k16 step: wait for tile kt+1, barrier (which also proves every warp finished
+///   reading tile kt-1's slot), load tile kt+1's first fragments, then the last mma's of tile kt;
+///   the copy of tile kt+STAGES-1 into tile kt-1's slot is issued with tile kt's first step. So
+///   the tensor cores have a k16 step of mma's queued across the barrier.
 ///   Shared-memory tiles are typed tensors XOR-swizzled in 16-byte chunks (spio::Xor in the
 ///   type), so both the cp.async writes and the ldmatrix reads (8 rows at one logical chunk) hit
 ///   8 distinct 16-byte bank groups. Per-thread copy and ldmatrix addresses are resolved once
@@ -131,52 +134,73 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
     // chunk offsets from the ring base; the loop only adds the slot and the k tile. Recomputing
     // them per k tile took the main loop from 183 to 269 SASS instructions per 64 HMMA at
     // 128x256x32 (sm_90), and mma.sync at this rate is issue-bound.
+    // A thread's copies are THREADS apart in chunk order, i.e. a fixed number of rows apart. The
+    // XOR keys use row bits 0-2 only, so an 8-row multiple moves every chunk by the same distance:
+    // one destination offset plus compile-time steps (LDGSTS immediates).
     const int slot_a = int(smem_a[STAGE(1)].get() - smem_a.get());  // chunks per A slot
-    const int slot_b = int(smem_b[STAGE(1)].get() - smem_b.get());  // chunks per B slot
+    // B offsets are taken on a copy of the B tensor at the ring base: NVVM folds (base + x) -
+    // base to a constant there, but not when the base is smem_b's (smem_a's end), which left
+    // the B steps as runtime values in the loop (8 IMAD per k tile at 128x256x64, B transposed).
+    const auto b_at_base = SmemB(smem_a.get());
+    const int slot_b = int(b_at_base[STAGE(1)].get() - b_at_base.get());  // chunks per B slot
     constexpr int A_COPIES = A_CHUNKS / THREADS;
     constexpr int B_COPIES = B_CHUNKS / THREADS;
-    const Element* a_src[A_COPIES];  // this thread's A chunks at k tile 0
-    int a_dst[A_COPIES];
-    bool a_in[A_COPIES];  // row < M
+    constexpr int A_ROWS = THREADS / K_CHUNKS;  // rows between a thread's A copies
+    // Rows (N if transposed, K otherwise) between a thread's B copies.
+    constexpr int B_ROWS = THREADS / (B_TRANSPOSED ? K_CHUNKS : N_CHUNKS);
+    constexpr bool B_STEP_FIXED = B_ROWS % 8 == 0;  // else one destination offset per copy
+    static_assert(A_ROWS % 8 == 0, "matmul: A copies must be 8-row multiples apart");
+    const int a_row0 = tid / K_CHUNKS;
     const int a_k = (tid % K_CHUNKS) * 8;  // the same k for all of a thread's A chunks
+    const Element* a_src = a + (long long)(m0 + a_row0) * k + a_k;  // not read when masked
+    const long long a_copy_step = (long long)A_ROWS * k;
+    const int a_dst = int(smem_a[M(a_row0)][K(a_k)].get() - smem_a.get());
+    const int a_dst_step = int(smem_a[M(A_ROWS)].get() - smem_a.get());
+    bool a_in[A_COPIES];  // row < M
 #pragma unroll
-    for (int i = 0; i < A_COPIES; ++i) {
-        const int row = (tid + i * THREADS) / K_CHUNKS;
-        a_in[i] = m0 + row < m;
-        a_src[i] = a + (a_in[i] ? (long long)(m0 + row) * k + a_k : 0);
-        a_dst[i] = int(smem_a[STAGE(0)][M(row)][K(a_k)].get() - smem_a.get());
-    }
-    // B's contiguous dim in global memory is K when transposed, N otherwise.
-    const Element* b_src[B_COPIES];
-    int b_dst[B_COPIES];
-    int b_k[B_COPIES];
-    bool b_in[B_COPIES];  // n < N
-#pragma unroll
-    for (int i = 0; i < B_COPIES; ++i) {
-        const int idx = tid + i * THREADS;
-        const int nn = B_TRANSPOSED ? idx / K_CHUNKS : (idx % N_CHUNKS) * 8;
-        b_k[i] = B_TRANSPOSED ? (idx % K_CHUNKS) * 8 : idx / N_CHUNKS;
-        b_in[i] = n0 + nn < n;
-        const long long offset = B_TRANSPOSED ? (long long)(n0 + nn) * ldb + b_k[i]
-                                              : (long long)b_k[i] * ldb + n0 + nn;
-        b_src[i] = b + (b_in[i] ? offset : 0);
-        b_dst[i] = int(smem_b[STAGE(0)][N(nn)][K(b_k[i])].get() - smem_b.get());
-    }
-    const long long b_tile_step = B_TRANSPOSED ? BLOCK_K : (long long)BLOCK_K * ldb;
+    for (int i = 0; i < A_COPIES; ++i) a_in[i] = m0 + a_row0 + i * A_ROWS < m;
 
-    // Copies k tile `kt` into ring slot `slot`, zero-filled past M, N, K.
+    // B: row index r = n (transposed) or k (row-major), chunk c = k or n; both constant steps
+    // in r and a fixed c per thread.
+    const int b_r0 = tid / (B_TRANSPOSED ? K_CHUNKS : N_CHUNKS);
+    const int b_c = (tid % (B_TRANSPOSED ? K_CHUNKS : N_CHUNKS)) * 8;
+    const int b_n = B_TRANSPOSED ? b_r0 : b_c;  // n of copy 0
+    const int b_kk = B_TRANSPOSED ? b_c : b_r0;  // k of copy 0
+    const Element* b_src = b + (B_TRANSPOSED ? (long long)(n0 + b_n) * ldb + b_kk
+                                             : (long long)b_kk * ldb + n0 + b_n);
+    const long long b_copy_step = (long long)B_ROWS * ldb;
+    const long long b_tile_step = B_TRANSPOSED ? BLOCK_K : (long long)BLOCK_K * ldb;
+    int b_dst[B_STEP_FIXED ? 1 : B_COPIES];
+#pragma unroll
+    for (int i = 0; i < (B_STEP_FIXED ? 1 : B_COPIES); ++i) {
+        const int nn = B_TRANSPOSED ? b_n + i * B_ROWS : b_n;
+        const int kk = B_TRANSPOSED ? b_kk : b_kk + i * B_ROWS;
+        b_dst[i] = int(b_at_base[N(nn)][K(kk)].get() - b_at_base.get());
+    }
+    const int b_dst_step = B_TRANSPOSED ? int(b_at_base[N(B_ROWS)].get() - b_at_base.get())
+                                        : int(b_at_base[K(B_ROWS)].get() - b_at_base.get());
+    bool b_in[B_TRANSPOSED ? B_COPIES : 1];  // n < N (row-major B: one n per thread)
+#pragma unroll
+    for (int i = 0; i < (B_TRANSPOSED ? B_COPIES : 1); ++i) b_in[i] = n0 + b_n + i * B_ROWS < n;
+
+    // Copies k tile `kt` into ring slot `slot`, zero-filled past M, N, K (masked copies read
+    // nothing, so their source addresses need not be valid).
     auto load_stage = [&](int kt, int slot) {
         const int k0 = kt * BLOCK_K;
+        uint4* const dst_a = smem_a.get() + slot * slot_a + a_dst;
+        const Element* const src_a = a_src + k0;
+        const bool a_k_in = k0 + a_k < k;
 #pragma unroll
-        for (int i = 0; i < A_COPIES; ++i) {
-            const bool ok = a_in[i] && k0 + a_k < k;
-            spio::cp_async_16(smem_a.get() + slot * slot_a + a_dst[i], ok ? a_src[i] + k0 : a, ok);
-        }
+        for (int i = 0; i < A_COPIES; ++i)
+            spio::cp_async_16(dst_a + i * a_dst_step, src_a + i * a_copy_step, a_in[i] && a_k_in);
+        uint4* const dst_b = smem_b.get() + slot * slot_b;
+        const Element* const src_b = b_src + kt * b_tile_step;
 #pragma unroll
         for (int i = 0; i < B_COPIES; ++i) {
-            const bool ok = b_in[i] && k0 + b_k[i] < k;
-            const Element* src = ok ? b_src[i] + kt * b_tile_step : b;
-            spio::cp_async_16(smem_b.get() + slot * slot_b + b_dst[i], src, ok);
+            const bool ok = B_TRANSPOSED ? b_in[i] && k0 + b_kk < k
+                                         : b_in[0] && k0 + b_kk + i * B_ROWS < k;
+            uint4* const dst = B_STEP_FIXED ? dst_b + b_dst[0] + i * b_dst_step : dst_b + b_dst[i];
+            spio::cp_async_16(dst, src_b + i * b_copy_step, ok);
         }
     };
 
@@ -187,13 +211,13 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
     // are b[n tile 2jj][0..1], b[n tile 2jj+1][0..1]. Lane l addresses row l % 8 of its matrix:
     // an n row if B is stored (n, k), a k row if stored (k, n); the transposing ldmatrix then
     // turns k rows into k pairs per register.
-    // The XOR keys use row bits 0-3 only, so moving 16 rows moves every chunk by the same
-    // distance: one offset per k step (A, transposed B) or per n pair (row-major B) plus
-    // compile-time row steps, which ptxas folds into the ldmatrix immediates.
+    // 16-row moves keep the swizzle (see above), so one offset per k step (A, transposed B) or
+    // per n pair (row-major B) plus compile-time row steps, which ptxas folds into the ldmatrix
+    // immediates.
     const int q = lane / 8;
     const int a_row16 = int(smem_a[M(16)].get() - smem_a.get());  // 16 rows of A
-    const int b_row16 = B_TRANSPOSED ? int(smem_b[N(16)].get() - smem_b.get())
-                                     : int(smem_b[K(16)].get() - smem_b.get());
+    const int b_row16 = B_TRANSPOSED ? int(b_at_base[N(16)].get() - b_at_base.get())
+                                     : int(b_at_base[K(16)].get() - b_at_base.get());
     constexpr int B_BASES = B_TRANSPOSED ? K_STEPS : MMA_N / 2;
     int a_frag[K_STEPS];
     int b_frag[B_BASES];
@@ -206,7 +230,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
     for (int x = 0; x < B_BASES; ++x) {
         const int nn = warp_n0 + q / 2 * 8 + (B_TRANSPOSED ? lane % 8 : x * 16);
         const int kk = q % 2 * 8 + (B_TRANSPOSED ? x * 16 : lane % 8);
-        b_frag[x] = int(smem_b[N(nn)][K(kk)].get() - smem_b.get());
+        b_frag[x] = int(b_at_base[N(nn)][K(kk)].get() - b_at_base.get());
     }
 
     float reg_acc[MMA_M][MMA_N][4];
@@ -217,56 +241,75 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
 #pragma unroll
             for (int e = 0; e < 4; ++e) reg_acc[i][j][e] = 0.0f;
 
-    // Multiplies the tile in ring slot `slot` into the accumulators.
-    auto compute_stage = [&](int slot) {
-        const uint4* sa = smem_a.get() + slot * slot_a;
+    // Fragments of two k16 steps: the mma's of step s read set s % 2 while the ldmatrix's of
+    // step s + 1 fill the other, so shared-memory latency hides behind the tensor cores.
+    unsigned reg_a[2][MMA_M][4];
+    unsigned reg_b[2][MMA_N][2];
+
+    // Loads the fragments of k16 step `ks` of ring slot `slot` into set `set`.
+    auto load_fragments = [&](int set, int slot, int ks) {
+        const uint4* sa = smem_a.get() + slot * slot_a + a_frag[ks];
         const uint4* sb = smem_b.get() + slot * slot_b;
 #pragma unroll
-        for (int ks = 0; ks < K_STEPS; ++ks) {
-            unsigned reg_a[MMA_M][4];
-            unsigned reg_b[MMA_N][2];
-            const uint4* sa_ks = sa + a_frag[ks];
+        for (int i = 0; i < MMA_M; ++i) spio::ldmatrix_x4(reg_a[set][i], sa + i * a_row16);
 #pragma unroll
-            for (int i = 0; i < MMA_M; ++i) spio::ldmatrix_x4(reg_a[i], sa_ks + i * a_row16);
-#pragma unroll
-            for (int jj = 0; jj < MMA_N / 2; ++jj) {
-                unsigned r[4];
-                if constexpr (B_TRANSPOSED) {
-                    spio::ldmatrix_x4(r, (sb + b_frag[ks]) + jj * b_row16);
-                } else {
-                    spio::ldmatrix_x4_trans(r, (sb + b_frag[jj]) + ks * b_row16);
-                }
-                reg_b[2 * jj][0] = r[0];
-                reg_b[2 * jj][1] = r[1];
-                reg_b[2 * jj + 1][0] = r[2];
-                reg_b[2 * jj + 1][1] = r[3];
+        for (int jj = 0; jj < MMA_N / 2; ++jj) {
+            unsigned r[4];
+            if constexpr (B_TRANSPOSED) {
+                spio::ldmatrix_x4(r, (sb + b_frag[ks]) + jj * b_row16);
+            } else {
+                spio::ldmatrix_x4_trans(r, (sb + b_frag[jj]) + ks * b_row16);
             }
-#pragma unroll
-            for (int i = 0; i < MMA_M; ++i)
-#pragma unroll
-                for (int j = 0; j < MMA_N; ++j)
-                    spio::mma_m16n8k16<Element>(reg_acc[i][j], reg_a[i], reg_b[j]);
+            reg_b[set][2 * jj][0] = r[0];
+            reg_b[set][2 * jj][1] = r[1];
+            reg_b[set][2 * jj + 1][0] = r[2];
+            reg_b[set][2 * jj + 1][1] = r[3];
         }
     };
+    // The mma's of one k16 step from fragment set `set`.
+    auto multiply = [&](int set) {
+#pragma unroll
+        for (int i = 0; i < MMA_M; ++i)
+#pragma unroll
+            for (int j = 0; j < MMA_N; ++j)
+                spio::mma_m16n8k16<Element>(reg_acc[i][j], reg_a[set][i], reg_b[set][j]);
+    };
 
-    // ---- prologue: fill STAGES-1 slots ---------------------------------------------------------
+    // ---- prologue: fill STAGES-1 slots, wait for tile 0, load its first fragments -------------
 #pragma unroll
     for (int s = 0; s < STAGES - 1; ++s) {
         if (s < k_tiles) load_stage(s, s);
         spio::cp_async_commit();  // commit even when empty: the wait count below stays uniform
     }
+    spio::cp_async_wait<STAGES - 2>();
+    __syncthreads();
+    load_fragments(0, 0, 0);
 
-    // ---- main loop: one barrier per k tile -----------------------------------------------------
+    // ---- main loop: one barrier per k tile, placed before the last k16 step ------------------
+    // Step ks of tile kt: (last step only) wait for tile kt+1 and barrier, which also proves that
+    // every warp finished reading tile kt-1's slot; load the fragments of the next step (of tile
+    // kt+1 at the last step) into the other set; (first step only) refill tile kt-1's slot with
+    // tile kt+STAGES-1; then the mma's of step ks. The tensor cores never wait on the barrier
+    // with an empty queue: the last step's mma's are issued after it.
     int read_slot = 0;
     int write_slot = STAGES - 1;
     for (int kt = 0; kt < k_tiles; ++kt) {
-        spio::cp_async_wait<STAGES - 2>();  // tile kt has landed for this thread ...
-        __syncthreads();                    // ... for all threads; slot write_slot is free
-        if (kt + STAGES - 1 < k_tiles) load_stage(kt + STAGES - 1, write_slot);
-        spio::cp_async_commit();
-        compute_stage(read_slot);
-        read_slot = read_slot == STAGES - 1 ? 0 : read_slot + 1;
-        write_slot = write_slot == STAGES - 1 ? 0 : write_slot + 1;
+#pragma unroll
+        for (int ks = 0; ks < K_STEPS; ++ks) {
+            if (ks == K_STEPS - 1) {
+                spio::cp_async_wait<STAGES - 2>();  // tile kt+1 has landed for this thread ...
+                __syncthreads();                    // ... for all; tile kt-1's slot is free
+                read_slot = read_slot == STAGES - 1 ? 0 : read_slot + 1;
+            }
+            // Past the last tile this reads a stale slot: harmless, its fragments go unused.
+            load_fragments((ks + 1) % 2, read_slot, (ks + 1) % K_STEPS);
+            if (ks == 0) {
+                if (kt + STAGES - 1 < k_tiles) load_stage(kt + STAGES - 1, write_slot);
+                spio::cp_async_commit();
+                write_slot = write_slot == STAGES - 1 ? 0 : write_slot + 1;
+            }
+            multiply(ks % 2);
+        }
     }
     spio::cp_async_wait<0>();
     __syncthreads();  // every warp is done with the ring: reuse it for the C tile
