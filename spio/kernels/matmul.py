@@ -42,8 +42,9 @@ def configs(p: MatmulParams, dev: Any) -> list[MatmulConfig]:
 
     A config is valid when its warp tile is 32 or 64 in M and N, it has 2..8 warps, its loads
     split evenly over the threads and its shared memory (pipeline ring, or the C staging tile of
-    p.out_dtype) fits the device's opt-in limit. (The kernel keeps two k16 steps of fragments
-    live, not the whole k tile, so 64 x 64 warp tiles fit 255 registers with block_k 64 too.) The shape does not restrict the space (shapes
+    p.out_dtype) fits the device's opt-in limit. 64 x 64 warp tiles take block_k 64 only in
+    8-warp CTAs (128 x 256, 256 x 128): the kernel keeps two k16 steps of fragments live, which
+    fits 255 registers there in every variant, but not in every variant of the smaller CTAs. The shape does not restrict the space (shapes
     are runtime arguments); the heuristic and the model weigh it.
     """
     out: list[MatmulConfig] = []
@@ -58,6 +59,12 @@ def configs(p: MatmulParams, dev: Any) -> list[MatmulConfig]:
                     if not 2 <= warps_m * warps_n <= 8:
                         continue
                     for block_k in BLOCK_KS:
+                        if warp_m * warp_n == 64 * 64 and block_k == 64 and warps_m * warps_n < 8:
+                            # 128 accumulators + two k16 steps of fragments sit at 248-255
+                            # registers; measured (NVRTC, sm_80/sm_90, every flag variant and
+                            # stage count): the 8-warp CTAs have no local memory, smaller CTAs
+                            # spill in some variants (256x64x64, 2 stages, B transposed: 8 B).
+                            continue
                         for stages in STAGE_COUNTS:
                             for raster in RASTERS:
                                 try:
