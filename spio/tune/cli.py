@@ -113,7 +113,7 @@ def cmd_select(a: argparse.Namespace) -> int:
         fields = [f.name for f in dataclasses.fields(kdef.params_type)]
         raise SystemExit(
             f"spio tune select: --params for {kdef.name} needs the fields {fields}: {e}"
-        )
+        ) from None
     dev = _device_for(a.device)
     start = time.perf_counter()
     ranked = Selector().ranked(kdef, params, dev)

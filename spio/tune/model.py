@@ -1,12 +1,13 @@
 """An XGBoost regressor of log latency for one kernel family on one GPU, and its file format.
 
-File (JSON): {"format": 1, "kernel": ..., "device": ..., "arch": ..., "features": [names...],
+File (gzipped JSON): {"format": 1, "kernel": ..., "device": ..., "arch": ..., "features": [names...],
 "n_samples": ..., "booster": <XGBoost's own JSON model>}. The feature list is stored so a model
 trained against another version of a family's features is refused instead of mispredicting.
 """
 
 from __future__ import annotations
 
+import gzip
 import json
 import math
 from collections.abc import Sequence
@@ -21,15 +22,15 @@ MODEL_FORMAT = 1
 # Small trees, many rounds: the latency surface is smooth in tile sizes and piecewise in waves.
 TRAIN_PARAMS = {
     "objective": "reg:squarederror",
-    "eta": 0.08,
-    "max_depth": 7,
+    "eta": 0.15,
+    "max_depth": 5,
     "min_child_weight": 1.0,
     "subsample": 0.9,
     "colsample_bytree": 0.9,
     "nthread": 0,
     "seed": 0,
 }
-ROUNDS = 400
+ROUNDS = 150  # with depth 5: ~0.1 MB gzipped; deeper/longer overfit the held-out shapes
 
 
 class ModelFormatError(ValueError):
@@ -120,14 +121,20 @@ class PerfModel:
         )
 
     def save(self, path: Path) -> None:
+        """Writes gzipped JSON atomically (mtime 0, so the same model gives the same bytes)."""
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(self.to_json())
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_bytes(gzip.compress(self.to_json().encode(), mtime=0))
         tmp.replace(path)
 
     @classmethod
     def load(cls, path: Path) -> PerfModel:
-        return cls.from_json(path.read_text())
+        return cls.from_json(read_text(path))
+
+
+def read_text(path: Path) -> str:
+    """The JSON text of a model file."""
+    return gzip.decompress(path.read_bytes()).decode()
 
 
 def _matrix(rows: Sequence[dict[str, float]], names: Sequence[str]) -> np.ndarray:

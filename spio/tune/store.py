@@ -1,6 +1,6 @@
 """Where performance models live: shipped in the package, or trained locally into the cache dir.
 
-File names are `<kernel>__<device slug>.json`. Lookup for (kernel, device): a local model for that
+File names are `<kernel>__<device slug>.json.gz`. Lookup for (kernel, device): a local model for that
 exact GPU, then a shipped one, then (with a log line) a model of another GPU of the same arch.
 """
 
@@ -13,9 +13,10 @@ import re
 from pathlib import Path
 
 from spio.settings import settings
-from spio.tune.model import ModelFormatError, PerfModel
+from spio.tune.model import ModelFormatError, PerfModel, read_text
 
 PACKAGE_MODELS = Path(__file__).resolve().parent / "models"
+SUFFIX = ".json.gz"
 log = logging.getLogger("spio")
 
 
@@ -29,7 +30,7 @@ def local_models_dir() -> Path:
 
 
 def model_path(directory: Path, kernel: str, device_name: str) -> Path:
-    return directory / f"{kernel}__{slug(device_name)}.json"
+    return directory / f"{kernel}__{slug(device_name)}{SUFFIX}"
 
 
 def _dirs() -> list[Path]:
@@ -40,9 +41,9 @@ def list_models() -> list[str]:
     """'<kernel> for <device> (<arch>, N samples) [where]' for every model file found."""
     out = []
     for d in _dirs():
-        for p in sorted(d.glob("*__*.json")):
+        for p in sorted(d.glob(f"*__*{SUFFIX}")):
             try:
-                head = json.loads(p.read_text())
+                head = json.loads(read_text(p))
                 out.append(
                     f"{head['kernel']} for {head['device']} ({head['arch']}, "
                     f"{head.get('n_samples', '?')} samples) [{p.parent}]"
@@ -64,7 +65,7 @@ def find_model(kernel: str, device_name: str, arch: str) -> PerfModel | None:
         if p.exists():
             return _try_load(p)
     for d in _dirs():
-        for p in sorted(d.glob(f"{kernel}__*.json")):
+        for p in sorted(d.glob(f"{kernel}__*{SUFFIX}")):
             model = _try_load(p)
             if model is not None and model.arch == arch:
                 log.info(

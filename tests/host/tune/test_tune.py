@@ -16,7 +16,7 @@ from spio.settings import override
 from spio.tune.dataset import Sample, append, read
 from spio.tune.evaluate import evaluate, feature_rows
 from spio.tune.features import features, from_dict, to_dict
-from spio.tune.model import MODEL_FORMAT, ModelFormatError, PerfModel
+from spio.tune.model import MODEL_FORMAT, ModelFormatError, PerfModel, read_text
 from spio.tune.rank import rank
 from spio.tune.store import find_model, model_path, slug
 
@@ -117,7 +117,7 @@ def test_params_and_configs_round_trip_through_json():
 
 
 def test_model_finds_the_known_best_config_on_unseen_shapes(seed):
-    samples = _dataset(40, seed)
+    samples = _dataset(100, seed)
     model = PerfModel.train(
         "synthetic",
         Dev().name,
@@ -151,14 +151,15 @@ def test_model_file_round_trip_and_format_check(tmp_path: Path):
     model = PerfModel.train(
         "synthetic", Dev().name, "sm_90", rows, [s.latency_us for s in samples], rounds=20
     )
-    path = tmp_path / "m.json"
+    path = tmp_path / "m.json.gz"
     model.save(path)
     back = PerfModel.load(path)
     assert back.feature_names == model.feature_names
     assert list(back.predict_us(rows[:7])) == pytest.approx(
         list(model.predict_us(rows[:7])), rel=1e-5
     )
-    data = json.loads(path.read_text())
+    assert path.read_bytes()[:2] == b"\x1f\x8b"  # gzipped
+    data = json.loads(read_text(path))
     data["format"] = MODEL_FORMAT + 1
     with pytest.raises(ModelFormatError, match="retrain"):
         PerfModel.from_json(json.dumps(data))
