@@ -308,8 +308,11 @@ def stats(p: Conv2dGw8Params) -> KernelStats:
 
 
 def features(p: Conv2dGw8Params, cfg: Conv2dGw8WgradConfig, dev: Any) -> dict[str, float]:
+    # Selection evaluates this for every config of a new shape: derive grid and partial bytes
+    # from one split plan instead of recomputing it in grid() and partial_bytes().
     tasks, tps, splits = split_plan(p, cfg, dev)
-    g = grid(p, cfg, dev)
+    col_tiles = q_tiles(p, cfg)
+    blocks = col_tiles * (p.groups // cfg.warps) * splits
     st = stats(p)
     return {
         "n": p.n,
@@ -332,12 +335,12 @@ def features(p: Conv2dGw8Params, cfg: Conv2dGw8WgradConfig, dev: Any) -> dict[st
         "tasks": tasks,
         "tasks_per_split": tps,
         "splits": splits,
-        "blocks": g[0] * g[1],
-        "waves": g[0] * g[1] / max(1, dev.sm_count),
+        "blocks": blocks,
+        "waves": blocks / max(1, dev.sm_count),
         "smem_bytes": smem_bytes(p, cfg),
         "live_regs": live_regs(p, cfg),
         "halo_ratio": (cfg.block_p + p.r - 1) / cfg.block_p * tile_w(p, cfg) / cfg.block_q,
-        "partial_bytes": partial_bytes(p, cfg, dev),
+        "partial_bytes": splits * col_tiles * (p.c * GROUP_WIDTH * p.r * p.s + p.c) * 4,
         "bytes": st.bytes_moved,
         "flops": st.flops,
         "sm_count": dev.sm_count,

@@ -138,4 +138,6 @@ def read_text(path: Path) -> str:
 
 
 def _matrix(rows: Sequence[dict[str, float]], names: Sequence[str]) -> np.ndarray:
+    if rows and tuple(rows[0]) == tuple(names):  # the family's own key order: no per-key lookups
+        return np.asarray([list(r.values()) for r in rows], dtype=np.float32)
     return np.asarray([[r.get(n, math.nan) for n in names] for r in rows], dtype=np.float32)
