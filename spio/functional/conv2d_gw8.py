@@ -226,7 +226,7 @@ def _kernel(kdef, p: Conv2dGw8Params, index: int):
     from spio.kernels.select import default_selector
 
     dev = _device(index)
-    cfg = default_selector().select(kdef, p, dev)
+    cfg = default_selector().select(kdef, p, dev, share=p.variant())
     return dev, cfg, default_function_cache().get(kdef, p.variant(), cfg, dev)
 
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import functools
 import math
+from dataclasses import replace
 
 import torch
 import torch.nn.functional as F
@@ -181,7 +182,7 @@ def _forward_spio(input, weight, bias, eps):
         p, dev = _launch_setup(x, weight, bias)
         if p.m == 0:
             return y, mean, rstd
-        cfg = default_selector().select(k.FWD, p, dev)
+        cfg = default_selector().select(k.FWD, p, dev, share=replace(p, m=1))
         loaded = default_function_cache().get(k.FWD, p.static(), cfg, dev)
         k.launch_forward(
             loaded,
@@ -261,11 +262,11 @@ def _backward_spio(grad, input, mean, rstd, weight, bias):
             dbias.zero_()
             return dx, dweight, dbias
         cache, selector = default_function_cache(), default_selector()
-        cfg = selector.select(k.BWD, p, dev)
+        cfg = selector.select(k.BWD, p, dev, share=replace(p, m=1))
         loaded = cache.get(k.BWD, p.static(), cfg, dev)
         reduce_loaded = None  # without weight and bias there is nothing to reduce
         if k.needs_reduce(p):
-            rcfg = selector.select(k.BWD_REDUCE, p, dev)
+            rcfg = selector.select(k.BWD_REDUCE, p, dev, share=replace(p, m=1))
             reduce_loaded = cache.get(k.BWD_REDUCE, p.static(), rcfg, dev)
         parts = k.parts(loaded, p, cfg, dev)
         dw_part = x.new_empty((parts, c), dtype=torch.float32) if p.has_weight else None

@@ -30,9 +30,16 @@ class Selector:
         self._lock = threading.Lock()
         self._store_dir = store_dir
         self._warned: set[tuple[str, str]] = set()
-        self.sources: dict[tuple, str] = {}  # key -> "autotune" | "model" | "heuristic"
+        self.sources: dict[tuple, str] = {}  # key -> autotune | model | heuristic | shared
 
-    def select(self, kdef: KernelDef, params: Any, device: Any) -> Any:
+    def select(self, kdef: KernelDef, params: Any, device: Any, share: Any = None) -> Any:
+        """The config for `params` on `device`.
+
+        `share`: a key for params that one compiled variant serves (e.g. the layer without its
+        batch size, which is a launch argument). The first config chosen under a key is reused
+        for later params with that key while it is valid for them, so a new batch size runs the
+        kernel already loaded instead of compiling the variant the model would prefer for it.
+        """
         key = (kdef.name, params, device.name)
         hit = self._chosen.get(key)
         if hit is not None:
@@ -40,7 +47,14 @@ class Selector:
         with self._lock:
             hit = self._chosen.get(key)
             if hit is None:
-                hit, source = self._choose(kdef, params, device)
+                shared_key = (kdef.name, "share", share, device.name)
+                hit = self._chosen.get(shared_key) if share is not None else None
+                if hit is not None and hit in kdef.configs(params, device):
+                    source = "shared"
+                else:
+                    hit, source = self._choose(kdef, params, device)
+                    if share is not None:
+                        self._chosen[shared_key] = hit
                 self._chosen[key] = hit
                 self.sources[key] = source
         return hit

@@ -229,3 +229,35 @@ def test_features_fall_back_to_numeric_fields():
 
 def test_slug():
     assert slug("NVIDIA H100 80GB HBM3") == "nvidia-h100-80gb-hbm3"
+
+
+def test_shared_selection_reuses_the_first_config_while_valid(tmp_path: Path):
+    # With `share`, a new batch of the same layer runs the config already chosen (and loaded),
+    # unless that config is invalid for it.
+    class Pick:
+        calls = 0
+
+        @staticmethod
+        def heuristic(p, dev):
+            Pick.calls += 1
+            return Cfg(128, 1) if p.n > 10000 else Cfg(16, 1)
+
+    kdef = KernelDef(
+        name="shared",
+        params_type=P,
+        config_type=Cfg,
+        configs=_configs,
+        spec=None,
+        heuristic=Pick.heuristic,
+        stats=None,
+    )
+    with override(cache_dir=tmp_path):
+        sel = Selector(store_dir=tmp_path / "sel")
+        first = sel.select(kdef, P(50000, 64), Dev(), share=64)
+        assert first == Cfg(128, 1)
+        assert sel.select(kdef, P(500, 64), Dev(), share=64) == first  # shared, not re-chosen
+        assert sel.sources[("shared", P(500, 64), Dev().name)] == "shared"
+        # Cfg(128, 1) needs tile * warps <= 4 * c: invalid for c = 16, so it is chosen afresh.
+        assert sel.select(kdef, P(500, 16), Dev(), share=64) == Cfg(16, 1)
+        assert sel.select(kdef, P(500, 64), Dev()) == first  # cached per params
+        assert Pick.calls == 2
