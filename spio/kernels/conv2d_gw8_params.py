@@ -104,6 +104,23 @@ class Conv2dGw8Params:
     def with_batch(self, n: int) -> Conv2dGw8Params:
         return replace(self, n=n)
 
+    def features(self) -> dict[str, float]:
+        """The layer's own performance-model features (each kernel adds its config's)."""
+        return {
+            "n": self.n,
+            "c": self.c,
+            "h": self.h,
+            "w": self.w,
+            "r": self.r,
+            "s": self.s,
+            "p": self.p,
+            "q": self.q,
+            "pad_h": self.pad_h,
+            "pad_w": self.pad_w,
+            "has_bias": float(self.has_bias),
+            "bf16": float(self.dtype == "bfloat16"),
+        }
+
     def variant(self) -> Conv2dGw8Params:
         """The params with the batch dropped (n = 1): what a compiled kernel depends on.
 

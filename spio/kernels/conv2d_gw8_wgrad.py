@@ -315,18 +315,7 @@ def features(p: Conv2dGw8Params, cfg: Conv2dGw8WgradConfig, dev: Any) -> dict[st
     blocks = col_tiles * (p.groups // cfg.warps) * splits
     st = stats(p)
     return {
-        "n": p.n,
-        "c": p.c,
-        "h": p.h,
-        "w": p.w,
-        "r": p.r,
-        "s": p.s,
-        "p": p.p,
-        "q": p.q,
-        "pad_h": p.pad_h,
-        "pad_w": p.pad_w,
-        "has_bias": float(p.has_bias),
-        "bf16": float(p.dtype == "bfloat16"),
+        **p.features(),
         "block_p": cfg.block_p,
         "block_q": cfg.block_q,
         "warps": cfg.warps,
