@@ -171,7 +171,12 @@ def _backward(ctx, grad):
     grad_a = grad_b = grad_bias = None
     if ctx.needs_input_grad[0]:
         # dA (M, K) = dC (M, N) @ Bᵀ; B stored (K, N) is Bᵀ stored (out=K, red=N): transposed.
-        grad_a = torch.ops.spio.matmul(g, b, None, None, not bt)
+        # The reduction runs over N, which the kernel needs as a multiple of 8: zero-pad N.
+        n = g.shape[1]
+        pad = (-n) % 8
+        gn = torch.nn.functional.pad(g, (0, pad)) if pad else g
+        bn = (_pad_rows(b, n + pad) if bt else torch.nn.functional.pad(b, (0, pad))) if pad else b
+        grad_a = torch.ops.spio.matmul(gn, bn.contiguous(), None, None, not bt)
     if ctx.needs_input_grad[1]:
         # The reduction runs over M, which the kernel needs as a multiple of 8: zero rows add 0.
         m8 = a.shape[0] + (-a.shape[0]) % 8

@@ -138,3 +138,37 @@ def test_torch_compile_fullgraph():
         return matmul(a, b, c, out_dtype=torch.float32, b_transposed=True) * 2
 
     assert_close(f(a, b, c), 2 * _reference(a, b, c, True), 1e-2, where="compiled")
+
+
+@pytest.mark.parametrize("b_transposed", [False, True])
+@pytest.mark.parametrize("m, n", [(13, 13), (5, 21), (16, 8)])
+def test_backward_feeds_the_kernel_reductions_of_multiples_of_8(monkeypatch, b_transposed, m, n):
+    """The kernel path's backward pads the reduced dim (N for dA, M for dB) to a multiple of 8.
+
+    The kernel is stood in for by a float64 matmul that enforces the kernel's K % 8 rule, so this
+    runs on the CPU.
+    """
+    import importlib
+
+    fm = importlib.import_module("spio.functional.matmul")  # the module, not the function
+
+    def kernel(a, b, bias, out_dtype, bt):
+        assert a.shape[1] % 8 == 0, f"kernel called with K = {a.shape[1]}"
+        out = a.double() @ (b.double().t() if bt else b.double())
+        return (out + bias.double() if bias is not None else out).to(out_dtype)
+
+    monkeypatch.setattr(fm, "use_fallback", lambda *args: False)
+    monkeypatch.setattr(fm, "_run_kernel", kernel)
+    k = 16
+    bf = torch.bfloat16
+    a = torch.randn(m, k, dtype=bf, requires_grad=True)
+    b = (
+        torch.randn(n, k, dtype=bf) if b_transposed else torch.randn(k, n, dtype=bf)
+    ).requires_grad_()
+    y = fm.matmul(a, b, b_transposed=b_transposed)
+    g = torch.randn(m, n, dtype=bf)
+    y.backward(g)
+    a2, b2 = a.detach().double().requires_grad_(), b.detach().double().requires_grad_()
+    (a2 @ (b2.t() if b_transposed else b2)).backward(g.double())
+    assert_close(a.grad, a2.grad, tolerance(bf, depth=n, acc_dtype=torch.float64), "dA")
+    assert_close(b.grad, b2.grad, tolerance(bf, depth=m, acc_dtype=torch.float64), "dB")
