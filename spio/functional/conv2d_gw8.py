@@ -60,8 +60,13 @@ def conv2d_gw8(
     Returns:
         (N, C, P, Q) in channels_last memory, P = H + 2 pad_h - R + 1, Q = W + 2 pad_w - S + 1.
     """
-    if not isinstance(input, torch.Tensor) or not isinstance(weight, torch.Tensor):
-        raise TypeError("spio conv2d_gw8: input and weight must be torch.Tensor")
+    for name, t in (("input", input), ("weight", weight), ("bias", bias)):
+        if not isinstance(t, torch.Tensor) and not (name == "bias" and t is None):
+            raise TypeError(
+                f"spio conv2d_gw8: {name} must be a torch.Tensor"
+                + (" or None" if name == "bias" else "")
+                + f", got {type(t).__name__}"
+            )
     if input.device.type == "cuda" and torch.is_autocast_enabled("cuda"):
         dtype = torch.get_autocast_dtype("cuda")
         input, weight = input.to(dtype), weight.to(dtype)
@@ -78,8 +83,9 @@ def _validate(x, w, b, padding) -> tuple[int, int]:
     allowed = _FALLBACK_DTYPES if x.device.type == "cpu" else _KERNEL_DTYPES
     if x.dtype not in allowed:
         raise TypeError(
-            f"spio conv2d_gw8: input dtype must be float16 or bfloat16 (tensor cores), got "
-            f"{x.dtype}; convert with .half() / .bfloat16() or run under torch.autocast"
+            f"spio conv2d_gw8: input dtype must be one of {sorted(str(d) for d in allowed)} "
+            f"on {x.device.type}, got {x.dtype}; convert with .half() / .bfloat16() or run under "
+            "torch.autocast"
         )
     for name, t in (("weight", w), ("bias", b)):
         if t is None:

@@ -58,6 +58,8 @@ def transform(model: nn.Module, *, verbose: bool = False) -> TransformReport:
     `spio.layers.LayerNorm2d`. Weights are shared, not copied. Returns a report of the swaps and of
     the candidates kept, with the reason.
     """
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"spio transform: model must be an nn.Module, got {type(model).__name__}")
     report = TransformReport()
     for path, parent in list(model.named_modules()):
         for name, child in list(parent.named_children()):
