@@ -82,7 +82,9 @@ def _check(input: Tensor, weight: Tensor | None, bias: Tensor | None, eps: float
         raise TypeError(
             f"layernorm_2d: weight ({weight.dtype}) and bias ({bias.dtype}) must have one dtype"
         )
-    if not isinstance(eps, (int, float)) or not math.isfinite(eps) or eps < 0:
+    if isinstance(eps, bool) or not isinstance(eps, (int, float)):
+        raise TypeError(f"layernorm_2d: eps must be a float, got {type(eps).__name__}")
+    if not math.isfinite(eps) or eps < 0:
         raise ValueError(f"layernorm_2d: eps must be a finite float >= 0, got {eps!r}")
 
 

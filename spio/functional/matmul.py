@@ -58,6 +58,8 @@ def _validate(a, b, bias, out_dtype, b_transposed) -> None:
         raise TypeError(f"spio matmul: b must have a's dtype {a.dtype}, got {b.dtype}")
     if b.device != a.device:
         raise ValueError(f"spio matmul: a is on {a.device} but b is on {b.device}")
+    if not isinstance(b_transposed, bool):
+        raise TypeError(f"spio matmul: b_transposed must be a bool, got {b_transposed!r}")
     k = a.shape[1]
     kb = b.shape[1] if b_transposed else b.shape[0]
     if kb != k:
@@ -73,9 +75,16 @@ def _validate(a, b, bias, out_dtype, b_transposed) -> None:
         )
     n = b.shape[0] if b_transposed else b.shape[1]
     if bias is not None:
-        if not isinstance(bias, torch.Tensor) or bias.shape != (n,):
-            shape = tuple(bias.shape) if isinstance(bias, torch.Tensor) else type(bias).__name__
-            raise ValueError(f"spio matmul: bias must be a tensor of shape ({n},), got {shape}")
+        if not isinstance(bias, torch.Tensor):
+            raise TypeError(
+                f"spio matmul: bias must be a torch.Tensor of shape ({n},) or None, got "
+                f"{type(bias).__name__}"
+            )
+        if bias.shape != (n,):
+            raise ValueError(
+                f"spio matmul: bias must have shape ({n},) (one per output column), got "
+                f"{tuple(bias.shape)}"
+            )
         if bias.dtype != a.dtype or bias.device != a.device:
             raise TypeError(
                 f"spio matmul: bias must be {a.dtype} on {a.device}, got {bias.dtype} on "

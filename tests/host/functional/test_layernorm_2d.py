@@ -160,6 +160,10 @@ def test_bad_input(args, exc, match):
 def test_bad_eps():
     with pytest.raises(ValueError, match="eps"):
         layernorm_2d(torch.randn(1, 8, 2, 2), eps=-1.0)
+    with pytest.raises(TypeError, match="eps must be a float, got str"):
+        layernorm_2d(torch.randn(1, 8, 2, 2), eps="a")
+    with pytest.raises(TypeError, match="eps must be a float, got bool"):
+        layernorm_2d(torch.randn(1, 8, 2, 2), eps=True)
 
 
 # ---- the layer -----------------------------------------------------------------------------

@@ -78,7 +78,19 @@ def test_zero_k_gives_bias():
             (torch.randn(4, 8).half(), torch.randn(8, 4).half(), torch.randn(5).half()),
             {},
             ValueError,
-            r"bias must be a tensor of shape \(4,\)",
+            r"bias must have shape \(4,\)",
+        ),
+        (
+            (torch.randn(4, 8).half(), torch.randn(8, 4).half(), [0.0] * 4),
+            {},
+            TypeError,
+            r"bias must be a torch.Tensor of shape \(4,\) or None, got list",
+        ),
+        (
+            (torch.randn(4, 8).half(), torch.randn(8, 4).half()),
+            {"b_transposed": "yes"},
+            TypeError,
+            r"b_transposed must be a bool",
         ),
         (
             (torch.randn(4, 8).half(), torch.randn(8, 4).half(), torch.randn(4)),
