@@ -30,10 +30,11 @@ def test_no_environment_reads_outside_settings():
 
     root = Path(__file__).resolve().parents[2] / "spio"
     allowed = {root / "settings.py", root / "compiler" / "locate.py"}  # locate reads CUDA_HOME/PATH
+    sources = [*root.rglob("*.py"), *root.rglob("*.pyx")]
     offenders = [
         str(p.relative_to(root))
-        for p in root.rglob("*.py")
-        if p not in allowed and re.search(r"os\.environ|os\.getenv", p.read_text())
+        for p in sources
+        if p not in allowed and re.search(r"\benviron\b|\bgetenv\b", p.read_text())
     ]
     assert not offenders, (
         f"read SPIO_* knobs through spio.settings.settings(), not os.environ: {offenders}"
