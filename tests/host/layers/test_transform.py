@@ -8,6 +8,7 @@ import torch.nn.functional as F
 
 from spio.layers import Conv2dGw8, LayerNorm2d
 from spio.layers.transform import transform
+from spio.testing import assert_close, tolerance
 
 
 class _TimmStyle(nn.LayerNorm):
@@ -47,7 +48,9 @@ def test_transform_swaps_eligible_modules_and_keeps_outputs(seed):
     assert "group" in skipped["3"] and "stride" in skipped["4"]
     with torch.no_grad():
         after = model(x)
-    torch.testing.assert_close(after, before, rtol=1e-4, atol=1e-4, msg=f"seed={seed}")
+    # The swapped layers run their float32 PyTorch fallback: only reduction order may differ
+    # (conv: 8·3·3 products, then 16-channel LayerNorm statistics).
+    assert_close(after, before, tolerance(torch.float32, depth=72), where=f"seed={seed}")
     text = str(report)
     assert "replaced 2 modules" in text and "kept" in text
 
