@@ -149,7 +149,8 @@ def test_torch_compile_fullgraph():
     def f(a, b, c):
         return matmul(a, b, c, out_dtype=torch.float32, b_transposed=True) * 2
 
-    assert_close(f(a, b, c), 2 * _reference(a, b, c, True), 1e-2, where="compiled")
+    tol = tolerance(torch.float32, depth=24)  # fp32 output of a K = 24 reduction
+    assert_close(f(a, b, c), 2 * _reference(a, b, c, True), tol, where="compiled")
 
 
 @pytest.mark.parametrize("b_transposed", [False, True])
