@@ -300,3 +300,23 @@ class Conv2dGw8ReduceConfig:
             raise ValueError(
                 f"Conv2dGw8ReduceConfig.threads must be 128, 256 or 512, got {self.threads}"
             )
+
+
+def ctas_per_sm(
+    grid_ctas: int, regs: int, warps: int, smem: int, dev: Any, max_ctas: int = 32
+) -> int:
+    """CTAs one SM runs at once: the grid spread over the SMs, capped by registers (rounded up
+    to the allocation granule of 8 per thread), threads, shared memory (plus the 1 KB the
+    driver reserves per CTA) and the hardware's CTA limit."""
+    regs = min(255, -(-regs // 8) * 8)
+    threads = 32 * warps
+    return max(
+        1,
+        min(
+            -(-grid_ctas // dev.sm_count),
+            dev.regs_per_sm // (regs * threads),
+            dev.max_threads_per_sm // threads,
+            dev.max_smem_per_sm // (smem + 1024),
+            max_ctas,
+        ),
+    )

@@ -17,6 +17,7 @@ from spio.kernels.conv2d_gw8_params import (
     GROUP_WIDTH,
     Conv2dGw8Params,
     Conv2dGw8WgradConfig,
+    ctas_per_sm,
 )
 from spio.kernels.kernel_def import KernelDef, KernelSpec, KernelStats
 
@@ -131,20 +132,15 @@ def row_bytes(p: Conv2dGw8Params, cfg: Conv2dGw8WgradConfig) -> int:
 
 
 def resident_ctas(p: Conv2dGw8Params, cfg: Conv2dGw8WgradConfig, dev: Any) -> int:
-    """CTAs one SM runs at once: the grid over the SMs, capped by threads, shared memory and the
-    estimated registers."""
-    regs = min(255, -(-(live_regs(p, cfg) + REG_OVERHEAD) // 8) * 8)
-    threads = 32 * cfg.warps
+    """CTAs of this config one SM runs at once (see `ctas_per_sm`)."""
     g = grid(p, cfg, dev)
-    return max(
-        1,
-        min(
-            math.ceil(g[0] * g[1] / dev.sm_count),
-            dev.regs_per_sm // (regs * threads),
-            dev.max_threads_per_sm // threads,
-            dev.max_smem_per_sm // (smem_bytes(p, cfg) + 1024),
-            MAX_CTAS_PER_SM,
-        ),
+    return ctas_per_sm(
+        g[0] * g[1],
+        live_regs(p, cfg) + REG_OVERHEAD,
+        cfg.warps,
+        smem_bytes(p, cfg),
+        dev,
+        MAX_CTAS_PER_SM,
     )
 
 
