@@ -30,68 +30,55 @@ def _dim(value: object, who: str) -> DimLike:
     return value
 
 
-def _operand(frag: MmaA | MmaB, who: str) -> None:
-    """Validates an A/B operand and normalizes its dtype (a Type becomes its dtype)."""
-    d = as_dtype(frag.dtype, f"{who} dtype")
-    if d not in _INPUTS:
-        raise ValueError(
-            f"{who}: dtype must be dtype.half or dtype.bfloat16 (mma.sync inputs), got {d!r}"
-        )
-    k = check_count(frag.k, f"{who} k")
-    if k not in (8, 16):
-        raise ValueError(f"{who}: k must be 16 (m16n8k16) or 8 (m16n8k8), got {k}")
-    _dim(frag.row, f"{who} row")
-    _dim(frag.col, f"{who} col")
-    object.__setattr__(frag, "dtype", d)
-    object.__setattr__(frag, "k", k)
-
-
 @dataclass(frozen=True, slots=True)
-class MmaA:
+class _Operand:
+    """An A or B operand: element type, k (16 or 8) and typed row/col dims."""
+
+    dtype: Dtype
+    k: int
+    row: DimLike
+    col: DimLike
+    section: ClassVar[Section] = "fragments"
+    template: ClassVar[str] = ""  # the C++ template, also the name in messages
+
+    def __post_init__(self):
+        who = self.template
+        d = as_dtype(self.dtype, f"{who} dtype")
+        if d not in _INPUTS:
+            raise ValueError(
+                f"{who}: dtype must be dtype.half or dtype.bfloat16 (mma.sync inputs), got {d!r}"
+            )
+        k = check_count(self.k, f"{who} k")
+        if k not in (8, 16):
+            raise ValueError(f"{who}: k must be 16 (m16n8k16) or 8 (m16n8k8), got {k}")
+        _dim(self.row, f"{who} row")
+        _dim(self.col, f"{who} col")
+        object.__setattr__(self, "dtype", d)  # a Type becomes its dtype
+        object.__setattr__(self, "k", k)
+
+    def deps(self) -> tuple:
+        return (self.row, self.col)
+
+    def emit(self, name: str, names: Names) -> str:
+        return f"using {name} = {self.inline(names)};"
+
+    def inline(self, names: Names) -> str:
+        r, c = names.spell(self.row), names.spell(self.col)
+        return f"spio::{self.template}<{self.dtype.cpp}, {self.k}, {r}, {c}>"
+
+
+class MmaA(_Operand):
     """The A operand (16 x k; col is the reduction dim). `spio::MmaA<T, k, Row, Col>`."""
 
-    dtype: Dtype
-    k: int
-    row: DimLike
-    col: DimLike
-    section: ClassVar[Section] = "fragments"
-
-    def __post_init__(self):
-        _operand(self, "MmaA")
-
-    def deps(self) -> tuple:
-        return (self.row, self.col)
-
-    def emit(self, name: str, names: Names) -> str:
-        return f"using {name} = {self.inline(names)};"
-
-    def inline(self, names: Names) -> str:
-        r, c = names.spell(self.row), names.spell(self.col)
-        return f"spio::MmaA<{self.dtype.cpp}, {self.k}, {r}, {c}>"
+    __slots__ = ()
+    template: ClassVar[str] = "MmaA"
 
 
-@dataclass(frozen=True, slots=True)
-class MmaB:
+class MmaB(_Operand):
     """The B operand (k x 8; row is the reduction dim). `spio::MmaB<T, k, Row, Col>`."""
 
-    dtype: Dtype
-    k: int
-    row: DimLike
-    col: DimLike
-    section: ClassVar[Section] = "fragments"
-
-    def __post_init__(self):
-        _operand(self, "MmaB")
-
-    def deps(self) -> tuple:
-        return (self.row, self.col)
-
-    def emit(self, name: str, names: Names) -> str:
-        return f"using {name} = {self.inline(names)};"
-
-    def inline(self, names: Names) -> str:
-        r, c = names.spell(self.row), names.spell(self.col)
-        return f"spio::MmaB<{self.dtype.cpp}, {self.k}, {r}, {c}>"
+    __slots__ = ()
+    template: ClassVar[str] = "MmaB"
 
 
 @dataclass(frozen=True, slots=True)
