@@ -1,4 +1,11 @@
-"""spio's exception types. Every error carries its data, renders a fix hint, and pickles."""
+"""spio's exception types, all in one place. Every error carries its data, renders a fix hint,
+and pickles (a process pool sends them back from its workers).
+
+Each layer raises its own from here: `GeneratorError` (generators), `CompileError`, `NvrtcError`
+and `CompileForbiddenError` (compiler), `CudaDriverError` and `LibraryNotFoundError` (cuda),
+`OutOfResources` (kernels), `FallbackDisabledError` (functional), `ModelFormatError` (tune).
+This module imports only the standard library, so every layer may import it.
+"""
 
 from __future__ import annotations
 
@@ -135,3 +142,62 @@ class FallbackDisabledError(SpioError):
 
     def __reduce__(self):
         return (type(self), (self.op, self.reason))
+
+
+class GeneratorError(SpioError, ValueError):
+    """A spec collection or an `@spio` block could not become a header; says where.
+
+    `file` and `line` locate the failing line of an `@spio` block in its source file; `spec` names
+    the spec (mapping key or block variable) the problem is about. Any of them may be None. The
+    message says what rule was broken and how to fix it. Subclasses ValueError, so callers that
+    treat bad input generically still catch it.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        file: str | None = None,
+        line: int | None = None,
+        spec: str | None = None,
+    ):
+        self.message = message
+        self.file = file
+        self.line = line
+        self.spec = spec
+        if file is not None and line is not None:
+            text = f"{file}:{line}: {message}"
+        elif file is not None:
+            text = f"{file}: {message}"
+        else:
+            text = message
+        super().__init__(text)
+
+    def __reduce__(self):
+        return (
+            _rebuild_generator_error,
+            (type(self), self.message, self.file, self.line, self.spec),
+        )
+
+
+def _rebuild_generator_error(cls, message, file, line, spec):
+    return cls(message, file=file, line=line, spec=spec)
+
+
+class NvrtcError(SpioError):
+    """An NVRTC call other than the compile itself failed (bad option, out of memory...)."""
+
+    def __init__(self, call: str, status: int, message: str):
+        self.call = call
+        self.status = status
+        self.message = message
+        super().__init__(f"{call} failed with NVRTC status {status}: {message}")
+
+    def __reduce__(self):
+        return (type(self), (self.call, self.status, self.message))
+
+
+class ModelFormatError(SpioError, ValueError):
+    """A performance-model file of another format version, or whose feature list the kernel
+    family no longer provides; the message says to retrain (`spio tune train`). Subclasses
+    ValueError, as before it was a SpioError."""

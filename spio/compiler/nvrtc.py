@@ -2,9 +2,10 @@
 
 1. Only what spio needs is bound: version, supported archs, create / compile / destroy a program,
    its log, and its CUBIN or PTX.
-2. A failing call raises `NvrtcError` naming the call and NVRTC's message; a failing compile is
-   not an error here: `compile_program` returns the log and no image, and the caller raises
-   `spio.errors.CompileError` with the source it knows.
+2. A failing call raises `NvrtcError` (defined in `spio.errors`, importable from here) naming
+   the call and NVRTC's message; a failing compile is not an error here: `compile_program`
+   returns the log and no image, and the caller raises `spio.errors.CompileError` with the
+   source it knows.
 3. Every program is destroyed in a `finally`, whatever happens.
 NVRTC programs are independent, so one `Nvrtc` may be used from several threads.
 """
@@ -17,23 +18,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from spio.errors import SpioError
+from spio.errors import NvrtcError
 
 _SUCCESS = 0
 _ERROR_COMPILATION = 6
-
-
-class NvrtcError(SpioError):
-    """An NVRTC call other than the compile itself failed (bad option, out of memory...)."""
-
-    def __init__(self, call: str, status: int, message: str):
-        self.call = call
-        self.status = status
-        self.message = message
-        super().__init__(f"{call} failed with NVRTC status {status}: {message}")
-
-    def __reduce__(self):
-        return (type(self), (self.call, self.status, self.message))
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,7 +2,8 @@
 
 File (gzipped JSON): {"format": 1, "kernel": ..., "device": ..., "arch": ..., "features": [names...],
 "n_samples": ..., "booster": <XGBoost's own JSON model>}. The feature list is stored so a model
-trained against another version of a family's features is refused instead of mispredicting.
+trained against another version of a family's features is refused instead of mispredicting
+(`ModelFormatError`, defined in `spio.errors`, importable from here).
 """
 
 from __future__ import annotations
@@ -10,12 +11,14 @@ from __future__ import annotations
 import gzip
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from spio.errors import ModelFormatError
 
 MODEL_FORMAT = 1
 
@@ -31,10 +34,6 @@ TRAIN_PARAMS = {
     "seed": 0,
 }
 ROUNDS = 150  # with depth 5: ~0.1 MB gzipped; deeper/longer overfit the held-out shapes
-
-
-class ModelFormatError(ValueError):
-    """A model file of another format version or feature list."""
 
 
 @dataclass
@@ -72,13 +71,22 @@ class PerfModel:
 
     def predict_us(self, rows: Sequence[dict[str, float]]) -> np.ndarray:
         """Predicted latency in µs of each feature row."""
-        missing = set(self.feature_names) - set(rows[0]) if rows else set()
+        if rows:
+            self.require(rows[0])
+        return self.predict_matrix_us(_matrix(rows, self.feature_names))
+
+    def require(self, provided: Iterable[str]) -> None:
+        """Raises ModelFormatError unless every feature the model needs is in `provided`."""
+        missing = set(self.feature_names).difference(provided)
         if missing:
             raise ModelFormatError(
                 f"model {self.kernel}/{self.device} needs features {sorted(missing)} that the "
                 "kernel family no longer provides; retrain with `spio tune train`"
             )
-        x = _matrix(rows, self.feature_names)
+
+    def predict_matrix_us(self, x: np.ndarray) -> np.ndarray:
+        """Predicted latency in µs of each row of a float32 matrix whose columns are
+        `feature_names` (see `spio.tune.features.feature_matrix`)."""
         return np.exp(self.booster.inplace_predict(x))
 
     def to_json(self) -> str:

@@ -12,8 +12,9 @@ import logging
 import re
 from pathlib import Path
 
+from spio.errors import ModelFormatError
 from spio.settings import settings
-from spio.tune.model import ModelFormatError, PerfModel, read_text
+from spio.tune.model import PerfModel, read_text
 
 PACKAGE_MODELS = Path(__file__).resolve().parent / "models"
 SUFFIX = ".json.gz"
