@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
+import itertools
+import math
+from collections.abc import Iterator, Sequence
 from typing import Any
+
+import numpy as np
 
 from spio.kernels.kernel_def import KernelDef
 
@@ -24,6 +29,43 @@ def features(kdef: KernelDef, params: Any, config: Any, device: Any) -> dict[str
     if kdef.features is not None:
         return {k: float(v) for k, v in kdef.features(params, config, device).items()}
     return _numeric_fields("p_", params) | _numeric_fields("c_", config)
+
+
+def feature_matrix(
+    kdef: KernelDef, params: Any, configs: Sequence[Any], device: Any, names: Sequence[str]
+) -> np.ndarray:
+    """float32 matrix of the features of each config (rows) in the order `names` (columns), as
+    a model trained on `names` sees them: the same values as `features()`, rounded to float32.
+
+    A feature a family doesn't provide is NaN (callers check names first: `PerfModel.require`).
+    When the family's own key order is `names` (the usual case: the model was trained on this
+    family), the values go straight into one float64 buffer without per-key lookups.
+    """
+    names = tuple(names)
+    if not configs:
+        return np.empty((0, len(names)), dtype=np.float32)
+    f = kdef.features
+    first = f(params, configs[0], device) if f is not None else None
+    if first is None or tuple(first) != names:
+        rows = [features(kdef, params, c, device) for c in configs]
+        return np.asarray(
+            [[r.get(n, math.nan) for n in names] for r in rows], dtype=np.float64
+        ).astype(np.float32)
+    k = len(names)
+
+    def values() -> Iterator[Any]:
+        yield from first.values()
+        for c in itertools.islice(configs, 1, None):
+            row = f(params, c, device)
+            if len(row) != k:
+                raise ValueError(
+                    f"{kdef.name}: features() returned {len(row)} values for {c} but {k} for "
+                    f"{configs[0]}; a family's features must have a fixed key order"
+                )
+            yield from row.values()
+
+    x = np.fromiter(values(), dtype=np.float64, count=len(configs) * k)
+    return x.reshape(len(configs), k).astype(np.float32)
 
 
 def to_dict(obj: Any) -> dict[str, Any]:

@@ -5,8 +5,10 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+import numpy as np
+
 from spio.kernels.kernel_def import KernelDef
-from spio.tune.features import features
+from spio.tune.features import feature_matrix, features
 from spio.tune.model import PerfModel
 
 log = logging.getLogger("spio")
@@ -17,10 +19,12 @@ def rank(kdef: KernelDef, params: Any, device: Any, model: PerfModel) -> list[tu
     configs = kdef.configs(params, device)
     if not configs:
         raise ValueError(f"{kdef.name}: no valid config for {params} on {device.name}")
-    rows = [features(kdef, params, c, device) for c in configs]
-    predicted = model.predict_us(rows)
-    order = sorted(range(len(configs)), key=lambda i: (predicted[i], i))
-    return [(configs[i], float(predicted[i])) for i in order]
+    model.require(features(kdef, params, configs[0], device))
+    predicted = model.predict_matrix_us(
+        feature_matrix(kdef, params, configs, device, model.feature_names)
+    )
+    order = np.argsort(predicted, kind="stable")  # ties keep the family's config order
+    return [(configs[i], float(predicted[i])) for i in order.tolist()]
 
 
 def measure(kdef: KernelDef, params: Any, configs: list[Any]) -> list[tuple[Any, float]]:
