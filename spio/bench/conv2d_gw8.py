@@ -5,9 +5,9 @@ N 1/8/32/128/256, fp16, channels_last; passes fprop, dgrad (input gradient) and 
 bias gradient). For each point:
 
 - spio: the kernel launch(es) of the config the op would pick (heuristic), arguments prepared
-  once, so Python dispatch is not in the number. dgrad's weight transform (a PyTorch op on the
-  C·8·R·S weight) and wgrad's ordered reduction pass are timed separately as well and reported
-  (`dgrad_transform_us`, `wgrad_reduce_us`); the spio column of wgrad includes the reduction.
+  once, so Python dispatch is not in the number. dgrad reads the forward weight directly (no
+  transform pass). wgrad's ordered reduction pass is timed separately as well and reported
+  (`wgrad_reduce_us`); the spio column of wgrad includes the reduction.
 - cuDNN: `F.conv2d` (fprop) and `aten.convolution_backward` (dgrad / wgrad with bias) with
   `torch.backends.cudnn.benchmark = True`.
 - elementwise: `x + 1` on the input activation, the memory-bound reference of that size.
@@ -97,12 +97,9 @@ class _Point:
 
     def spio_dgrad(self):
         from spio.kernels import conv2d_gw8_fprop as fp
-        from spio.kernels.conv2d_gw8_reference import transpose_weight
-
         cfg, kern = self._kernel(fp.DGRAD)
-        w_t = transpose_weight(self.w)
         dx = torch.empty_like(self.x)
-        return (lambda: fp.dgrad_launch(kern, self.p, cfg, dx, self.dy, w_t, self.stream)), dx
+        return (lambda: fp.dgrad_launch(kern, self.p, cfg, dx, self.dy, self.w, self.stream)), dx
 
     def spio_wgrad(self, with_reduce: bool = True):
         from spio.kernels import conv2d_gw8_wgrad as wg
@@ -169,7 +166,6 @@ def measure(
     c: int, hw: int, k: int, n: int, passes: tuple[str, ...], copy_gbps: float, dtype: torch.dtype
 ) -> list[dict]:
     from spio.kernels.conv2d_gw8_fprop import stats
-    from spio.kernels.conv2d_gw8_reference import transpose_weight
     from spio.settings import override
 
     pt = _Point(c, hw, k, n, dtype)
@@ -183,7 +179,6 @@ def measure(
             run, out = pt.spio_fprop()
         elif which == "dgrad":
             run, out = pt.spio_dgrad()
-            extra["dgrad_transform_us"] = 1e3 * bench(lambda: transpose_weight(pt.w)).median_ms
         else:
             run, reduce, out = pt.spio_wgrad()
         run()  # warm-up: every compile and load happens here

@@ -9,8 +9,8 @@ conv2d_gw8_*.cu) on CUDA GPUs of compute capability 8.0+.
 - Fallback (documented): CPU tensors and GPUs below sm_80 run PyTorch's own convolution
   (`F.conv2d` and `torch.nn.grad.conv2d_{input,weight}`); there float32 is accepted too.
   SPIO_DISABLE_FALLBACK=1 makes the fallback an error.
-- Autograd: the input gradient runs the fprop kernel on dy with the weights transposed within each
-  8x8 group and rotated 180 degrees (a tiny PyTorch op on the weight); the weight and bias
+- Autograd: the input gradient runs the fprop kernel's dgrad variant on dy, which reads the weights
+  transposed within each 8x8 group and rotated 180 degrees (no separate weight op); the weight and bias
   gradients run the deterministic wgrad kernel (per-CTA partials + an ordered reduction pass).
 - Autocast: `conv2d_gw8` casts float32 input, weight and bias to the autocast dtype when CUDA
   autocast is enabled (like F.conv2d, an fp16-listed op); the ops themselves see fp16/bf16 only.
@@ -271,11 +271,11 @@ def _run_dgrad(dy, w, hw, pads) -> torch.Tensor:
         has_bias=False,
         dtype=str(dy.dtype).removeprefix("torch."),
     )
-    w_t = ref.transpose_weight(w)
+    w = w.contiguous()
     dx = torch.empty((n, c, hw[0], hw[1]), dtype=dy.dtype, device=dy.device, memory_format=_CL)
     with torch.cuda.device(dy.device):
         _, cfg, kernel = _kernel(DGRAD, p, _index(dy))
-        dgrad_launch(kernel, p, cfg, dx, dy, w_t, stream_of(dy))
+        dgrad_launch(kernel, p, cfg, dx, dy, w, stream_of(dy))
     return dx
 
 

@@ -157,8 +157,11 @@ def heuristic(p: Conv2dGw8Params, dev: Any) -> Conv2dGw8Config:
     return chosen
 
 
-def spec(p: Conv2dGw8Params, cfg: Conv2dGw8Config, dev: Any = None) -> KernelSpec:
-    """The compile-and-launch description of one variant (batch size is not part of it)."""
+def spec(
+    p: Conv2dGw8Params, cfg: Conv2dGw8Config, dev: Any = None, transposed: bool = False
+) -> KernelSpec:
+    """The compile-and-launch description of one variant (batch size is not part of it).
+    `transposed`: the dgrad variant, which reads the forward weight as w[g8+c, k, R-1-r, S-1-s]."""
     from spio.generators.compound_index import CompoundIndex
     from spio.generators.constant import Constant
     from spio.generators.dim import Dim
@@ -215,6 +218,7 @@ def spec(p: Conv2dGw8Params, cfg: Conv2dGw8Config, dev: Any = None) -> KernelSpe
         "PAD_H": Constant(p.pad_h),
         "PAD_W": Constant(p.pad_w),
         "HAS_BIAS": Constant(bool(p.has_bias)),
+        "TRANSPOSED_WEIGHT": Constant(transposed),
         "WARPS": Constant(cfg.warps),
         "STAGES": Constant(cfg.stages),
         "TILE_H": Constant(cfg.block_p + p.r - 1),
@@ -228,7 +232,7 @@ def spec(p: Conv2dGw8Params, cfg: Conv2dGw8Config, dev: Any = None) -> KernelSpe
         entry=ENTRY,
         signature="pppp",
         specs=specs,
-        title=f"conv2d_gw8_fprop {shape} {cfg}",
+        title=f"conv2d_gw8_{'dgrad' if transposed else 'fprop'} {shape} {cfg}",
         block=(32 * cfg.warps, 1, 1),
         smem=smem_bytes(p, cfg),
     )
@@ -307,7 +311,7 @@ def dgrad_heuristic(p: Conv2dGw8Params, dev: Any) -> Conv2dGw8Config:
 
 
 def dgrad_spec(p: Conv2dGw8Params, cfg: Conv2dGw8Config, dev: Any = None) -> KernelSpec:
-    return spec(p.dgrad_as_fprop(), cfg, dev)
+    return spec(p.dgrad_as_fprop(), cfg, dev, transposed=True)
 
 
 def dgrad_stats(p: Conv2dGw8Params) -> KernelStats:
@@ -324,13 +328,14 @@ def dgrad_launch(
     cfg: Conv2dGw8Config,
     grad_input: Any,
     grad_output: Any,
-    weight_t: Any,
+    weight: Any,
     stream: int,
 ) -> None:
-    """Runs a loaded dgrad variant: grad_input <- conv(grad_output, weight_t), with weight_t from
-    `transpose_weight` (see spio.kernels.conv2d_gw8_reference)."""
+    """Runs a loaded dgrad variant: grad_input <- conv(grad_output, transpose_weight(weight)), with
+    the forward `weight` (C, 8, R, S) as is: the kernel reads it transposed and rotated (see
+    `transpose_weight` in spio.kernels.conv2d_gw8_reference for the same map on the host)."""
     kernel.launch(
-        grid(p.dgrad_as_fprop(), cfg), (grad_input, grad_output, weight_t, weight_t), stream=stream
+        grid(p.dgrad_as_fprop(), cfg), (grad_input, grad_output, weight, weight), stream=stream
     )
 
 

@@ -1,7 +1,8 @@
 /// Grouped 2-D convolution, group width 8, stride 1, forward (also the input gradient):
 ///   y[n,p,q,g8+k] = b[g8+k] + sum_{r,s} sum_{c<8} x[n, p+r-PAD_H, q+s-PAD_W, g8+c] w[g8+k, c, r, s]
-/// (the dgrad launch passes dy as x, weights transposed per 8x8 group and rotated 180 degrees,
-/// padding R-1-pad, so dx is this same formula).
+/// (the dgrad variant, TRANSPOSED_WEIGHT, passes dy as x and the forward weight, padding R-1-pad,
+/// and reads each tap as w[g8+c, k, R-1-r, S-1-s]: the 8x8 block transposed and the taps rotated
+/// 180 degrees, so dx is this same formula with no separate weight transform).
 ///
 /// Tiling: one CTA per (BLOCK_P output rows, BLOCK_Q output columns, WARPS channel groups) tile of
 ///   one image (blockIdx.y = n, a run-time batch: no recompile per batch size). One warp per group
@@ -195,9 +196,18 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
     for (int r = 0; r < KERNEL_R; ++r) {
 #pragma unroll
         for (int s = 0; s < KERNEL_S; ++s) {
-            const auto tap = smem_weight[warp_group][KO(lane_row)][R(r)][S(s)];
-            reg_weight[r][s] = bits16(*tap[CI(2 * lane_pair.get())]) |
-                               (bits16(*tap[CI(2 * lane_pair.get() + 1)]) << 16);
+            if constexpr (TRANSPOSED_WEIGHT) {
+                // dgrad: B[c][k] = w[g8 + c, k, R-1-r, S-1-s] (the 8x8 block transposed, the
+                // taps rotated 180 degrees), read straight from the forward weight.
+                const auto tap = smem_weight[warp_group][R(KERNEL_R - 1 - r)][S(KERNEL_S - 1 - s)]
+                                            [CI(lane_row)];
+                reg_weight[r][s] = bits16(*tap[KO(2 * lane_pair.get())]) |
+                                   (bits16(*tap[KO(2 * lane_pair.get() + 1)]) << 16);
+            } else {
+                const auto tap = smem_weight[warp_group][KO(lane_row)][R(r)][S(s)];
+                reg_weight[r][s] = bits16(*tap[CI(2 * lane_pair.get())]) |
+                                   (bits16(*tap[CI(2 * lane_pair.get() + 1)]) << 16);
+            }
         }
     }
 

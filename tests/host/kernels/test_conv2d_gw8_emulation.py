@@ -51,8 +51,9 @@ def ldmatrix_trans(rows):
     return np.stack([rows[2 * T, G], rows[2 * T + 1, G]], axis=1)
 
 
-def emulate_fprop(x, w, b, p: Conv2dGw8Params, cfg):
-    """x (N, H, W, C), w (C, 8, R, S), b (C,) or None -> y (N, P, Q, C), as the fprop kernel."""
+def emulate_fprop(x, w, b, p: Conv2dGw8Params, cfg, transposed: bool = False):
+    """x (N, H, W, C), w (C, 8, R, S), b (C,) or None -> y (N, P, Q, C), as the fprop kernel.
+    `transposed`: the dgrad variant (TRANSPOSED_WEIGHT), which reads w[g8 + c, k, R-1-r, S-1-s]."""
     y = np.full((p.n, p.p, p.q, p.c), np.nan)
     n_p, n_q = math.ceil(p.p / cfg.block_p), math.ceil(p.q / cfg.block_q)
     n_g = p.groups // cfg.warps
@@ -66,7 +67,11 @@ def emulate_fprop(x, w, b, p: Conv2dGw8Params, cfg):
             for wp in range(cfg.warps):
                 k = (group0 + wp) * 8 + G
                 for h in range(2):
-                    reg_w[wp, :, :, :, h] = w[k, 2 * T + h]
+                    if transposed:
+                        c = (group0 + wp) * 8 + 2 * T + h
+                        reg_w[wp, :, :, :, h] = w[c, G][:, ::-1, ::-1]
+                    else:
+                        reg_w[wp, :, :, :, h] = w[k, 2 * T + h]
             acc = np.zeros((cfg.warps, p.r, mt, 32, 4))
 
             def load(i, stage, p0=p0, q0=q0, group0=group0, n=n, smem=smem):
@@ -256,9 +261,9 @@ def test_fprop_and_dgrad_emulation(p, seed):
     dy = torch.randn(p.n, p.c, p.p, p.q, dtype=torch.float64)
     want = _nhwc(ref.dgrad(dy, w, (p.h, p.w), p.padding))
     q = p.dgrad_as_fprop()
-    w_t = ref.transpose_weight(w).numpy()
     for cfg in sample(fp.dgrad_configs(p, dev), 2, seed=seed):
-        got = emulate_fprop(_nhwc(dy), w_t, None, q, cfg)
+        # The kernel's dgrad variant reads the forward weight transposed and rotated.
+        got = emulate_fprop(_nhwc(dy), w.numpy(), None, q, cfg, transposed=True)
         np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-9, err_msg=f"dgrad {p} {cfg}")
 
 
