@@ -97,6 +97,7 @@ class _Point:
 
     def spio_dgrad(self):
         from spio.kernels import conv2d_gw8_fprop as fp
+
         cfg, kern = self._kernel(fp.DGRAD)
         dx = torch.empty_like(self.x)
         return (lambda: fp.dgrad_launch(kern, self.p, cfg, dx, self.dy, self.w, self.stream)), dx
