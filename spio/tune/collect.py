@@ -46,9 +46,9 @@ def collect(
     """Measures samples for about `minutes`; returns how many new rows were written."""
     import torch
 
-    from spio.bench.timing import bench
     from spio.cuda import device_attributes
     from spio.errors import OutOfResources
+    from spio.timing import bench
 
     if kdef.sample_params is None or kdef.make_runner is None:
         raise ValueError(f"{kdef.name}: the family defines no sample_params/make_runner to collect")

@@ -32,8 +32,8 @@ def measure(kdef: KernelDef, params: Any, configs: list[Any]) -> list[tuple[Any,
 
     Configs that don't fit the device (`OutOfResources`) are skipped with a log line.
     """
-    from spio.bench.timing import bench
     from spio.errors import OutOfResources
+    from spio.timing import bench
 
     if kdef.make_runner is None:
         raise ValueError(f"{kdef.name}: the family has no make_runner, so it can't be measured")

@@ -1,0 +1,88 @@
+"""GPU timing the way the references do it: CUDA events, time-based warm-up, L2 flushed, median.
+
+Everything in spio that times GPU work goes through `bench()`: the benchmarks (`spio.bench`),
+the samples the performance models are trained on (`spio.tune.collect`) and autotuning
+(`spio.tune.rank.measure`), so reported numbers, training data and autotune winners share one
+method. It sits below both users (`spio.bench` re-exports it as `spio.bench.timing`); `spio.tune`
+never imports `spio.bench`. Imports torch (CUDA events), unlike the layers below `kernels`.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True, slots=True)
+class Timing:
+    """Milliseconds per call: median and the 20th/80th percentiles over `reps` timed calls."""
+
+    median_ms: float
+    p20_ms: float
+    p80_ms: float
+    reps: int
+
+    def gbps(self, bytes_moved: int) -> float:
+        return bytes_moved / (self.median_ms * 1e-3) / 1e9
+
+    def tflops(self, flops: int) -> float:
+        return flops / (self.median_ms * 1e-3) / 1e12
+
+
+def _flush_buffer(device: torch.device) -> torch.Tensor:
+    # Twice the L2 (50 MB on the H100) so no operand of the previous call survives in cache.
+    props = torch.cuda.get_device_properties(device)
+    l2 = getattr(props, "L2_cache_size", 50 * 2**20) or 50 * 2**20
+    return torch.empty(2 * l2 // 4 + 1024, dtype=torch.int32, device=device)
+
+
+def bench(
+    fn: Callable[[], object],
+    *,
+    warmup_ms: float = 25.0,
+    reps: int = 50,
+    flush_l2: bool = True,
+    device: torch.device | None = None,
+) -> Timing:
+    """Times fn() on the current stream; fn must only enqueue GPU work.
+
+    Warms up for about `warmup_ms`, then times `reps` calls, each preceded (outside its timed
+    region) by zeroing a buffer of twice the L2 size when `flush_l2`.
+    """
+    device = device or torch.device("cuda", torch.cuda.current_device())
+    flush = _flush_buffer(device) if flush_l2 else None
+    fn()
+    torch.cuda.synchronize(device)
+    start = torch.cuda.Event(enable_timing=True)
+    end = torch.cuda.Event(enable_timing=True)
+    start.record()
+    fn()
+    end.record()
+    torch.cuda.synchronize(device)
+    once = max(start.elapsed_time(end), 1e-3)
+    for _ in range(max(1, int(warmup_ms / once))):
+        fn()
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    for i in range(reps):
+        if flush is not None:
+            flush.zero_()
+        starts[i].record()
+        fn()
+        ends[i].record()
+    torch.cuda.synchronize(device)
+    times = sorted(s.elapsed_time(e) for s, e in zip(starts, ends, strict=True))
+    q = statistics.quantiles(times, n=10) if len(times) >= 2 else [times[0]] * 9
+    return Timing(median_ms=statistics.median(times), p20_ms=q[1], p80_ms=q[7], reps=reps)
+
+
+def copy_bandwidth_gbps(nbytes: int = 2**31, device: torch.device | None = None) -> float:
+    """Measured device-to-device copy bandwidth, counting bytes read plus bytes written."""
+    device = device or torch.device("cuda", torch.cuda.current_device())
+    src = torch.empty(nbytes // 2, dtype=torch.uint8, device=device)
+    dst = torch.empty_like(src)
+    t = bench(lambda: dst.copy_(src), flush_l2=False, reps=20, device=device)
+    return t.gbps(2 * src.numel())
