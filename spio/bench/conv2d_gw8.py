@@ -107,8 +107,11 @@ class _Point:
         from spio.kernels import conv2d_gw8_wgrad_reduce as rd
 
         cfg, kern = self._kernel(wg.WGRAD)
-        rcfg, rkern = self._kernel(rd.WGRAD_REDUCE)
+        from spio.kernels.loader import default_function_cache
+
         slices = wg.num_slices(self.p, cfg, self.dev)
+        rcfg = rd.config_for(slices)  # as the op: a function of the slice count
+        rkern = default_function_cache().get(rd.WGRAD_REDUCE, self.p.variant(), rcfg, self.dev)
         partial = torch.empty(slices * self.w.numel(), device="cuda")
         bias_partial = torch.empty(slices * self.p.c, device="cuda")
         dw, db = torch.empty_like(self.w), torch.empty_like(self.b)

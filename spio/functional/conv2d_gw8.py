@@ -282,6 +282,7 @@ def _run_dgrad(dy, w, hw, pads) -> torch.Tensor:
 def _run_wgrad(x, dy, rs, pads, with_bias) -> tuple[torch.Tensor, torch.Tensor]:
     from spio.kernels import conv2d_gw8_wgrad as wg
     from spio.kernels import conv2d_gw8_wgrad_reduce as rd
+    from spio.kernels.loader import default_function_cache
 
     x, dy = _nhwc(x), _nhwc(dy)
     n, c, h, w = x.shape
@@ -308,7 +309,8 @@ def _run_wgrad(x, dy, rs, pads, with_bias) -> tuple[torch.Tensor, torch.Tensor]:
         )
         stream = stream_of(x)
         wg.launch(kernel, p, cfg, dev, partial, bias_partial, x, dy, stream)
-        _, rcfg, reduce_kernel = _kernel(rd.WGRAD_REDUCE, p, _index(x))
+        rcfg = rd.config_for(slices)  # a function of the slices, not selected (see the module)
+        reduce_kernel = default_function_cache().get(rd.WGRAD_REDUCE, p.variant(), rcfg, dev)
         rd.reduce_launch(
             reduce_kernel,
             p,

@@ -7,6 +7,7 @@ frozen, slotted and validated at construction so a bad value fails where it is m
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -133,20 +134,10 @@ class Conv2dGw8Params:
         """The forward conv that computes this layer's input gradient.
 
         dx = conv(dy, w'), with w' transposed within each 8x8 group and rotated 180 degrees in
-        (r, s), padding (R - 1 - pad_h, S - 1 - pad_w); its output size is (H, W).
+        (r, s), padding (R - 1 - pad_h, S - 1 - pad_w); its output size is (H, W). Remembered per
+        layer: dgrad's features, configs and specs ask for it once per config.
         """
-        return Conv2dGw8Params(
-            n=self.n,
-            c=self.c,
-            h=self.p,
-            w=self.q,
-            r=self.r,
-            s=self.s,
-            pad_h=self.r - 1 - self.pad_h,
-            pad_w=self.s - 1 - self.pad_w,
-            has_bias=False,
-            dtype=self.dtype,
-        )
+        return _dgrad_as_fprop(self)
 
     @classmethod
     def from_tensors(
@@ -197,6 +188,22 @@ class Conv2dGw8Params:
             has_bias=bias is not None,
             dtype=dtype,
         )
+
+
+@functools.lru_cache(maxsize=256)
+def _dgrad_as_fprop(p: Conv2dGw8Params) -> Conv2dGw8Params:
+    return Conv2dGw8Params(
+        n=p.n,
+        c=p.c,
+        h=p.p,
+        w=p.q,
+        r=p.r,
+        s=p.s,
+        pad_h=p.r - 1 - p.pad_h,
+        pad_w=p.s - 1 - p.pad_w,
+        has_bias=False,
+        dtype=p.dtype,
+    )
 
 
 def normalize_padding(
@@ -289,6 +296,9 @@ class Conv2dGw8WgradConfig:
             )
 
 
+REDUCE_THREADS = (128, 256, 512, 1024)  # the wgrad reduction's CTA sizes (4..32 warps)
+
+
 @dataclass(frozen=True, slots=True)
 class Conv2dGw8ReduceConfig:
     """Threads per CTA of the ordered reduction of wgrad partials."""
@@ -296,9 +306,9 @@ class Conv2dGw8ReduceConfig:
     threads: int = 256
 
     def __post_init__(self) -> None:
-        if self.threads not in (128, 256, 512):
+        if self.threads not in REDUCE_THREADS:
             raise ValueError(
-                f"Conv2dGw8ReduceConfig.threads must be 128, 256 or 512, got {self.threads}"
+                f"Conv2dGw8ReduceConfig.threads must be one of {REDUCE_THREADS}, got {self.threads}"
             )
 
 

@@ -90,30 +90,25 @@ def make_dgrad_runner(p: Conv2dGw8Params, cfg: Any):
 
 
 def make_wgrad_runner(p: Conv2dGw8Params, cfg: Any):
-    """Times the wgrad kernel alone (the reduction has its own family)."""
-    import torch
-
-    from spio.kernels import conv2d_gw8_wgrad as wg
-
-    x, dy, w, _, stream = _tensors(p)
-    dev, kernel = _loaded(wg.WGRAD, p, cfg)
-    slices = wg.num_slices(p, cfg, dev)
-    partial = torch.empty(slices * w.numel(), device=x.device)
-    bias_partial = torch.empty(slices * p.c, device=x.device)
-    return lambda: wg.launch(kernel, p, cfg, dev, partial, bias_partial, x, dy, stream)
-
-
-def make_reduce_runner(p: Conv2dGw8Params, cfg: Any):
-    """The ordered reduction over the slices the wgrad heuristic config would produce."""
+    """Times what the op runs for the weight gradient: the wgrad kernel and the ordered reduction
+    of its partials (config_for their slice count), so the model sees the cost of the partials a
+    config writes (more splits: more parallel wgrad, more partial traffic and reduction work)."""
     import torch
 
     from spio.kernels import conv2d_gw8_wgrad as wg
     from spio.kernels import conv2d_gw8_wgrad_reduce as rd
 
-    _, _, w, b, stream = _tensors(p)
-    dev, kernel = _loaded(rd.WGRAD_REDUCE, p, cfg)
-    slices = wg.num_slices(p, wg.heuristic(p, dev), dev)
-    partial = torch.randn(slices * w.numel(), device=w.device)
-    bias_partial = torch.randn(slices * p.c, device=w.device)
+    x, dy, w, b, stream = _tensors(p)
+    dev, kernel = _loaded(wg.WGRAD, p, cfg)
+    slices = wg.num_slices(p, cfg, dev)
+    rcfg = rd.config_for(slices)
+    _, reduce_kernel = _loaded(rd.WGRAD_REDUCE, p, rcfg)
+    partial = torch.empty(slices * w.numel(), device=x.device)
+    bias_partial = torch.empty(slices * p.c, device=x.device)
     db = b if p.has_bias else None
-    return lambda: rd.reduce_launch(kernel, p, cfg, w, db, partial, bias_partial, slices, stream)
+
+    def run() -> None:
+        wg.launch(kernel, p, cfg, dev, partial, bias_partial, x, dy, stream)
+        rd.reduce_launch(reduce_kernel, p, rcfg, w, db, partial, bias_partial, slices, stream)
+
+    return run

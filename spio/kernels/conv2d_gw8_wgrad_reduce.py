@@ -3,6 +3,11 @@
 `spio/src/conv2d_gw8_wgrad_reduce.cu` sums the fp32 partial slices written by the wgrad kernel
 (`spio.kernels.conv2d_gw8_wgrad`) in a fixed order (THREADS / 32 contiguous runs of slices, each
 ascending, then the runs ascending) and rounds once to fp16/bf16.
+
+Config: the CTA size is a pure function of the slice count (`config_for`), which depends on the
+wgrad kernel's selected config, not on the layer alone; so this family has no performance model
+and no selector entry of its own. Its cost is in the wgrad family's timings instead: the wgrad
+tune runner times both passes, so the wgrad model weighs the partials a config writes.
 """
 
 from __future__ import annotations
@@ -10,28 +15,43 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from spio.kernels import conv2d_gw8_tune as _tune
-from spio.kernels.conv2d_gw8_params import GROUP_WIDTH, Conv2dGw8Params, Conv2dGw8ReduceConfig
+from spio.kernels.conv2d_gw8_params import (
+    GROUP_WIDTH,
+    REDUCE_THREADS,
+    Conv2dGw8Params,
+    Conv2dGw8ReduceConfig,
+)
 from spio.kernels.kernel_def import KernelDef, KernelSpec, KernelStats
 
 REDUCE_SOURCE = "conv2d_gw8_wgrad_reduce.cu"
 
 
+UNROLL = 8  # loads in flight per thread (the kernel's UNROLL)
+
+
 def reduce_configs(p: Conv2dGw8Params, dev: Any) -> list[Conv2dGw8ReduceConfig]:
-    return [Conv2dGw8ReduceConfig(threads=t) for t in (128, 256, 512)]
+    return [Conv2dGw8ReduceConfig(threads=t) for t in REDUCE_THREADS]
+
+
+def config_for(slices: int) -> Conv2dGw8ReduceConfig:
+    """The CTA size for `slices` partials: the fewest warps (at least 4) such that each sums at
+    most UNROLL slices, i.e. one round of independent loads per thread; 32 warps beyond 256
+    slices. The H100 run with a fixed 128 threads over 256 slices (8 loads in a row per thread,
+    146 CTAs) took 7-10 us for a 3x3 C64 layer."""
+    if slices < 1:
+        raise ValueError(f"conv2d_gw8 wgrad reduce: slices must be >= 1, got {slices}")
+    for threads in REDUCE_THREADS:
+        if slices <= threads // 32 * UNROLL:
+            return Conv2dGw8ReduceConfig(threads=threads)
+    return Conv2dGw8ReduceConfig(threads=REDUCE_THREADS[-1])
 
 
 def reduce_heuristic(p: Conv2dGw8Params, dev: Any) -> Conv2dGw8ReduceConfig:
-    """Enough warps per 32 elements that each sums about 8 slices of the wgrad heuristic's
-    partials (8 loads in flight per thread): 128 threads up to 32 slices, 256 up to 64, else 512.
-    """
+    """`config_for` the slices of the wgrad heuristic's config (callers that know the selected
+    wgrad config use `config_for(num_slices(...))` directly)."""
     from spio.kernels import conv2d_gw8_wgrad as wg
 
-    slices = wg.num_slices(p, wg.heuristic(p, dev), dev)
-    for threads in (128, 256):
-        if slices <= threads // 32 * 8:
-            return Conv2dGw8ReduceConfig(threads=threads)
-    return Conv2dGw8ReduceConfig(threads=512)
+    return config_for(wg.num_slices(p, wg.heuristic(p, dev), dev))
 
 
 def parts(cfg: Conv2dGw8ReduceConfig) -> int:
@@ -143,6 +163,5 @@ WGRAD_REDUCE = KernelDef(
     stats=reduce_stats,
     features=reduce_features,
     examples=examples,
-    sample_params=_tune.sample_params,
-    make_runner=_tune.make_reduce_runner,
+    # No sample_params / make_runner: not tuned on its own (see the module docstring).
 )

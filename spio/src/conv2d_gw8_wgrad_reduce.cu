@@ -12,7 +12,10 @@
 /// Traffic: reads slices·(C·8·R·S + C)·4 B, writes (C·8·R·S + C)·2 B. Bound: DRAM/L2 (one add
 ///   per 4 B read). One thread per element (the first version) had 4 loads in flight per thread
 ///   and ~20 CTAs for a 3x3 C64 layer: latency-bound at ~10+ us; here PARTS warps per element
-///   column and UNROLL independent loads per thread.
+///   column and UNROLL independent loads per thread, the last partial group too (guarded loads
+///   issued together, then the adds in slice order): a run shorter than UNROLL no longer waits
+///   out one DRAM latency per slice (7-25 us on the H100 before). The launch picks PARTS from
+///   the slice count (spio.kernels.conv2d_gw8_wgrad_reduce.config_for) so a run is <= UNROLL.
 /// Assumes: partial slices contiguous with a stride of C·8·R·S floats, bias slices of C floats.
 
 namespace {
@@ -47,17 +50,18 @@ extern "C" __global__ void __launch_bounds__(THREADS)
     }
     float sum = 0.f;
     if (src != nullptr) {
-        int slice = begin;
 #pragma unroll 1
-        for (; slice + UNROLL <= end; slice += UNROLL) {
+        for (int slice = begin; slice < end; slice += UNROLL) {
             float v[UNROLL];
 #pragma unroll
-            for (int k = 0; k < UNROLL; ++k) v[k] = src[static_cast<long long>(slice + k) * stride];
+            for (int k = 0; k < UNROLL; ++k) {
+                v[k] = slice + k < end ? src[static_cast<long long>(slice + k) * stride] : 0.f;
+            }
 #pragma unroll
-            for (int k = 0; k < UNROLL; ++k) sum += v[k];
+            for (int k = 0; k < UNROLL; ++k) {
+                if (slice + k < end) sum += v[k];
+            }
         }
-#pragma unroll 1
-        for (; slice < end; ++slice) sum += src[static_cast<long long>(slice) * stride];
     }
     *smem_parts[part][LANE(lane)] = sum;
     __syncthreads();

@@ -119,9 +119,7 @@ def check_dgrad(p: Conv2dGw8Params, cfgs, seed: int) -> None:
     _precompile(fp.DGRAD, p, cfgs)
     for cfg in cfgs:
         dx, buf = _guarded((p.n, p.c, p.h, p.w), dt)
-        fp.dgrad_launch(
-            cache.get(fp.DGRAD, p.variant(), cfg, _dev()), p, cfg, dx, dy, w, _stream()
-        )
+        fp.dgrad_launch(cache.get(fp.DGRAD, p.variant(), cfg, _dev()), p, cfg, dx, dy, w, _stream())
         torch.cuda.synchronize()
         where = f"dgrad {p} {cfg} seed={seed}"
         _check_guards(buf, where)
@@ -148,7 +146,7 @@ def run_wgrad(p, cfg, cache, x, dy):
         dy,
         _stream(),
     )
-    rcfg = rd.reduce_heuristic(p, dev)
+    rcfg = rd.config_for(slices)  # as the op
     rd.reduce_launch(
         cache.get(rd.WGRAD_REDUCE, p.variant(), rcfg, dev),
         p,

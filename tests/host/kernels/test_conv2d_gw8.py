@@ -19,6 +19,7 @@ from spio.kernels import conv2d_gw8_reference as ref
 from spio.kernels import conv2d_gw8_wgrad as wg
 from spio.kernels import conv2d_gw8_wgrad_reduce as rd
 from spio.kernels.conv2d_gw8_params import (
+    REDUCE_THREADS,
     Conv2dGw8Config,
     Conv2dGw8Params,
     Conv2dGw8ReduceConfig,
@@ -297,7 +298,22 @@ def test_sampled_params_always_have_configs():
         p = fp.FPROP.sample_params(rng)
         for kdef in KDEFS:
             assert kdef.configs(p, _dev("A100")), f"{kdef.name}: no config for {p}"
-    assert all(k.make_runner is not None for k in KDEFS)
+    # The reduction is timed inside the wgrad runner; its CTA size is a function of the slices.
+    assert all(k.make_runner is not None for k in (fp.FPROP, fp.DGRAD, wg.WGRAD))
+    assert rd.WGRAD_REDUCE.make_runner is None and rd.WGRAD_REDUCE.sample_params is None
+
+
+def test_reduce_config_for_slices():
+    """Each warp sums at most UNROLL slices while 32 warps suffice; never fewer than 4 warps."""
+    for slices in range(1, 600):
+        cfg = rd.config_for(slices)
+        assert cfg in rd.reduce_configs(None, None)
+        per_warp = -(-slices // rd.parts(cfg))
+        assert per_warp <= rd.UNROLL or cfg.threads == 1024, slices
+        smaller = [t for t in REDUCE_THREADS if t < cfg.threads]
+        assert not smaller or -(-slices // (smaller[-1] // 32)) > rd.UNROLL, slices
+    with pytest.raises(ValueError, match="slices must be >= 1"):
+        rd.config_for(0)
 
 
 def test_wgrad_launch_rejects_unaligned_partial():

@@ -215,8 +215,8 @@ def emulate_wgrad(x, dy, p: Conv2dGw8Params, cfg, dev):
     dw = np.zeros((p.c, 8, p.r, p.s))
     db = np.zeros(p.c)
     # The reduce kernel's order: runs of ceil(slices / parts) slices, each ascending, then the
-    # runs ascending (parts = warps of the reduce heuristic's CTA).
-    parts = rd.parts(rd.reduce_heuristic(p, dev))
+    # runs ascending (parts = warps of the CTA the op launches for this slice count).
+    parts = rd.parts(rd.config_for(slices))
     per_part = -(-slices // parts)
     for k in range(parts):
         run_w, run_b = np.zeros_like(dw), np.zeros_like(db)
