@@ -8,6 +8,7 @@ and the device's SM count.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import replace
 from typing import Any
@@ -304,32 +305,47 @@ def stats(p: Conv2dGw8Params) -> KernelStats:
 
 
 def features(p: Conv2dGw8Params, cfg: Conv2dGw8WgradConfig, dev: Any) -> dict[str, float]:
-    # Selection evaluates this for every config of a new shape: derive grid and partial bytes
-    # from one split plan instead of recomputing it in grid() and partial_bytes().
+    """Numeric description of (params, config, device) for the performance model.
+
+    Selection evaluates this for every config of a new shape (hundreds), so what depends on the
+    layer alone comes from `_layer_terms` (computed once per layer), and grid and partial bytes
+    come from one split plan instead of `grid()` and `partial_bytes()`. Names, order and values
+    are pinned by tests/host/tune/data/feature_digests.json (the shipped models need them).
+    """
+    layer, col_bytes, bytes_moved, flops = _layer_terms(p)
     tasks, tps, splits = split_plan(p, cfg, dev)
     col_tiles = q_tiles(p, cfg)
     blocks = col_tiles * (p.groups // cfg.warps) * splits
+    sm_count = dev.sm_count
+    out = dict(layer)
+    out["block_p"] = cfg.block_p
+    out["block_q"] = cfg.block_q
+    out["warps"] = cfg.warps
+    out["stages"] = cfg.stages
+    out["splits_per_sm"] = cfg.splits_per_sm
+    out["tasks"] = tasks
+    out["tasks_per_split"] = tps
+    out["splits"] = splits
+    out["blocks"] = blocks
+    out["waves"] = blocks / max(1, sm_count)
+    out["smem_bytes"] = smem_bytes(p, cfg)
+    out["live_regs"] = live_regs(p, cfg)
+    out["halo_ratio"] = (cfg.block_p + p.r - 1) / cfg.block_p * tile_w(p, cfg) / cfg.block_q
+    out["partial_bytes"] = splits * col_tiles * col_bytes
+    out["bytes"] = bytes_moved
+    out["flops"] = flops
+    out["sm_count"] = sm_count
+    return out
+
+
+@functools.lru_cache(maxsize=256)
+def _layer_terms(p: Conv2dGw8Params) -> tuple[dict[str, float], int, int, int]:
+    """The features' layer-only terms: the layer's own features, fp32 partial bytes per slice
+    (weights and bias, as in `partial_bytes`), and the layer's bytes and FLOPs (`stats`).
+    `features` copies the dict before adding to it."""
     st = stats(p)
-    return {
-        **p.features(),
-        "block_p": cfg.block_p,
-        "block_q": cfg.block_q,
-        "warps": cfg.warps,
-        "stages": cfg.stages,
-        "splits_per_sm": cfg.splits_per_sm,
-        "tasks": tasks,
-        "tasks_per_split": tps,
-        "splits": splits,
-        "blocks": blocks,
-        "waves": blocks / max(1, dev.sm_count),
-        "smem_bytes": smem_bytes(p, cfg),
-        "live_regs": live_regs(p, cfg),
-        "halo_ratio": (cfg.block_p + p.r - 1) / cfg.block_p * tile_w(p, cfg) / cfg.block_q,
-        "partial_bytes": splits * col_tiles * (p.c * GROUP_WIDTH * p.r * p.s + p.c) * 4,
-        "bytes": st.bytes_moved,
-        "flops": st.flops,
-        "sm_count": dev.sm_count,
-    }
+    col_bytes = (p.c * GROUP_WIDTH * p.r * p.s + p.c) * 4
+    return p.features(), col_bytes, st.bytes_moved, st.flops
 
 
 def launch(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -52,20 +52,16 @@ def feature_matrix(
             [[r.get(n, math.nan) for n in names] for r in rows], dtype=np.float64
         ).astype(np.float32)
     k = len(names)
-
-    def values() -> Iterator[Any]:
-        yield from first.values()
-        for c in itertools.islice(configs, 1, None):
-            row = f(params, c, device)
-            if len(row) != k:
-                raise ValueError(
-                    f"{kdef.name}: features() returned {len(row)} values for {c} but {k} for "
-                    f"{configs[0]}; a family's features must have a fixed key order"
-                )
-            yield from row.values()
-
-    x = np.fromiter(values(), dtype=np.float64, count=len(configs) * k)
-    return x.reshape(len(configs), k).astype(np.float32)
+    rows = [first] + [f(params, c, device) for c in itertools.islice(configs, 1, None)]
+    for c, row in zip(configs, rows, strict=True):
+        if len(row) != k:
+            raise ValueError(
+                f"{kdef.name}: features() returned {len(row)} values for {c} but {k} for "
+                f"{configs[0]}; a family's features must have a fixed key order"
+            )
+    values = itertools.chain.from_iterable(map(dict.values, rows))
+    x = np.fromiter(values, dtype=np.float64, count=len(rows) * k)
+    return x.reshape(len(rows), k).astype(np.float32)
 
 
 def to_dict(obj: Any) -> dict[str, Any]:

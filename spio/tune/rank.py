@@ -24,7 +24,8 @@ def rank(kdef: KernelDef, params: Any, device: Any, model: PerfModel) -> list[tu
         feature_matrix(kdef, params, configs, device, model.feature_names)
     )
     order = np.argsort(predicted, kind="stable")  # ties keep the family's config order
-    return [(configs[i], float(predicted[i])) for i in order.tolist()]
+    us = predicted.tolist()
+    return [(configs[i], us[i]) for i in order.tolist()]
 
 
 def measure(kdef: KernelDef, params: Any, configs: list[Any]) -> list[tuple[Any, float]]:
