@@ -32,12 +32,15 @@ from spio.kernels.layernorm_2d_params import (
 from spio.kernels.layernorm_2d_reduce import (  # noqa: F401  (re-exported)
     BWD_REDUCE,
     MAX_ROWS,
-    REDUCE_CHANNELS,
     ReduceConfig,
     launch_reduce,
     needs_reduce,
+    ordered_sum,
+    reduce_config,
     reduce_configs,
+    reduce_grid,
     reduce_heuristic,
+    reduce_kernel,
     reduce_spec,
 )
 
@@ -201,9 +204,14 @@ def launch_backward(
 ) -> None:
     """dx, dweight, dbias <- layernorm backward. dweight_part/dbias_part: fp32 scratch of
     (parts(...), C) each (None when the params have no weight / no bias); dweight/dbias (C,) in
-    the weight dtype or None. reduce_loaded: the loaded layernorm_2d_bwd_reduce when p has a
-    weight or a bias (needs_reduce), else None (there is nothing to reduce). With M == 0, dx is
-    empty and dweight/dbias must be zeroed by the caller (nothing is launched)."""
+    the weight dtype or None. With M == 0, dx is empty and dweight/dbias must be zeroed by the
+    caller (nothing is launched).
+
+    reduce_loaded: None when p has neither weight nor bias (there is nothing to reduce), else
+    any non-None value (True, or a loaded layernorm_2d_bwd_reduce, which is used when it is the
+    variant below). The reduce variant is not the caller's choice: it is reduce_config(p,
+    parts, dev) of the real parts count (this launch's grid), a pure function, so dweight/dbias
+    sum in an order fixed by (params, backward config, device)."""
     if needs_reduce(p) != (reduce_loaded is not None):
         raise ValueError(
             "layernorm_2d launch_backward: reduce_loaded must be the loaded "
@@ -219,7 +227,11 @@ def launch_backward(
         stream=stream,
     )
     if reduce_loaded is not None:
-        launch_reduce(reduce_loaded, p, dweight_part=dweight_part, dbias_part=dbias_part,
+        rcfg = reduce_config(p, grid, dev)
+        spec = getattr(reduce_loaded, "spec", None)
+        if spec is None or spec.title != reduce_spec(p, rcfg, dev).title:
+            rcfg, reduce_loaded = reduce_kernel(p, grid, dev)
+        launch_reduce(reduce_loaded, p, rcfg, dweight_part=dweight_part, dbias_part=dbias_part,
                       dweight=dweight, dbias=dbias, parts=grid, stream=stream)  # fmt: skip
 
 
@@ -258,8 +270,8 @@ def reference_backward(x: Any, dy: Any, weight: Any, eps: float) -> tuple[Any, A
 def make_runner(p: LayerNorm2dParams, cfg: LayerNorm2dConfig, backward: bool = False):
     """A zero-argument launch of (p, cfg) on fresh inputs on the current GPU (collect, autotune).
 
-    The backward runner includes the partial-sum reduce (its heuristic config) when p has a
-    weight or a bias."""
+    The backward runner includes the partial-sum reduce (reduce_config of the real parts count)
+    when p has a weight or a bias."""
     import torch
 
     from spio.cuda import device_attributes
@@ -279,10 +291,8 @@ def make_runner(p: LayerNorm2dParams, cfg: LayerNorm2dConfig, backward: bool = F
         return lambda: launch_forward(loaded, p, cfg, dev, x=x, weight=w, bias=b, y=out,
                                       mean=mean, rstd=rstd, eps=1e-6, stream=stream)  # fmt: skip
     loaded = cache.get(BWD, p.static(), cfg, dev)
-    reduce_loaded = None
-    if needs_reduce(p):
-        reduce_loaded = cache.get(BWD_REDUCE, p.static(), reduce_heuristic(p, dev), dev)
     n = parts(loaded, p, cfg, dev)
+    reduce_loaded = reduce_kernel(p, n, dev)[1] if needs_reduce(p) else None
     dwp = torch.empty(n, p.c, device="cuda") if p.has_weight else None
     dbp = torch.empty(n, p.c, device="cuda") if p.has_bias else None
     dw, db = (None if t is None else torch.empty_like(t) for t in (w, b))

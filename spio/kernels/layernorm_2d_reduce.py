@@ -18,25 +18,44 @@ from spio.kernels.layernorm_2d_params import (
     LayerNorm2dParams,
     dtype_spec,
     examples,
+    heuristic,
     outputs,
     sample_params,
 )
 
-REDUCE_CHANNELS = 32  # channels per reduce CTA: one warp-wide coalesced 128-byte row segment
 # Row count bound of the partial tensors (parts is a runtime argument).
 MAX_ROWS = 2**31 - 1
+REDUCE_COLS = (8, 16, 32)  # channels per CTA: 32-byte sectors up to one 128-byte line per row
+REDUCE_THREADS = (128, 256, 512, 1024)
+DEPTH = 4  # independent partial-row loads in flight per thread (the kernel's DEPTH)
 
 
 @dataclass(frozen=True, slots=True)
 class ReduceConfig:
-    """`splits` warps per CTA, each summing every splits-th partial row of a 32-channel column
-    (8 loads in flight per thread), then combined in warp order through shared memory."""
+    """CTAs of `cols` channels (cols / 4 float4 lanes) and `threads` threads: splits = threads /
+    (cols / 4) threads per channel vector, each summing every splits-th partial row, DEPTH loads
+    in flight; then fixed-order warp butterflies and a shared-memory combine."""
 
-    splits: int = 32
+    cols: int = 32
+    threads: int = 256
 
     def __post_init__(self) -> None:
-        if self.splits not in (4, 8, 16, 32):
-            raise ValueError(f"ReduceConfig.splits must be 4, 8, 16 or 32, got {self.splits}")
+        if self.cols not in REDUCE_COLS:
+            raise ValueError(f"ReduceConfig.cols must be one of {REDUCE_COLS}, got {self.cols}")
+        if self.threads not in REDUCE_THREADS:
+            raise ValueError(
+                f"ReduceConfig.threads must be one of {REDUCE_THREADS}, got {self.threads}"
+            )
+
+    @property
+    def lanes(self) -> int:
+        """float4 vectors per column row (threads of one split)."""
+        return self.cols // 4
+
+    @property
+    def splits(self) -> int:
+        """Threads that share a channel vector, each summing every splits-th partial row."""
+        return self.threads // self.lanes
 
 
 def needs_reduce(p: LayerNorm2dParams) -> bool:
@@ -60,8 +79,9 @@ def reduce_spec(p: LayerNorm2dParams, cfg: ReduceConfig, dev: Any) -> KernelSpec
     _require(p)
     p = p.static()
     part, c = Dim(), Dim()
-    split = part % cfg.splits  # which every-splits-th partial row a warp sums
-    lane = c % REDUCE_CHANNELS  # the thread's channel of the CTA's 32
+    cv = c / 4  # one float4 of channels
+    split = part % cfg.splits  # which every-splits-th partial row a thread sums
+    lane = cv % cfg.lanes  # the thread's float4 of the CTA's column
     return KernelSpec(
         source="layernorm_2d_bwd_reduce.cu",
         entry="layernorm_2d_bwd_reduce",
@@ -69,41 +89,73 @@ def reduce_spec(p: LayerNorm2dParams, cfg: ReduceConfig, dev: Any) -> KernelSpec
         specs={
             "PART": part,
             "C": c,
-            "PARTIALS": Tensor((part(MAX_ROWS // p.c), c(p.c)), dtype.float),
+            "CV": cv,
+            "PARTIALS": Tensor((part(MAX_ROWS // p.c), cv(p.c // 4)), dtype.uint4),
             "OUT": Tensor((c(p.c),), dtype_spec(p.wdtype)),
             "SPLIT": split,
             "LANE": lane,
-            "THREAD": CompoundIndex(split(cfg.splits), lane(REDUCE_CHANNELS)),
-            "SUMS": Tensor((split(cfg.splits), lane(REDUCE_CHANNELS)), dtype.float),
-            "COLUMN": c / REDUCE_CHANNELS,
+            "THREAD": CompoundIndex(split(cfg.splits), lane(cfg.lanes)),
+            "COLUMN": cv / cfg.lanes,
             "WEIGHT": Type(dtype_spec(p.wdtype)),
             "CHANNELS": Constant(p.c),
+            "COLS": Constant(cfg.cols),
+            "THREADS": Constant(cfg.threads),
             "SPLITS": Constant(cfg.splits),
+            "DEPTH": Constant(DEPTH),
             "HAS_WEIGHT": Constant(p.has_weight),
             "HAS_BIAS": Constant(p.has_bias),
         },
         title=f"layernorm_2d_bwd_reduce {p} {cfg}",
-        block=(REDUCE_CHANNELS * cfg.splits, 1, 1),
+        block=(cfg.threads, 1, 1),
     )
 
 
 def reduce_configs(p: LayerNorm2dParams, dev: Any) -> list[ReduceConfig]:
-    """Every splits; none without weight and bias (nothing to reduce)."""
-    return [ReduceConfig(s) for s in (4, 8, 16, 32)] if needs_reduce(p) else []
+    """Every (cols, threads); none without weight and bias (nothing to reduce)."""
+    if not needs_reduce(p):
+        return []
+    return [ReduceConfig(c, t) for c in REDUCE_COLS for t in REDUCE_THREADS]
+
+
+def reduce_config(p: LayerNorm2dParams, parts: int, dev: Any) -> ReduceConfig:
+    """The reduce config for `parts` partial rows: a pure function of (C, outputs, parts, SM
+    count), which launch_backward applies at launch time to the real parts count (the
+    backward's grid, which depends on its config and the device; a selector that sees only the
+    params cannot know it).
+
+    The reduce is latency-bound (its data sits in L2), so: the widest column (32, 16, 8
+    channels) that still gives at least one CTA per SM, else 8 (the most CTAs); then the fewest
+    threads (128..1024) that leave each thread at most DEPTH partial rows (one round of DEPTH
+    loads in flight), else 1024."""
+    _require(p)
+    if parts < 1:
+        raise ValueError(f"layernorm_2d reduce_config: parts must be >= 1, got {parts}")
+    n = outputs(p)
+    cols = next((c for c in (32, 16) if -(-p.c // c) * n >= dev.sm_count), 8)
+    lanes = cols // 4
+    for t in REDUCE_THREADS:
+        if -(-parts // (t // lanes)) <= DEPTH:
+            return ReduceConfig(cols, t)
+    return ReduceConfig(cols, REDUCE_THREADS[-1])
+
+
+def estimated_parts(p: LayerNorm2dParams, dev: Any) -> int:
+    """The partial rows a backward launch is expected to write without loading it: one per row
+    group of the backward heuristic, at most 2 CTAs per SM (the usual residency)."""
+    groups = -(-max(p.m, 1) // heuristic(p, dev, backward=True).rows_per_block)
+    return max(1, min(groups, 2 * dev.sm_count))
 
 
 def reduce_heuristic(p: LayerNorm2dParams, dev: Any) -> ReduceConfig:
-    """32 warps per CTA (1024 threads). The reduce is latency-bound, not bandwidth-bound: its
-    parts (~ the backward's resident CTAs, 264–1056 on an H100) x C floats sit in L2, and its
-    time is the serial depth parts / splits of each warp's loads (8 in flight per thread), so
-    the most warps give the shortest kernel (one or two L2 round trips at parts <= 512)."""
+    """reduce_config at the estimated parts count. Only for standalone use (bench, collect,
+    autotune): launch_backward derives the config from the real parts count instead."""
     _require(p)
-    return ReduceConfig(32)
+    return reduce_config(p, estimated_parts(p, dev), dev)
 
 
-def reduce_grid(p: LayerNorm2dParams) -> tuple[int, int, int]:
-    """(32-channel columns, outputs: dweight then dbias, 1)."""
-    return (-(-p.c // REDUCE_CHANNELS), outputs(p), 1)
+def reduce_grid(p: LayerNorm2dParams, cfg: ReduceConfig) -> tuple[int, int, int]:
+    """(columns of cfg.cols channels, outputs: dweight then dbias, 1)."""
+    return (-(-p.c // cfg.cols), outputs(p), 1)
 
 
 def reduce_stats(p: LayerNorm2dParams) -> KernelStats:
@@ -114,11 +166,18 @@ def reduce_stats(p: LayerNorm2dParams) -> KernelStats:
 
 
 def reduce_features(p: LayerNorm2dParams, cfg: ReduceConfig, dev: Any) -> dict[str, float]:
+    n = outputs(p)
+    parts = estimated_parts(p, dev)
     return {
         "c": float(p.c),
         "splits": float(cfg.splits),
-        "outputs": float(outputs(p)),
+        "cols": float(cfg.cols),
+        "threads": float(cfg.threads),
+        "outputs": float(n),
         "sm_count": float(dev.sm_count),
+        "parts": float(parts),
+        "ctas_per_sm": -(-p.c // cfg.cols) * n / dev.sm_count,
+        "rows_per_thread": float(-(-parts // cfg.splits)),
     }
 
 
@@ -129,6 +188,36 @@ def sample_reduce_params(rng: Any) -> LayerNorm2dParams:
         return p
     hw, hb = rng.choice(((True, True), (True, False), (False, True)))
     return replace(p, has_weight=hw, has_bias=hb)
+
+
+def ordered_sum(partials: Any, cfg: ReduceConfig) -> Any:
+    """The column sums of a (parts, C) float32 numpy array in exactly the order of
+    layernorm_2d_bwd_reduce.cu under cfg, in float32 (numpy adds round like the GPU's FADD):
+    per split a strided ascending sum, an xor butterfly over the splits of each warp, strided
+    ascending sums over the warps, a second butterfly. Tests compare the kernel to it bitwise."""
+    import numpy as np
+
+    f32 = np.float32
+    parts, c = partials.shape
+    per_warp, warps = 32 // cfg.lanes, cfg.threads // 32
+
+    def strided(rows: list, start: int, step: int) -> Any:
+        t = np.zeros(c, dtype=f32)
+        for r in range(start, len(rows), step):
+            t = (t + rows[r]).astype(f32)
+        return t
+
+    def butterfly(v: list) -> Any:  # xor offsets len/2, ..., 1; lane 0's result
+        off = len(v) // 2
+        while off >= 1:
+            v = [(v[j] + v[j ^ off]).astype(f32) for j in range(len(v))]
+            off //= 2
+        return v[0]
+
+    rows = [partials[r].astype(f32) for r in range(parts)]
+    splits = [strided(rows, s, cfg.splits) for s in range(cfg.splits)]
+    warp_sums = [butterfly(splits[w * per_warp : (w + 1) * per_warp]) for w in range(warps)]
+    return butterfly([strided(warp_sums, j, per_warp) for j in range(per_warp)])
 
 
 def make_reduce_runner(p: LayerNorm2dParams, cfg: ReduceConfig):
@@ -152,17 +241,29 @@ def make_reduce_runner(p: LayerNorm2dParams, cfg: ReduceConfig):
     dw = torch.empty(p.c, device="cuda", dtype=wdt) if p.has_weight else None
     db = torch.empty(p.c, device="cuda", dtype=wdt) if p.has_bias else None
     stream = torch.cuda.current_stream().cuda_stream
-    return lambda: launch_reduce(loaded, p, dweight_part=dwp, dbias_part=dbp, dweight=dw,
+    return lambda: launch_reduce(loaded, p, cfg, dweight_part=dwp, dbias_part=dbp, dweight=dw,
                                  dbias=db, parts=n, stream=stream)  # fmt: skip
 
 
-def launch_reduce(loaded: Any, p: LayerNorm2dParams, *, dweight_part: Any, dbias_part: Any,
-                  dweight: Any, dbias: Any, parts: int, stream: int = 0) -> None:  # fmt: skip
-    """dweight, dbias <- column sums of the (parts, C) fp32 partials (None where absent)."""
+def reduce_kernel(p: LayerNorm2dParams, parts: int, dev: Any) -> tuple[ReduceConfig, Any]:
+    """(reduce_config(p, parts, dev), its loaded kernel from the default function cache)."""
+    from spio.kernels.loader import default_function_cache
+
+    cfg = reduce_config(p, parts, dev)
+    return cfg, default_function_cache().get(BWD_REDUCE, p.static(), cfg, dev)
+
+
+def launch_reduce(loaded: Any, p: LayerNorm2dParams, cfg: ReduceConfig, *, dweight_part: Any,
+                  dbias_part: Any, dweight: Any, dbias: Any, parts: int,
+                  stream: int = 0) -> None:  # fmt: skip
+    """dweight, dbias <- column sums of the (parts, C) fp32 partials (None where absent).
+    loaded: the layernorm_2d_bwd_reduce variant of (p, cfg)."""
     _require(p)
+    if parts < 1:
+        raise ValueError(f"layernorm_2d launch_reduce: parts must be >= 1, got {parts}")
     ptr = lambda t: 0 if t is None else t  # noqa: E731  (a null pointer for an absent tensor)
     loaded.launch(
-        reduce_grid(p),
+        reduce_grid(p, cfg),
         (ptr(dweight_part), ptr(dbias_part), ptr(dweight), ptr(dbias), parts),
         stream=stream,
     )

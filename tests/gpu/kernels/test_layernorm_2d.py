@@ -120,14 +120,14 @@ def check_forward(p, cfg, cache, dev, seed):
     assert_close(rstd, ref_rstd.flatten(), tolerance(torch.float32, p.c), f"{where} rstd")
 
 
-def run_backward(p, cfg, rcfg, cache, dev, x, dy, w, b):
-    """Returns (dx, dweight, dbias, guard buffers) of one backward launch on NaN-poisoned outputs."""
+def run_backward(p, cfg, cache, dev, x, dy, w, b):
+    """Returns (dx, dweight, dbias, guard buffers) of one backward launch on NaN-poisoned outputs.
+    The reduce runs in the variant launch_backward derives from the real parts count."""
     _, mean, rstd = k.reference(_as_nchw(x), None, None, EPS)
     mean, rstd = mean.flatten().float(), rstd.flatten().float()
     loaded = cache.get(k.BWD, p.static(), cfg, dev)
-    # Without weight and bias there is nothing to reduce: rcfg is None, no reduce is compiled.
-    assert (rcfg is None) == (not k.needs_reduce(p)), f"{p}: reduce config {rcfg}"
-    reduce_loaded = None if rcfg is None else cache.get(k.BWD_REDUCE, p.static(), rcfg, dev)
+    # Without weight and bias there is nothing to reduce: no reduce is compiled or launched.
+    reduce_loaded = True if k.needs_reduce(p) else None
     parts = k.parts(loaded, p, cfg, dev)
     dxbuf, dx = _guarded((p.m, p.c), x.dtype)
     wdt = getattr(torch, p.wdtype)
@@ -157,10 +157,10 @@ def run_backward(p, cfg, rcfg, cache, dev, x, dy, w, b):
     return dx, dw, db, (dxbuf, dwbuf, dbbuf)
 
 
-def check_backward(p, cfg, rcfg, cache, dev, seed):
+def check_backward(p, cfg, cache, dev, seed):
     x, dy, w, b = _inputs(p, seed)
-    where = f"bwd {p} {cfg} {rcfg} seed={seed}"
-    dx, dw, db, (dxbuf, dwbuf, dbbuf) = run_backward(p, cfg, rcfg, cache, dev, x, dy, w, b)
+    where = f"bwd {p} {cfg} seed={seed}"
+    dx, dw, db, (dxbuf, dwbuf, dbbuf) = run_backward(p, cfg, cache, dev, x, dy, w, b)
     _guard_intact(dxbuf, f"{where} dx")
     ref_dx, ref_dw, ref_db = k.reference_backward(_as_nchw(x), _as_nchw(dy), w, EPS)
     assert_close(_as_nchw(dx), ref_dx, tolerance(x.dtype, p.c, c=8.0), f"{where} dx")
@@ -187,12 +187,47 @@ def test_backward_every_config(case, cache, seed):
     dev = _device()
     p0 = _params(case)
     cfgs = sample(k.BWD.configs(p0, dev))
-    rcfgs = k.BWD_REDUCE.configs(p0, dev)  # empty without weight and bias (nothing to reduce)
-    assert bool(rcfgs) == k.needs_reduce(p0)
-    for i, cfg in enumerate(cfgs):
-        rcfg = rcfgs[i % len(rcfgs)] if rcfgs else None  # every reduce config runs somewhere
+    for cfg in cfgs:
         for m in ROWS:
-            check_backward(_params(case, m), cfg, rcfg, cache, dev, seed)
+            check_backward(_params(case, m), cfg, cache, dev, seed)
+
+
+# Partial-row counts for the reduce alone: one row, fewer rows than threads, the H100's usual
+# 264 (2 CTAs x 132 SMs), 4 per SM, and more rows than any config reads in one round.
+REDUCE_PARTS = (1, 37, 264, 528, 5000)
+
+
+@pytest.mark.parametrize(
+    "case", [c for c in CASES if c[3] or c[4]], ids=lambda c: "-".join(map(str, c))
+)
+def test_reduce_every_config(case, cache, seed):
+    """layernorm_2d_bwd_reduce alone, every config x REDUCE_PARTS: NaN-guarded outputs against
+    fp64 column sums, and (fp32 weights) bitwise against the documented order (ordered_sum)."""
+    dev = _device()
+    p = _params(case)
+    wdt = getattr(torch, p.wdtype)
+    g = torch.Generator("cuda").manual_seed(seed)
+    for rcfg in sample(k.BWD_REDUCE.configs(p, dev)):
+        loaded = cache.get(k.BWD_REDUCE, p.static(), rcfg, dev)
+        for parts in REDUCE_PARTS:
+            where = f"reduce {p} {rcfg} parts={parts} seed={seed}"
+            dwp = torch.randn(parts, p.c, generator=g, device="cuda") if p.has_weight else None
+            dbp = torch.randn(parts, p.c, generator=g, device="cuda") if p.has_bias else None
+            dwbuf, dw = _guarded((p.c,), wdt)
+            dbbuf, db = _guarded((p.c,), wdt)
+            k.launch_reduce(loaded, p, rcfg, dweight_part=dwp, dbias_part=dbp,
+                            dweight=dw if p.has_weight else None,
+                            dbias=db if p.has_bias else None, parts=parts, stream=_stream())  # fmt: skip
+            torch.cuda.synchronize()
+            for part, buf, out, name in ((dwp, dwbuf, dw, "dweight"), (dbp, dbbuf, db, "dbias")):
+                if part is None:
+                    assert torch.isnan(buf.float()).all(), f"{where}: {name} written without it"
+                    continue
+                _guard_intact(buf, f"{where} {name}")
+                assert_close(out, part.double().sum(0), tolerance(wdt, parts), f"{where} {name}")
+                if wdt == torch.float32:
+                    want = torch.from_numpy(k.ordered_sum(part.cpu().numpy(), rcfg))
+                    assert torch.equal(out.cpu(), want), f"{where} {name}: not the fixed order"
 
 
 @pytest.mark.parametrize("case", [CASES[1], CASES[6]], ids=lambda c: "-".join(map(str, c)))
@@ -200,10 +235,10 @@ def test_backward_deterministic(case, cache, seed):
     """dweight and dbias are bitwise identical across runs (no atomics, fixed orders)."""
     dev = _device()
     p = _params(case, 40_000)
-    cfg, rcfg = k.BWD.heuristic(p, dev), k.BWD_REDUCE.heuristic(p, dev)
+    cfg = k.BWD.heuristic(p, dev)
     x, dy, w, b = _inputs(p, seed)
-    first = run_backward(p, cfg, rcfg, cache, dev, x, dy, w, b)
-    second = run_backward(p, cfg, rcfg, cache, dev, x, dy, w, b)
+    first = run_backward(p, cfg, cache, dev, x, dy, w, b)
+    second = run_backward(p, cfg, cache, dev, x, dy, w, b)
     for name, a, e in zip(("dx", "dweight", "dbias"), first[:3], second[:3], strict=True):
         assert torch.equal(a, e), f"{name} differs between two identical runs ({p} {cfg})"
 
@@ -213,4 +248,4 @@ def test_large_rows_grid_stride(cache, seed):
     dev = _device()
     p = LayerNorm2dParams(c=64, m=128 * 28 * 28 + 3, dtype="float16")
     check_forward(p, k.FWD.heuristic(p, dev), cache, dev, seed)
-    check_backward(p, k.BWD.heuristic(p, dev), k.BWD_REDUCE.heuristic(p, dev), cache, dev, seed)
+    check_backward(p, k.BWD.heuristic(p, dev), cache, dev, seed)

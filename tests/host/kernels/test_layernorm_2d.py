@@ -139,7 +139,7 @@ def test_features_and_stats():
     fwd = k.FWD.stats(p)
     assert fwd.bytes_moved == 2 * p.m * p.c * 2 + 2 * p.c * 2 + 8 * p.m
     assert k.BWD.stats(p).bytes_moved > fwd.bytes_moved
-    rf = k.BWD_REDUCE.features(p, k.ReduceConfig(8), dev)
+    rf = k.BWD_REDUCE.features(p, k.ReduceConfig(8, 256), dev)
     assert all(isinstance(v, float) for v in rf.values())
 
 
@@ -193,6 +193,85 @@ def test_reduce_never_without_weight_or_bias():
         k.launch_backward(None, None, affine, cfg, dev, x=None, dy=None, mean=None, rstd=None,
                           weight=None, dx=None, dweight=None, dbias=None, dweight_part=None,
                           dbias_part=None)  # fmt: skip
+
+
+def test_reduce_config_rules():
+    """The reduce config is a pure function of (C, outputs, parts, SM count): in the config
+    space, independent of M, at most DEPTH partial rows per thread whenever 1024 threads allow;
+    for the H100's usual 264 parts at C = 256 it spreads over at least 64 CTAs."""
+    from dataclasses import replace
+
+    from spio.kernels.layernorm_2d_reduce import DEPTH, reduce_grid
+
+    for dev in DEVICES:
+        for c in CS:
+            for hw, hb in ((True, True), (True, False), (False, True)):
+                p = LayerNorm2dParams(c=c, m=1000, has_weight=hw, has_bias=hb)
+                space = k.reduce_configs(p, dev)
+                assert len(space) == len(set(space)) == 12
+                assert k.reduce_heuristic(p, dev) in space
+                for parts in (1, 7, 132, 264, 1056, 5000):
+                    cfg = k.reduce_config(p, parts, dev)
+                    assert cfg in space and cfg == k.reduce_config(replace(p, m=3), parts, dev)
+                    assert -(-parts // cfg.splits) <= DEPTH or cfg.threads == 1024, (p, cfg)
+    p = LayerNorm2dParams(c=256, m=128 * 14 * 14, dtype="float16")
+    cfg = k.reduce_config(p, 264, DEVICES[0])
+    grid = reduce_grid(p, cfg)
+    assert grid[0] * grid[1] >= 64 and cfg.threads <= 256, (cfg, grid)
+    with pytest.raises(ValueError, match="parts must be >= 1"):
+        k.reduce_config(p, 0, DEVICES[0])
+    with pytest.raises(ValueError, match="cols must be one of"):
+        k.ReduceConfig(12, 256)
+    with pytest.raises(ValueError, match="threads must be one of"):
+        k.ReduceConfig(8, 100)
+
+
+def test_launch_backward_derives_reduce_from_parts(monkeypatch):
+    """launch_backward reduces with reduce_config of its real grid (parts), whatever reduce
+    variant the caller passed, and uses the caller's variant when it is that one."""
+    from types import SimpleNamespace
+
+    dev = DEVICES[0]
+    p = LayerNorm2dParams(c=256, m=128 * 14 * 14, dtype="float16")
+    cfg = k.BWD.heuristic(p, dev)
+    launches = []
+
+    class Fake:
+        def __init__(self, spec, per_sm=1):
+            self.spec = spec
+            self.function = SimpleNamespace(max_active_blocks=lambda t, s: per_sm, num_regs=32)
+
+        def launch(self, grid, args, stream=0):
+            launches.append((self, grid, args[-1]))
+
+    fetched = []
+
+    def fake_reduce_kernel(p_, parts, dev_):
+        rcfg = k.reduce_config(p_, parts, dev_)
+        fetched.append(parts)
+        return rcfg, Fake(k.reduce_spec(p_, rcfg, dev_))
+
+    monkeypatch.setattr(k, "reduce_kernel", fake_reduce_kernel)
+    monkeypatch.setattr(k, "_resident_cache", {})
+    stale = Fake(k.reduce_spec(p, k.ReduceConfig(32, 1024), dev))  # e.g. a selector's choice
+    args = dict(x=0, dy=0, mean=0, rstd=0, weight=0, dx=0, dweight=0, dbias=0, dweight_part=0,
+                dbias_part=0)  # fmt: skip
+    for per_sm in (2, 8):
+        monkeypatch.setattr(k, "_resident_cache", {})
+        launches.clear()
+        k.launch_backward(Fake(k.backward_spec(p, cfg, dev), per_sm), stale, p, cfg, dev, **args)
+        parts = per_sm * dev.sm_count
+        want = k.reduce_config(p, parts, dev)
+        (_, bwd_grid, _), (red, red_grid, red_parts) = launches
+        assert bwd_grid == (parts, 1, 1) and red_parts == parts and fetched[-1] == parts
+        assert red is not stale and red.spec.title == k.reduce_spec(p, want, dev).title
+        assert red_grid == k.reduce_grid(p, want)
+    # The caller's variant is used when it is the derived one (no cache lookup).
+    monkeypatch.setattr(k, "_resident_cache", {})
+    launches.clear()
+    right = Fake(k.reduce_spec(p, k.reduce_config(p, 2 * dev.sm_count, dev), dev))
+    k.launch_backward(Fake(k.backward_spec(p, cfg, dev), 2), right, p, cfg, dev, **args)
+    assert launches[1][0] is right and len(fetched) == 2
 
 
 def test_backward_accumulators_and_prefetch():
@@ -516,9 +595,22 @@ REDUCE_MAIN = r"""
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <vector>
 #include "cuda_emulation.h"
 #define __launch_bounds__(n)
+struct uint4 { unsigned x, y, z, w; };
+inline float __uint_as_float(unsigned u) { float f; std::memcpy(&f, &u, 4); return f; }
+template <class T> T __ldg(const T* p) { return *p; }
+inline float __shfl_xor_sync(unsigned, float v, int offset) {  // all threads call it uniformly
+    static float slots[1024];
+    const int t = static_cast<int>(threadIdx.x);
+    slots[t] = v;
+    __syncthreads();
+    const float r = slots[t ^ offset];
+    __syncthreads();
+    return r;
+}
 #include "types.h"
 #include "kernel.cu"
 
@@ -532,8 +624,8 @@ int main(int argc, char** argv) {
     std::vector<float> dw(CHANNELS, NAN), db(CHANNELS, NAN);
     const int outputs = int(HAS_WEIGHT) + int(HAS_BIAS);
     for (int y = 0; y < outputs; ++y) {  // blockIdx.y: dweight, then dbias
-        for (unsigned x = 0; x < (CHANNELS + 31) / 32; ++x) {
-            emulate_launch(1, {SPLITS * 32, 1, 0}, [&] {
+        for (unsigned x = 0; x < (CHANNELS + COLS - 1) / COLS; ++x) {
+            emulate_launch(1, {THREADS, 1, 0}, [&] {
                 blockIdx = {x, static_cast<unsigned>(y), 0};
                 layernorm_2d_bwd_reduce(dwp.data(), dbp.data(), dw.data(), db.data(), parts);
             });
@@ -549,16 +641,21 @@ int main(int argc, char** argv) {
 
 
 @pytest.mark.skipif(CXX is None, reason="needs a host C++20 compiler (g++ or clang++)")
-@pytest.mark.parametrize("c, splits, parts, hw, hb", [(96, 8, 37, True, True),
-                                                     (40, 4, 3, False, True),
-                                                     (64, 32, 100, True, False)])  # fmt: skip
-def test_reduce_logic_emulated(c, splits, parts, hw, hb, tmp_path, seed):
-    """layernorm_2d_bwd_reduce.cu (fp32) on the host: column sums of the partials, C not a
-    multiple of 32, fewer partial rows than warps, weight-only and bias-only."""
+@pytest.mark.parametrize("c, cols, threads, parts, hw, hb", [(96, 8, 256, 37, True, True),
+                                                            (40, 16, 128, 3, False, True),
+                                                            (64, 32, 128, 100, True, False),
+                                                            (24, 8, 1024, 700, True, True)])  # fmt: skip
+def test_reduce_logic_emulated(c, cols, threads, parts, hw, hb, tmp_path, seed):
+    """layernorm_2d_bwd_reduce.cu (fp32) on the host: column sums of the partials against fp64
+    and bitwise against the documented fixed order; C not a multiple of the column, fewer
+    partial rows than threads, more rows than DEPTH rounds, weight-only and bias-only; NaN
+    poisoned outputs (an absent output stays NaN)."""
     from spio.generators import generate
+    from spio.testing import assert_close, tolerance
 
     p = LayerNorm2dParams(c=c, dtype="float32", has_weight=hw, has_bias=hb)
-    spec = k.reduce_spec(p, k.ReduceConfig(splits), None)
+    cfg = k.ReduceConfig(cols, threads)
+    spec = k.reduce_spec(p, cfg, None)
     (tmp_path / "types.h").write_text(generate(spec.specs, title="emulated"))
     (tmp_path / "kernel.cu").write_text(REDUCE_SRC.read_text())
     (tmp_path / "main.cpp").write_text(REDUCE_MAIN)
@@ -575,13 +672,10 @@ def test_reduce_logic_emulated(c, splits, parts, hw, hb, tmp_path, seed):
     import numpy as np
 
     out = torch.from_numpy(np.fromfile(tmp_path / "out.bin", dtype="float32")).reshape(2, c)
-    from spio.testing import assert_close, tolerance
-
-    if hw:
-        assert_close(out[0], dwp.double().sum(0), tolerance(torch.float32, parts), "dweight")
-    else:
-        assert torch.isnan(out[0]).all(), "dweight written without a weight"
-    if hb:
-        assert_close(out[1], dbp.double().sum(0), tolerance(torch.float32, parts), "dbias")
-    else:
-        assert torch.isnan(out[1]).all(), "dbias written without a bias"
+    for flag, got, part, name in ((hw, out[0], dwp, "dweight"), (hb, out[1], dbp, "dbias")):
+        if not flag:
+            assert torch.isnan(got).all(), f"{name} written without its parameter"
+            continue
+        assert_close(got, part.double().sum(0), tolerance(torch.float32, parts), name)
+        ordered = torch.from_numpy(k.ordered_sum(part.numpy(), cfg))
+        assert torch.equal(got, ordered), f"{name}: not the documented fixed order ({cfg})"
