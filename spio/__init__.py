@@ -27,6 +27,9 @@ _LAZY = {
     "LibraryNotFoundError": "spio.errors",
     "OutOfResources": "spio.errors",
     "FallbackDisabledError": "spio.errors",
+    "GeneratorError": "spio.errors",
+    "NvrtcError": "spio.errors",
+    "ModelFormatError": "spio.errors",
 }
 
 __all__ = ["__version__", *_LAZY]
