@@ -1,7 +1,7 @@
 """layernorm_2d kernel family: LayerNorm over the C channels of channels_last (N, C, H, W) data.
 
-Three kernels (spio/src/layernorm_2d.cu holds the first two, picked by a generated macro, and
-spio/src/layernorm_2d_bwd_reduce.cu the third, specified in layernorm_2d_reduce):
+Three kernels (spio/src/layernorm_2d.cu and layernorm_2d_bwd.cu, which share
+layernorm_2d_common.h, and layernorm_2d_bwd_reduce.cu, specified in layernorm_2d_reduce):
   layernorm_2d_fwd          y = (x - mean) * rstd * weight + bias; saves mean and rstd (fp32, M)
   layernorm_2d_bwd          dx, plus per-CTA partial sums of dweight = Σ dy·x̂ and dbias = Σ dy
   layernorm_2d_bwd_reduce   sums the per-CTA partials in a fixed order into dweight and dbias
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from spio.kernels.kernel_def import KernelDef, KernelSpec
+from spio.kernels.kernel_def import SRC_DIR, KernelDef, KernelSpec
 from spio.kernels.layernorm_2d_params import (
     LayerNorm2dConfig,
     LayerNorm2dParams,
@@ -46,9 +46,9 @@ from spio.kernels.layernorm_2d_reduce import (  # noqa: F401  (re-exported)
 
 
 def _row_specs(p: LayerNorm2dParams, cfg: LayerNorm2dConfig, backward: bool) -> dict[str, Any]:
-    """Generator specs of spio/src/layernorm_2d.cu: typed dims, row tensors, the thread
-    decomposition, the compile-time constants and the entry switch (names the .cu uses)."""
-    from spio.generators import CompoundIndex, Constant, Dim, Macro, Tensor, Type, dtype
+    """Generator specs of spio/src/layernorm_2d.cu and layernorm_2d_bwd.cu: typed dims, row
+    tensors, the thread decomposition and the compile-time constants (names the .cu uses)."""
+    from spio.generators import CompoundIndex, Constant, Dim, Tensor, Type, dtype
 
     g = geometry(p, cfg)
     t, r = cfg.threads_per_row, cfg.rows_per_block
@@ -70,7 +70,6 @@ def _row_specs(p: LayerNorm2dParams, cfg: LayerNorm2dConfig, backward: bool) -> 
         "ROW_IN_GROUP": row_in_group,
         "PARTIALS": Tensor((part(MAX_ROWS // p.c), c(p.c)), dtype.float),
         "COMBINE": Tensor((row_in_group(max(r, 2)), c(p.c)), dtype.float),
-        "SPIO_LAYERNORM_2D_BACKWARD": Macro(backward),
         "CV": cv,
         "ROW_GROUP": row / r if r > 1 else row,  # one step = the CTA's rows_per_block rows
         "VEC_STEP": cv / t if t > 1 else cv,  # one step = a thread's next vector of the row
@@ -97,17 +96,23 @@ def _row_specs(p: LayerNorm2dParams, cfg: LayerNorm2dConfig, backward: bool) -> 
     }
 
 
+# The forward and backward sources include layernorm_2d_common.h from spio/src; the compiler
+# keys its disk cache on every -I directory's files, so an edit of the header recompiles.
+SRC_INCLUDE = f"-I{SRC_DIR}"
+
+
 def _spec(
     p: LayerNorm2dParams, cfg: LayerNorm2dConfig, entry: str, signature: str, backward: bool
 ) -> KernelSpec:
     p = p.static()
     return KernelSpec(
-        source="layernorm_2d.cu",
+        source="layernorm_2d_bwd.cu" if backward else "layernorm_2d.cu",
         entry=entry,
         signature=signature,
         specs=_row_specs(p, cfg, backward),
         title=f"{entry} {p} {cfg}",
         block=(cfg.block_threads, 1, 1),
+        options=(SRC_INCLUDE,),
     )
 
 
