@@ -64,10 +64,9 @@ def _prepared(x, w, b, dy):
     cache, selector = default_function_cache(), default_selector()
     fwd_cfg = selector.select(k.FWD, p, dev)
     bwd_cfg = selector.select(k.BWD, p, dev)
-    red_cfg = selector.select(k.BWD_REDUCE, p, dev)
     fwd = cache.get(k.FWD, p.static(), fwd_cfg, dev)
     bwd = cache.get(k.BWD, p.static(), bwd_cfg, dev)
-    red = cache.get(k.BWD_REDUCE, p.static(), red_cfg, dev)
+    red = True if k.needs_reduce(p) else None  # launch_backward derives the reduce variant
     stream = torch.cuda.current_stream(x.device).cuda_stream
     n, c, h, ww = x.shape
     y = torch.empty_like(x)
@@ -208,6 +207,7 @@ def sweep_backward(dtype: torch.dtype, reps: int, copy_gbps: float) -> None:
     from spio.errors import OutOfResources
     from spio.kernels import layernorm_2d as k
     from spio.kernels.layernorm_2d_params import LayerNorm2dParams
+    from spio.kernels.layernorm_2d_reduce import make_reduce_runner
 
     dev = device_attributes(torch.cuda.current_device())
     name = str(dtype).removeprefix("torch.")
@@ -228,7 +228,7 @@ def sweep_backward(dtype: torch.dtype, reps: int, copy_gbps: float) -> None:
             except OutOfResources:
                 continue
         timed.sort(key=lambda t: t[0])
-        red = k.BWD_REDUCE.make_runner(p, k.BWD_REDUCE.heuristic(p, dev))
+        red = make_reduce_runner(p, k.BWD_REDUCE.heuristic(p, dev))
         red_us = bench(red, reps=reps).median_ms * 1e3
         print(f"\n  C{c}@{s}x{s} backward ({len(timed)} configs; reduce alone {red_us:.1f} us):")
         for rank, (ms, cfg) in enumerate(timed):

@@ -266,10 +266,9 @@ def _backward_spio(grad, input, mean, rstd, weight, bias):
         cache, selector = default_function_cache(), default_selector()
         cfg = selector.select(k.BWD, p, dev, share=replace(p, m=1))
         loaded = cache.get(k.BWD, p.static(), cfg, dev)
-        reduce_loaded = None  # without weight and bias there is nothing to reduce
-        if k.needs_reduce(p):
-            rcfg = selector.select(k.BWD_REDUCE, p, dev, share=replace(p, m=1))
-            reduce_loaded = cache.get(k.BWD_REDUCE, p.static(), rcfg, dev)
+        # The reduce variant is derived inside launch_backward from the real parts count (not
+        # selected); None: without weight and bias there is nothing to reduce.
+        reduce_loaded = True if k.needs_reduce(p) else None
         parts = k.parts(loaded, p, cfg, dev)
         dw_part = x.new_empty((parts, c), dtype=torch.float32) if p.has_weight else None
         db_part = x.new_empty((parts, c), dtype=torch.float32) if p.has_bias else None

@@ -5,12 +5,14 @@ dbias = Σ dy); this kernel (spio/src/layernorm_2d_bwd_reduce.cu) sums those `pa
 fixed order, so dweight and dbias are bitwise reproducible without float atomics.
 
 It exists only for params with a weight or a bias: without either there is nothing to reduce,
-and every path (configs, heuristic, spec, sample_params, launch_backward) skips or refuses it.
+and every path (configs, heuristic, spec, launch_backward) skips or refuses it.
+
+Not tuned on its own: its config is `reduce_config(p, parts, dev)` of the backward's real grid.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from spio.kernels.kernel_def import KernelDef, KernelSpec, KernelStats
@@ -20,7 +22,6 @@ from spio.kernels.layernorm_2d_params import (
     examples,
     heuristic,
     outputs,
-    sample_params,
 )
 
 # Row count bound of the partial tensors (parts is a runtime argument).
@@ -181,15 +182,6 @@ def reduce_features(p: LayerNorm2dParams, cfg: ReduceConfig, dev: Any) -> dict[s
     }
 
 
-def sample_reduce_params(rng: Any) -> LayerNorm2dParams:
-    """sample_params with a weight and/or a bias (the reduce never runs without one)."""
-    p = sample_params(rng)
-    if needs_reduce(p):
-        return p
-    hw, hb = rng.choice(((True, True), (True, False), (False, True)))
-    return replace(p, has_weight=hw, has_bias=hb)
-
-
 def ordered_sum(partials: Any, cfg: ReduceConfig) -> Any:
     """The column sums of a (parts, C) float32 numpy array in exactly the order of
     layernorm_2d_bwd_reduce.cu under cfg, in float32 (numpy adds round like the GPU's FADD):
@@ -279,6 +271,7 @@ BWD_REDUCE = KernelDef(
     stats=reduce_stats,
     features=reduce_features,
     examples=examples,
-    sample_params=sample_reduce_params,
-    make_runner=make_reduce_runner,
+    # No sample_params / make_runner: the config is reduce_config of the real parts count (a
+    # pure function), and `spio tune` times the reduce inside layernorm_2d_bwd's runner, so this
+    # family has no model of its own (make_reduce_runner times it alone for benchmarks/tests).
 )

@@ -15,6 +15,7 @@ import torch
 
 from spio.kernels import layernorm_2d as k
 from spio.kernels.layernorm_2d_params import LayerNorm2dParams
+from spio.kernels.layernorm_2d_reduce import make_reduce_runner
 from spio.kernels.loader import FunctionCache
 from spio.testing import assert_close, poison, sample, tolerance
 
@@ -266,7 +267,7 @@ def test_reduce_config_near_fastest(c, hw):
     parts = k.parts(bwd, p, bwd_cfg, dev)
     pick = k.reduce_config(p, parts, dev)
     us = {
-        cfg: bench(k.BWD_REDUCE.make_runner(p, cfg), reps=300, flush_l2=False).median_ms * 1e3
+        cfg: bench(make_reduce_runner(p, cfg), reps=300, flush_l2=False).median_ms * 1e3
         for cfg in k.BWD_REDUCE.configs(p, dev)
     }
     best = min(us, key=us.get)
