@@ -238,6 +238,36 @@ def sweep_backward(dtype: torch.dtype, reps: int, copy_gbps: float) -> None:
                       f"{nbytes / ms / 1e6 / copy_gbps:5.0%} of copy{mark}")  # fmt: skip
 
 
+def sweep_reduce(dtype: torch.dtype) -> None:
+    """Every layernorm_2d_bwd_reduce config at the real parts count of the backward heuristic
+    (N = 128, C256@14² and C512@7²), partials L2-resident as after the backward; marks the
+    config reduce_config derives, so its rule can be checked against measurement."""
+    from spio.cuda import device_attributes
+    from spio.kernels import layernorm_2d as k
+    from spio.kernels.layernorm_2d_params import LayerNorm2dParams
+    from spio.kernels.layernorm_2d_reduce import make_reduce_runner
+    from spio.kernels.loader import default_function_cache
+
+    dev = device_attributes(torch.cuda.current_device())
+    dname = str(dtype).removeprefix("torch.")
+    for c, hw in ((256, 14), (512, 7)):
+        p = LayerNorm2dParams(c=c, m=BATCH * hw * hw, dtype=dname)
+        bwd_cfg = k.BWD.heuristic(p, dev)
+        parts = k.parts(
+            default_function_cache().get(k.BWD, p.static(), bwd_cfg, dev), p, bwd_cfg, dev
+        )
+        pick = k.reduce_config(p, parts, dev)
+        us = {
+            cfg: bench(make_reduce_runner(p, cfg), reps=300, flush_l2=False).median_ms * 1e3
+            for cfg in k.BWD_REDUCE.configs(p, dev)
+        }
+        best = min(us, key=us.get)
+        print(f"\n  reduce C{c}@{hw}x{hw} parts={parts}: reduce_config {pick} {us[pick]:.2f} us, "
+              f"fastest {best} {us[best]:.2f} us")  # fmt: skip
+        for cfg, t in sorted(us.items(), key=lambda kv: kv[1]):
+            print(f"    {cfg}: {t:6.2f} us{'  <- reduce_config' if cfg == pick else ''}")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="spio bench layernorm2d", description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="the four BASELINE shapes, fewer reps")
@@ -247,6 +277,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--sweep-bwd", action="store_true", help="also time every backward config (BASELINE)"
     )
+    ap.add_argument("--sweep-reduce", action="store_true", help="time every backward-reduce config")
     args = ap.parse_args(argv)
     if not torch.cuda.is_available():
         print("spio bench layernorm2d: needs a CUDA GPU (torch.cuda.is_available() is False)")
@@ -273,6 +304,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.sweep_bwd:
         print("\nBackward configs (dx kernel + ordered reduce, median, L2 flushed):")
         sweep_backward(DTYPES[args.dtype], reps, copy_gbps)
+    if args.sweep_reduce:
+        print("\nBackward-reduce configs (median, partials in L2):")
+        sweep_reduce(DTYPES[args.dtype])
     tol = {"fp16": 1e-2, "bf16": 5e-2, "fp32": 1e-4}[args.dtype]
     bad = [r["shape"] for r in rows if max(r["err_y"], r["err_dx"]) > tol]
     if bad:
