@@ -33,6 +33,7 @@ import torch
 
 from spio.bench.report import plot, print_table, write_csv
 from spio.bench.timing import bench, copy_bandwidth_gbps
+from spio.settings import settings
 
 SIZES = ((64, 56), (128, 28), (256, 14), (512, 7))
 KERNELS_RS = (3, 5, 7)
@@ -259,12 +260,14 @@ def main(argv: list[str] | None = None) -> int:
     print(f"device copy bandwidth (read + write): {copy_gbps:.0f} GB/s")
     points = grid(args.quick)
     rows: list[dict] = []
-    try:
-        from tqdm import tqdm
+    points_iter = points
+    if settings().progress:  # SPIO_PROGRESS=0 hides the bar (logs of scripted runs)
+        try:
+            from tqdm import tqdm
 
-        points_iter = tqdm(points, desc="conv2d_gw8", unit="shape")
-    except ImportError:
-        points_iter = points
+            points_iter = tqdm(points, desc="conv2d_gw8", unit="shape")
+        except ImportError:
+            pass
     for c, hw, k, n in points_iter:
         rows += measure(c, hw, k, n, passes, copy_gbps, dtype)
     cols = [
