@@ -253,6 +253,12 @@ def launch_reduce(loaded: Any, p: LayerNorm2dParams, cfg: ReduceConfig, *, dweig
     _require(p)
     if parts < 1:
         raise ValueError(f"layernorm_2d launch_reduce: parts must be >= 1, got {parts}")
+    for name, t in (("dweight_part", dweight_part), ("dbias_part", dbias_part)):
+        if t is not None and hasattr(t, "data_ptr") and t.data_ptr() % 16:
+            raise ValueError(
+                f"layernorm_2d launch_reduce: {name} must be 16-byte aligned (the kernel reads "
+                "it with 16-byte loads); pass a fresh contiguous tensor, not an offset view"
+            )
     ptr = lambda t: 0 if t is None else t  # noqa: E731  (a null pointer for an absent tensor)
     loaded.launch(
         reduce_grid(p, cfg),
