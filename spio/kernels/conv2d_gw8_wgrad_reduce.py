@@ -111,18 +111,6 @@ def reduce_stats(p: Conv2dGw8Params) -> KernelStats:
     return KernelStats(bytes_moved=reduce_elements(p) * (4 + 2), flops=reduce_elements(p))
 
 
-def reduce_features(p: Conv2dGw8Params, cfg: Conv2dGw8ReduceConfig, dev: Any) -> dict[str, float]:
-    return {
-        "c": p.c,
-        "r": p.r,
-        "s": p.s,
-        "elements": reduce_elements(p),
-        "threads": cfg.threads,
-        "blocks": reduce_grid(p, cfg)[0],
-        "sm_count": dev.sm_count,
-    }
-
-
 def reduce_launch(
     kernel: Any,
     p: Conv2dGw8Params,
@@ -161,7 +149,6 @@ WGRAD_REDUCE = KernelDef(
     spec=reduce_spec,
     heuristic=reduce_heuristic,
     stats=reduce_stats,
-    features=reduce_features,
     examples=examples,
     # No sample_params / make_runner: not tuned on its own (see the module docstring).
 )

@@ -148,8 +148,9 @@ def estimated_parts(p: LayerNorm2dParams, dev: Any) -> int:
 
 
 def reduce_heuristic(p: LayerNorm2dParams, dev: Any) -> ReduceConfig:
-    """reduce_config at the estimated parts count. Only for standalone use (bench, collect,
-    autotune): launch_backward derives the config from the real parts count instead."""
+    """reduce_config at the estimated parts count. Only for standalone use (compiling the
+    heuristic variant in `spio bench`/`spio compile`, benchmarks): launch_backward derives the
+    config from the real parts count instead."""
     _require(p)
     return reduce_config(p, estimated_parts(p, dev), dev)
 
@@ -164,22 +165,6 @@ def reduce_stats(p: LayerNorm2dParams) -> KernelStats:
     parts = 264
     n = outputs(p)
     return KernelStats(bytes_moved=n * p.c * (4 * parts + p.welem_bytes), flops=n * p.c * parts)
-
-
-def reduce_features(p: LayerNorm2dParams, cfg: ReduceConfig, dev: Any) -> dict[str, float]:
-    n = outputs(p)
-    parts = estimated_parts(p, dev)
-    return {
-        "c": float(p.c),
-        "splits": float(cfg.splits),
-        "cols": float(cfg.cols),
-        "threads": float(cfg.threads),
-        "outputs": float(n),
-        "sm_count": float(dev.sm_count),
-        "parts": float(parts),
-        "ctas_per_sm": -(-p.c // cfg.cols) * n / dev.sm_count,
-        "rows_per_thread": float(-(-parts // cfg.splits)),
-    }
 
 
 def ordered_sum(partials: Any, cfg: ReduceConfig) -> Any:
@@ -214,7 +199,8 @@ def ordered_sum(partials: Any, cfg: ReduceConfig) -> Any:
 
 def make_reduce_runner(p: LayerNorm2dParams, cfg: ReduceConfig):
     """A zero-argument launch of the reduce alone, on as many random partial rows as the
-    backward's heuristic config writes for p on the current GPU (collect, autotune)."""
+    backward's heuristic config writes for p on the current GPU (`spio bench layernorm2d
+    --sweep-reduce`)."""
     import torch
 
     from spio.cuda import device_attributes
@@ -275,7 +261,6 @@ BWD_REDUCE = KernelDef(
     spec=reduce_spec,
     heuristic=reduce_heuristic,
     stats=reduce_stats,
-    features=reduce_features,
     examples=examples,
     # No sample_params / make_runner: the config is reduce_config of the real parts count (a
     # pure function), and `spio tune` times the reduce inside layernorm_2d_bwd's runner, so this
