@@ -106,10 +106,9 @@ class _Point:
     def spio_wgrad(self, with_reduce: bool = True):
         from spio.kernels import conv2d_gw8_wgrad as wg
         from spio.kernels import conv2d_gw8_wgrad_reduce as rd
-
-        cfg, kern = self._kernel(wg.WGRAD)
         from spio.kernels.loader import default_function_cache
 
+        cfg, kern = self._kernel(wg.WGRAD)
         slices = wg.num_slices(self.p, cfg, self.dev)
         rcfg = rd.config_for(slices)  # as the op: a function of the slice count
         rkern = default_function_cache().get(rd.WGRAD_REDUCE, self.p.variant(), rcfg, self.dev)
