@@ -10,6 +10,32 @@ ctypedef void* CUmodule
 ctypedef void* CUfunction
 ctypedef void* CUstream
 
+# cuda.h's CUlaunchAttribute: an id, 4 bytes of padding, then a 64-byte value union aligned to
+# 8 bytes (the only member spio sets is an int at its start): 72 bytes in all.
+ctypedef struct CUlaunchAttribute:
+    int id
+    int pad
+    int value
+    int value_pad
+    unsigned long long value_rest[7]
+
+# cuda.h's CUlaunchConfig (56 bytes on 64-bit platforms: the stream pointer is 8-byte aligned).
+ctypedef struct CUlaunchConfig:
+    unsigned int gridDimX
+    unsigned int gridDimY
+    unsigned int gridDimZ
+    unsigned int blockDimX
+    unsigned int blockDimY
+    unsigned int blockDimZ
+    unsigned int sharedMemBytes
+    CUstream hStream
+    CUlaunchAttribute* attrs
+    unsigned int numAttrs
+
+# CUlaunchAttributeID values (cuda.h) that spio sets.
+cdef enum:
+    CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION = 6
+
 # The driver entry points spio calls, filled from libcuda by dlsym. Every member is a pointer of
 # the same size, and `driver._SYMBOLS` lists the exported names in exactly this order, so the
 # loader fills the struct as an array of pointers (one table, not one line per symbol).
@@ -42,6 +68,7 @@ ctypedef struct DriverFns:
         CUfunction, unsigned int, unsigned int, unsigned int,
         unsigned int, unsigned int, unsigned int,
         unsigned int, CUstream, void**, void**) noexcept nogil
+    CUresult (*cuLaunchKernelEx)(const CUlaunchConfig*, CUfunction, void**, void**) noexcept nogil
 
 
 # The loaded table; loads libcuda and runs cuInit on first use. Raises LibraryNotFoundError

@@ -31,7 +31,7 @@ _SYMBOLS = (
     b"cuCtxGetDevice", b"cuCtxPushCurrent_v2", b"cuCtxPopCurrent_v2", b"cuCtxSynchronize",
     b"cuStreamSynchronize", b"cuModuleLoadData", b"cuModuleUnload", b"cuModuleGetFunction",
     b"cuFuncGetAttribute", b"cuFuncSetAttribute", b"cuOccupancyMaxActiveBlocksPerMultiprocessor",
-    b"cuLaunchKernel",
+    b"cuLaunchKernel", b"cuLaunchKernelEx",
 )
 
 # CUresults meaning "no usable GPU here" rather than a failure (spio info reports 0 devices).
@@ -95,6 +95,11 @@ def _load():
             return
         if sizeof(DriverFns) != len(_SYMBOLS) * sizeof(void*):
             raise RuntimeError("spio.cuda.driver: _SYMBOLS does not match DriverFns; rebuild spio")
+        if sizeof(CUlaunchAttribute) != 72 or sizeof(CUlaunchConfig) != 56:
+            raise RuntimeError(
+                "spio.cuda.driver: CUlaunchAttribute/CUlaunchConfig do not have cuda.h's sizes "
+                "(72 and 56 bytes) on this platform; spio's binding supports 64-bit Linux only"
+            )
         name = settings().libcuda
         handle = dlopen(name.encode(), RTLD_NOW | RTLD_LOCAL)
         if handle == NULL:

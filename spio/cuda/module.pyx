@@ -6,16 +6,19 @@
     f.launch(grid, block, (y, x, n, alpha), smem=0, stream=torch.cuda.current_stream().cuda_stream)
 
 Signatures and argument packing are in spio.cuda.args. A launch packs the arguments on the C
-stack, then releases the GIL for cuCtxGetCurrent + cuLaunchKernel.
+stack, then releases the GIL for cuCtxGetCurrent + cuLaunchKernel (cuLaunchKernelEx with the
+programmatic-stream-serialization attribute when launch(..., pdl=True)).
 """
 
 from cpython.bool cimport PyBool_Check
 from cpython.long cimport PyLong_CheckExact
 from libc.stdint cimport uint64_t
+from libc.string cimport memset
 
 from spio.cuda.args cimport MAX_ARGS, describe, dims, fast_int, pack, stream_handle
 from spio.cuda.driver cimport (
-    CUcontext, CUfunction, CUmodule, CUresult, CUstream, DriverFns, check, current_context, fns,
+    CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION, CUcontext, CUfunction, CUlaunchAttribute,
+    CUlaunchConfig, CUmodule, CUresult, CUstream, DriverFns, check, current_context, fns,
     generation, loaded_fns,
 )
 
@@ -118,9 +121,20 @@ cdef class Function:
     def __repr__(self):
         return f"Function({self.entry!r}, signature={self.signature!r})"
 
-    def launch(self, grid, block, args, smem=0, stream=0):
+    def launch(self, grid, block, args, smem=0, stream=0, *, pdl=False):
         """cuLaunchKernel on `stream` (a handle, 0 = legacy default stream) with `smem` bytes of
-        dynamic shared memory; grid and block are ints or tuples of up to 3 ints."""
+        dynamic shared memory; grid and block are ints or tuples of up to 3 ints.
+
+        pdl=True launches with cuLaunchKernelEx and the attribute
+        CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION = 1 (programmatic dependent
+        launch, compute capability 9.0+): this kernel may start before the previous kernel in
+        the stream has finished, as soon as all that kernel's CTAs have executed
+        `griddepcontrol.launch_dependents` or exited. The kernel must therefore execute
+        `griddepcontrol.wait` (which returns once the previous grid has completed and its
+        memory is visible) before it touches anything that grid writes. Whether to ask for it
+        is the caller's policy (spio.kernels.loader decides); on devices below 9.0 the driver
+        ignores the attribute, and under stream capture it becomes a programmatic graph edge
+        (drivers of CUDA 12.3+)."""
         cdef unsigned int[3] g
         cdef unsigned int[3] b
         cdef uint64_t slots[MAX_ARGS]
@@ -132,6 +146,12 @@ cdef class Function:
         cdef bint wrong_context = False
         cdef DriverFns* f = fns()
         cdef long long fast
+        cdef CUlaunchAttribute attr
+        cdef CUlaunchConfig config
+        cdef bint programmatic
+        if pdl is not True and pdl is not False:
+            raise TypeError(f"{self.entry}: pdl must be True or False, got {describe(pdl)}")
+        programmatic = pdl
         dims(grid, g, "grid")
         dims(block, b, "block")
         if fast_int(smem, &fast) and 0 <= fast <= 0xFFFFFFFF:
@@ -146,6 +166,16 @@ cdef class Function:
             shared = smem
         stream_handle(stream, &s)
         pack(self._kinds, len(self._kinds), args, self.entry, slots, params)
+        if programmatic:
+            memset(&attr, 0, sizeof(attr))
+            attr.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+            attr.value = 1
+            config.gridDimX, config.gridDimY, config.gridDimZ = g[0], g[1], g[2]
+            config.blockDimX, config.blockDimY, config.blockDimZ = b[0], b[1], b[2]
+            config.sharedMemBytes = shared
+            config.hStream = s
+            config.attrs = &attr
+            config.numAttrs = 1
         with nogil:
             status = f.cuCtxGetCurrent(&cur)
             if status == 0 and cur == NULL:
@@ -154,6 +184,8 @@ cdef class Function:
                 cur = self._ctx
             if status == 0 and cur != self._ctx:
                 wrong_context = True
+            elif status == 0 and programmatic:
+                status = f.cuLaunchKernelEx(&config, self._handle, params, NULL)
             elif status == 0:
                 status = f.cuLaunchKernel(self._handle, g[0], g[1], g[2], b[0], b[1], b[2],
                                           shared, s, params, NULL)
@@ -163,11 +195,13 @@ cdef class Function:
                 f"{self.entry} was loaded in another context than the current one; make its "
                 "device current (torch.cuda.set_device or `with torch.cuda.device(...)`) or "
                 "load the module again on this device",
-                "cuLaunchKernel",
+                "cuLaunchKernelEx" if programmatic else "cuLaunchKernel",
             )
         if status != 0:
-            check(status, f"cuLaunchKernel({self.entry}, grid={tuple(g)}, block={tuple(b)}, "
-                          f"smem={shared})")
+            call = "cuLaunchKernelEx" if programmatic else "cuLaunchKernel"
+            extra = ", programmatic stream serialization" if programmatic else ""
+            check(status, f"{call}({self.entry}, grid={tuple(g)}, block={tuple(b)}, "
+                          f"smem={shared}{extra})")
 
     cdef int _get(self, int attribute, str what) except? -1:
         cdef DriverFns* f = fns()

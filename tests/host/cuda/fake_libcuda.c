@@ -29,6 +29,9 @@ static unsigned long long last_stream;
 static unsigned char last_params[4096];
 static int last_params_size;
 static int dyn_smem_limit = 232448;
+static int last_ex = 0;            /* 1: the last launch came through cuLaunchKernelEx */
+static int last_attr_count = 0;
+static int last_attr_ids[8], last_attr_values[8];
 static __thread CUcontext current = 0, pushed_from = 0;
 static char contexts[2];  /* primary context of device d is &contexts[d] */
 
@@ -51,6 +54,14 @@ int fake_unload_in_module_ctx(void) { return unload_in_module_ctx; }
 void fake_set_signature(const char* s) { strncpy(signature, s, sizeof signature - 1); }
 void fake_last_launch(unsigned* dims, unsigned* smem, unsigned long long* stream) {
     memcpy(dims, last_dims, sizeof last_dims); *smem = last_smem; *stream = last_stream;
+}
+/* How the last launch was made: returns 1 for cuLaunchKernelEx (its attributes' ids and the
+ * int at the start of each value are copied out, *count set), 0 for cuLaunchKernel. */
+int fake_last_launch_ex(int* count, int* ids, int* values) {
+    *count = last_ex ? last_attr_count : 0;
+    memcpy(ids, last_attr_ids, sizeof last_attr_ids);
+    memcpy(values, last_attr_values, sizeof last_attr_values);
+    return last_ex;
 }
 int fake_last_params(unsigned char* out) {
     memcpy(out, last_params, last_params_size); return last_params_size;
@@ -170,10 +181,10 @@ CUresult cuOccupancyMaxActiveBlocksPerMultiprocessor(int* n, void* f, int thread
     return OK;
 }
 
-#ifndef OMIT_LAUNCH
-CUresult cuLaunchKernel(void* f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
-                        unsigned bz, unsigned smem, void* stream, void** params, void** extra) {
-    note_gil();
+/* The launch both entry points make: checks, then records geometry and parameters. */
+static CUresult record_launch(void* f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+                              unsigned by, unsigned bz, unsigned smem, void* stream,
+                              void** params, void** extra) {
     Function* fn = f;
     if (!current) return INVALID_CONTEXT;
     if (fn->module->ctx != current) return INVALID_CONTEXT;
@@ -190,4 +201,42 @@ CUresult cuLaunchKernel(void* f, unsigned gx, unsigned gy, unsigned gz, unsigned
     }
     return OK;
 }
+
+#ifndef OMIT_LAUNCH
+CUresult cuLaunchKernel(void* f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                        unsigned bz, unsigned smem, void* stream, void** params, void** extra) {
+    note_gil();
+    last_ex = 0;
+    return record_launch(f, gx, gy, gz, bx, by, bz, smem, stream, params, extra);
+}
 #endif
+
+/* cuda.h's layouts (CUDA 12/13, 64-bit): a 72-byte attribute (id, padding, 64-byte union) and
+ * the 56-byte launch config. */
+typedef struct { int id; char pad[4]; union { char bytes[64]; int i; void* p; } value; } Attr;
+typedef struct {
+    unsigned gx, gy, gz, bx, by, bz, smem;
+    void* stream;
+    Attr* attrs;
+    unsigned num_attrs;
+} LaunchConfig;
+
+CUresult cuLaunchKernelEx(const LaunchConfig* config, void* f, void** params, void** extra) {
+    note_gil();
+    _Static_assert(sizeof(Attr) == 72 && sizeof(LaunchConfig) == 56, "cuda.h layouts");
+    if (!config || config->num_attrs > 8 || (config->num_attrs && !config->attrs)) {
+        return INVALID_VALUE;
+    }
+    for (unsigned i = 0; i < config->num_attrs; i++) {
+        if (config->attrs[i].id == 6 && config->attrs[i].value.i != 0 &&
+            config->attrs[i].value.i != 1) {
+            return INVALID_VALUE;  /* PROGRAMMATIC_STREAM_SERIALIZATION takes 0 or 1 */
+        }
+        last_attr_ids[i] = config->attrs[i].id;
+        last_attr_values[i] = config->attrs[i].value.i;
+    }
+    last_attr_count = (int)config->num_attrs;
+    last_ex = 1;
+    return record_launch(f, config->gx, config->gy, config->gz, config->bx, config->by,
+                         config->bz, config->smem, config->stream, params, extra);
+}

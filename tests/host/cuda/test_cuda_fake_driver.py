@@ -108,11 +108,47 @@ def test_launch_passes_geometry_stream_and_packed_args(fake):
     assert _last_launch(fake)[:4] == ((1, 1, 5), (32, 4, 2), 0, 0x10)
 
 
+def _last_ex(lib) -> tuple[int, list[tuple[int, int]]]:
+    count = ctypes.c_int()
+    ids, values = (ctypes.c_int * 8)(), (ctypes.c_int * 8)()
+    ex = lib.fake_last_launch_ex(ctypes.byref(count), ids, values)
+    return ex, [(ids[i], values[i]) for i in range(count.value)]
+
+
+def test_pdl_launch_goes_through_launch_kernel_ex_with_the_attribute(fake):
+    fake.fake_set_signature(b"pif")
+    f = Module.load(CUBIN).function("k", signature="pif")
+    f.launch((5, 2), (64, 2), (0x2000, 3, 1.5), smem=1024, stream=0x77, pdl=True)
+    grid, block, smem, stream, params = _last_launch(fake)
+    assert (grid, block, smem, stream) == ((5, 2, 1), (64, 2, 1), 1024, 0x77)
+    assert params == struct.pack("<Qif", 0x2000, 3, 1.5)
+    # CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION (6) = 1, and nothing else.
+    assert _last_ex(fake) == (1, [(6, 1)])
+    # The default (and pdl=False) keeps the plain cuLaunchKernel path.
+    f.launch(1, 32, (0, 1, 2.0))
+    assert _last_ex(fake) == (0, [])
+    f.launch(1, 32, (0, 1, 2.0), pdl=False)
+    assert _last_ex(fake) == (0, [])
+
+
+def test_pdl_must_be_a_bool_and_errors_name_the_ex_call(fake):
+    f = Module.load(CUBIN).function("k", signature="")
+    with pytest.raises(TypeError, match="pdl must be True or False"):
+        f.launch(1, 1, (), pdl=1)
+    with pytest.raises(TypeError):
+        f.launch(1, 1, (), 0, 0, True)  # keyword-only: no positional slot for it
+    with pytest.raises(CudaDriverError) as e:
+        f.launch(1, 2048, (), pdl=True)
+    assert "cuLaunchKernelEx(k, grid=(1, 1, 1), block=(2048, 1, 1)" in e.value.call
+    assert "programmatic stream serialization" in e.value.call
+
+
 def test_gil_is_released_around_every_driver_call(fake):
     fake.fake_set_signature(b"pi")
     device_attributes(0)
     f = Module.load(CUBIN).function("k", signature="pi")
     f.launch(1, 1, (0, 1))
+    f.launch(1, 1, (0, 1), pdl=True)
     _ = (f.num_regs, f.local_bytes, f.max_active_blocks(128))
     driver.synchronize()
     assert fake.fake_gil_held_calls() == 0
