@@ -141,6 +141,14 @@ KNOBS: tuple[Knob, ...] = (
         "0 hides progress bars of long compiles and sweeps.",
     ),
     Knob(
+        "SPIO_PDL",
+        "pdl",
+        bool,
+        True,
+        "0 launches the second passes (layernorm_2d and conv2d_gw8 wgrad reductions) without "
+        "programmatic dependent launch on sm_90+; read when a kernel is loaded.",
+    ),
+    Knob(
         "SPIO_MAX_TEST_PARAMS",
         "max_test_params",
         int,
@@ -197,6 +205,7 @@ class Settings:
     autotune: bool  # SPIO_AUTOTUNE
     log_level: str  # SPIO_LOG_LEVEL
     progress: bool  # SPIO_PROGRESS
+    pdl: bool  # SPIO_PDL
     max_test_params: int | None  # SPIO_MAX_TEST_PARAMS
     test_seed: int | None  # SPIO_TEST_SEED
 

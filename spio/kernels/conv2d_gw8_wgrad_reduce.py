@@ -122,6 +122,10 @@ def reduce_launch(
     slices: int,
     stream: int,
 ) -> None:
+    """grad_weight, grad_bias <- the ordered sums of the `slices` partials. A dependent launch:
+    the kernel executes griddepcontrol.wait before reading them, so on sm_90+ it launches with
+    programmatic dependent launch (PDL, unless SPIO_PDL=0) and overlaps the wgrad kernel's tail;
+    call it right after the wgrad launch on the same stream."""
     kernel.launch(
         reduce_grid(p, cfg),
         (
@@ -132,6 +136,7 @@ def reduce_launch(
             slices,
         ),
         stream=stream,
+        dependent=True,
     )
 
 

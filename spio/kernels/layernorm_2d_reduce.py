@@ -235,7 +235,8 @@ def launch_reduce(loaded: Any, p: LayerNorm2dParams, cfg: ReduceConfig, *, dweig
                   dbias_part: Any, dweight: Any, dbias: Any, parts: int,
                   stream: int = 0) -> None:  # fmt: skip
     """dweight, dbias <- column sums of the (parts, C) fp32 partials (None where absent).
-    loaded: the layernorm_2d_bwd_reduce variant of (p, cfg)."""
+    loaded: the layernorm_2d_bwd_reduce variant of (p, cfg). Launched as a dependent kernel:
+    with programmatic dependent launch where the loaded kernel allows it (sm_90+, SPIO_PDL)."""
     _require(p)
     if parts < 1:
         raise ValueError(f"layernorm_2d launch_reduce: parts must be >= 1, got {parts}")
@@ -246,10 +247,13 @@ def launch_reduce(loaded: Any, p: LayerNorm2dParams, cfg: ReduceConfig, *, dweig
                 "it with 16-byte loads); pass a fresh contiguous tensor, not an offset view"
             )
     ptr = lambda t: 0 if t is None else t  # noqa: E731  (a null pointer for an absent tensor)
+    # dependent: the kernel executes griddepcontrol.wait before reading the partials, so on
+    # sm_90+ it launches with PDL and overlaps the backward's tail (loader.programmatic_launch).
     loaded.launch(
         reduce_grid(p, cfg),
         (ptr(dweight_part), ptr(dbias_part), ptr(dweight), ptr(dbias), parts),
         stream=stream,
+        dependent=True,
     )
 
 

@@ -16,14 +16,45 @@ from spio.kernels.kernel_def import KernelDef, KernelSpec
 
 @dataclass(frozen=True)
 class LoadedKernel:
-    """A kernel variant loaded on one device, ready to launch."""
+    """A kernel variant loaded on one device, ready to launch.
+
+    pdl: whether launches that ask for it (`launch(..., dependent=True)`) use programmatic
+    dependent launch; `programmatic_launch(arch)` at load time (sm_90+ cubin, CUDA 12.3+
+    driver, SPIO_PDL on)."""
 
     spec: KernelSpec
     function: Any  # spio.cuda Function
     module: Any  # keeps the module alive as long as the function
+    pdl: bool = False
 
-    def launch(self, grid, args, stream: int = 0) -> None:
-        self.function.launch(grid, self.spec.block, args, smem=self.spec.smem, stream=stream)
+    def launch(self, grid, args, stream: int = 0, *, dependent: bool = False) -> None:
+        """dependent=True: this kernel executes `griddepcontrol.wait` before it reads what the
+        previous kernel in the stream wrote, so it may be launched with PDL (when self.pdl) and
+        overlap that kernel's tail. Only second passes whose source does so may pass it."""
+        self.function.launch(
+            grid, self.spec.block, args, smem=self.spec.smem, stream=stream,
+            pdl=dependent and self.pdl,
+        )  # fmt: skip
+
+
+# CUDA 12.3: the first driver that captures a PDL launch into a CUDA graph (as a programmatic
+# edge); older drivers get plain launches, so graph capture keeps working everywhere.
+PDL_MIN_DRIVER = (12, 3)
+
+
+def programmatic_launch(arch: str) -> bool:
+    """Whether dependent second passes of a cubin built for `arch` launch with PDL: compute
+    capability 9.0+ (griddepcontrol exists; an sm_90+ cubin runs only on such a device), a
+    driver of CUDA 12.3+ (stream capture of PDL launches) and SPIO_PDL on (the default).
+    Read once per loaded kernel: clear the function cache after changing SPIO_PDL in-process."""
+    from spio.cuda import driver_version
+    from spio.settings import settings
+
+    major = int(arch.removeprefix("sm_").rstrip("a")) // 10
+    if major < 9 or not settings().pdl:
+        return False
+    version = driver_version()
+    return version is not None and version >= PDL_MIN_DRIVER
 
 
 def compile_spec(spec: KernelSpec, arch: str) -> bytes:
@@ -43,7 +74,7 @@ def load_spec(spec: KernelSpec, arch: str) -> LoadedKernel:
     function = module.function(spec.entry, signature=spec.signature)
     if spec.smem > 48 * 1024:
         function.set_max_dynamic_smem(spec.smem)
-    return LoadedKernel(spec=spec, function=function, module=module)
+    return LoadedKernel(spec=spec, function=function, module=module, pdl=programmatic_launch(arch))
 
 
 class FunctionCache:

@@ -16,6 +16,12 @@
 ///   issued together, then the adds in slice order): a run shorter than UNROLL no longer waits
 ///   out one DRAM latency per slice (7-25 us on the H100 before). The launch picks PARTS from
 ///   the slice count (spio.kernels.conv2d_gw8_wgrad_reduce.config_for) so a run is <= UNROLL.
+/// Launch: on sm_90+ the host launches this kernel with programmatic dependent launch (PDL), so
+///   it may start while the wgrad kernel still runs; `griddepcontrol.wait` (first statement)
+///   holds every thread until that grid has completed and its partials are visible. Partials
+///   are read with ld.global.cg (__ldcg: L2, coherent): the non-coherent read-only path that a
+///   const __restrict__ load may compile to assumes the data never changes while the kernel
+///   lives, which an overlapping producer breaks.
 /// Assumes: partial slices contiguous with a stride of C·8·R·S floats, bias slices of C floats.
 
 namespace {
@@ -26,6 +32,10 @@ extern "C" __global__ void __launch_bounds__(THREADS)
     conv2d_gw8_wgrad_reduce(Elem* __restrict__ grad_weight, Elem* __restrict__ grad_bias,
                             const float* __restrict__ partial,
                             const float* __restrict__ bias_partial, int slices) {
+    // PDL: wait for the wgrad kernel (a no-op without PDL or below sm_90).
+#if __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
     __shared__ float smem_parts_raw[SmemParts::storage_size()];
     const SmemParts smem_parts(smem_parts_raw);  // (PART, LANE): each run's sum per element
     const BlockIdx block(blockIdx.x);
@@ -55,7 +65,8 @@ extern "C" __global__ void __launch_bounds__(THREADS)
             float v[UNROLL];
 #pragma unroll
             for (int k = 0; k < UNROLL; ++k) {
-                v[k] = slice + k < end ? src[static_cast<long long>(slice + k) * stride] : 0.f;
+                v[k] = slice + k < end ? __ldcg(src + static_cast<long long>(slice + k) * stride)
+                                       : 0.f;
             }
 #pragma unroll
             for (int k = 0; k < UNROLL; ++k) {

@@ -86,6 +86,10 @@ static_assert(ACC_SMEM ? OUTPUTS > 0 : ROWS_PER_BLOCK == 1 || OUTPUTS == 0,
 extern "C" __global__ void __launch_bounds__(BLOCK_THREADS, BWD_MIN_BLOCKS)
 layernorm_2d_bwd(Raw* x_ptr, Raw* dy_ptr, float* mean_ptr, float* rstd_ptr, WEIGHT* weight_ptr,
                  Raw* dx_ptr, float* dweight_part, float* dbias_part, int m) {
+    // PDL trigger (sm_90+): the reduce may be scheduled now; it waits for this grid's end.
+#if __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;");
+#endif
     // ---- setup
     __shared__ float smem_scratch[2 * WARPS];
     // Row slot r of output o at o·ACC_FLOATS + r·C (COMBINE views; with one row slot, the

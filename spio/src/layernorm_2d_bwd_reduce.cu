@@ -16,6 +16,11 @@
 ///   DEPTH of them in flight at once, and there are ~SM-count CTAs or more.
 /// Pipeline: DEPTH independent vector loads per step, then their adds in row order; one barrier
 ///   between the per-warp sums and the combine.
+/// Launch: on sm_90+ the host launches this kernel with programmatic dependent launch (PDL), so
+///   it may start while layernorm_2d_bwd still runs; `griddepcontrol.wait` (first statement)
+///   holds every thread until that grid has completed and its partials are visible. The
+///   partials are read with ld.global.cg (L2, coherent), not the non-coherent __ldg path, whose
+///   read-only-for-the-kernel's-lifetime rule an overlapping producer would break.
 /// Assumes: partial rows of C fp32 contiguous, 16-byte aligned, C % 4 == 0; dweight/dbias hold C
 ///   elements of WEIGHT.
 #include "spio/spio.h"
@@ -67,6 +72,11 @@ layernorm_2d_bwd_reduce(float* dweight_part, float* dbias_part, WEIGHT* dweight,
                   "layernorm_2d_bwd_reduce: nothing to reduce without weight or bias; skip the "
                   "launch");
 
+    // ---- PDL: wait for layernorm_2d_bwd (a no-op without PDL or below sm_90)
+#if __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+
     // ---- setup: which output, which channels, which partial rows
     __shared__ Sum4 smem_warps[WARPS][LANES];
     const bool bias_pass = !HAS_WEIGHT || blockIdx.y == 1;
@@ -85,7 +95,7 @@ layernorm_2d_bwd_reduce(float* dweight_part, float* dbias_part, WEIGHT* dweight,
 #pragma unroll
             for (int u = 0; u < DEPTH; ++u) {
                 const PART q = p + PART(u * SPLITS);
-                v[u] = q < rows ? __ldg(partials[q][vec].get()) : uint4{};
+                v[u] = q < rows ? __ldcg(partials[q][vec].get()) : uint4{};
             }
 #pragma unroll
             for (int u = 0; u < DEPTH; ++u) {

@@ -234,15 +234,16 @@ def test_launch_backward_derives_reduce_from_parts(monkeypatch):
     dev = DEVICES[0]
     p = LayerNorm2dParams(c=256, m=128 * 14 * 14, dtype="float16")
     cfg = k.BWD.heuristic(p, dev)
-    launches = []
+    launches, dependents = [], []
 
     class Fake:
         def __init__(self, spec, per_sm=1):
             self.spec = spec
             self.function = SimpleNamespace(max_active_blocks=lambda t, s: per_sm, num_regs=32)
 
-        def launch(self, grid, args, stream=0):
+        def launch(self, grid, args, stream=0, dependent=False):
             launches.append((self, grid, args[-1]))
+            dependents.append(dependent)
 
     fetched = []
     fakes = {}
@@ -268,7 +269,9 @@ def test_launch_backward_derives_reduce_from_parts(monkeypatch):
     for per_sm in (2, 8):
         monkeypatch.setattr(k, "_resident_cache", {})
         launches.clear()
+        dependents.clear()
         k.launch_backward(Fake(bwd_specs[per_sm], per_sm), True, p, cfg, dev, **args)
+        assert dependents == [False, True]  # the reduce is the PDL-capable dependent launch
         parts = per_sm * dev.sm_count
         want, want_kernel = fakes[parts]
         (_, bwd_grid, _), (red, red_grid, red_parts) = launches

@@ -1,0 +1,163 @@
+"""Programmatic dependent launch (PDL) without a GPU: who launches with it, and what the kernels
+compile to.
+
+- The loader's policy (`programmatic_launch`): sm_90+ cubins, a CUDA 12.3+ driver, SPIO_PDL on.
+- `LoadedKernel.launch(..., dependent=True)` reaches `Function.launch(..., pdl=...)` only when
+  the loaded kernel allows it; the two reduce launchers ask for it, the first passes do not.
+- NVRTC: the reduce kernels compile for sm_80 and sm_90; on sm_90 `griddepcontrol.wait`
+  (SASS ACQBULK) comes before every load of the partials and none of those loads takes the
+  non-coherent path (LDG...CONSTANT); layernorm_2d_bwd triggers its dependents (PREEXIT) on
+  sm_90 only. The binding itself (cuLaunchKernelEx and its attribute) is tested against the
+  fake libcuda in test_cuda_fake_driver.py.
+"""
+
+from __future__ import annotations
+
+import re
+from types import SimpleNamespace
+
+import pytest
+
+from spio.cuda import known_device
+from spio.kernels import conv2d_gw8_wgrad_reduce as rd
+from spio.kernels import layernorm_2d as k
+from spio.kernels import loader
+from spio.kernels.conv2d_gw8_params import Conv2dGw8Params
+from spio.kernels.layernorm_2d_params import LayerNorm2dParams
+from spio.settings import override
+
+H100 = known_device("H100")
+
+
+# ---- policy --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "arch, driver, knob, expected",
+    [
+        ("sm_90", (12, 4), True, True),
+        ("sm_90a", (13, 0), True, True),
+        ("sm_100", (12, 8), True, True),
+        ("sm_120", (12, 8), True, True),
+        ("sm_90", (12, 4), False, False),  # SPIO_PDL=0
+        ("sm_90", (12, 2), True, False),  # no PDL edges in captured graphs before CUDA 12.3
+        ("sm_90", None, True, False),  # no driver
+        ("sm_89", (12, 4), True, False),  # griddepcontrol needs sm_90
+        ("sm_80", (13, 0), True, False),
+    ],
+)
+def test_programmatic_launch_policy(monkeypatch, arch, driver, knob, expected):
+    import spio.cuda
+
+    monkeypatch.setattr(spio.cuda, "driver_version", lambda: driver)
+    with override(pdl=knob):
+        assert loader.programmatic_launch(arch) is expected
+
+
+def test_pdl_knob_defaults_on():
+    with override(pdl=None):
+        from spio.settings import settings
+
+        assert settings().pdl is True
+
+
+def _loaded(pdl: bool, calls: list) -> loader.LoadedKernel:
+    spec = SimpleNamespace(block=(128, 1, 1), smem=512)
+    fn = SimpleNamespace(launch=lambda *a, **kw: calls.append((a, kw)))
+    return loader.LoadedKernel(spec=spec, function=fn, module=None, pdl=pdl)
+
+
+@pytest.mark.parametrize("allowed", [True, False])
+def test_loaded_kernel_launches_dependent_with_pdl_only_when_allowed(allowed):
+    calls = []
+    kern = _loaded(allowed, calls)
+    kern.launch((3, 1, 1), (1, 2), stream=7)
+    kern.launch((3, 1, 1), (1, 2), stream=7, dependent=True)
+    assert calls == [
+        (((3, 1, 1), (128, 1, 1), (1, 2)), {"smem": 512, "stream": 7, "pdl": False}),
+        (((3, 1, 1), (128, 1, 1), (1, 2)), {"smem": 512, "stream": 7, "pdl": allowed}),
+    ]
+    assert loader.LoadedKernel(spec=None, function=None, module=None).pdl is False
+
+
+def test_reduce_launchers_ask_for_a_dependent_launch():
+    seen = []
+
+    class Fake:
+        def launch(self, grid, args, stream=0, dependent=False):
+            seen.append((grid, args, stream, dependent))
+
+    p = LayerNorm2dParams(c=64, m=100, dtype="float16")
+    cfg = k.ReduceConfig(32, 128)
+    k.launch_reduce(Fake(), p, cfg, dweight_part=0x100, dbias_part=0x200, dweight=0x300,
+                    dbias=0x400, parts=5, stream=11)  # fmt: skip
+    assert seen[-1] == (k.reduce_grid(p, cfg), (0x100, 0x200, 0x300, 0x400, 5), 11, True)
+
+    cp = Conv2dGw8Params(n=2, c=64, h=8, w=8, r=3, s=3, pad_h=1, pad_w=1, has_bias=True)
+    rcfg = rd.config_for(16)
+    rd.reduce_launch(Fake(), cp, rcfg, 0x10, 0x20, 0x30, 0x40, 16, 9)
+    assert seen[-1] == (rd.reduce_grid(cp, rcfg), (0x10, 0x20, 0x30, 0x40, 16), 9, True)
+
+
+# ---- NVRTC: what the kernels compile to -----------------------------------------------------
+
+LN = LayerNorm2dParams(c=512, m=128 * 49, dtype="float16")
+LN_BIAS_ONLY = LayerNorm2dParams(c=96, m=1000, dtype="bfloat16", wdtype="float32",
+                                 has_weight=False)  # fmt: skip
+CONV = Conv2dGw8Params(n=8, c=64, h=56, w=56, r=3, s=3, pad_h=1, pad_w=1, has_bias=True)
+CONV_K7 = Conv2dGw8Params(n=8, c=512, h=7, w=7, r=7, s=7, pad_h=3, pad_w=3, has_bias=False)
+
+
+def _reduce_specs():
+    out = []
+    for p in (LN, LN_BIAS_ONLY):
+        out.append(pytest.param(k.reduce_spec(p, k.reduce_heuristic(p, H100), H100),
+                                id=f"ln-c{p.c}"))  # fmt: skip
+    for p in (CONV, CONV_K7):
+        out.append(pytest.param(rd.reduce_spec(p, rd.config_for(64)), id=f"conv-c{p.c}k{p.r}"))
+    return out
+
+
+def _sass(spec, arch: str) -> list[str]:
+    from spio.compiler import disasm
+
+    text = disasm.disassemble(loader.compile_spec(spec, arch))
+    return [m.group(1) for m in re.finditer(r"/\*[0-9a-f]{4,}\*/\s+([^;]*);", text)]
+
+
+def _needs_cuobjdump():
+    from spio.compiler.locate import find_tool
+
+    if find_tool("cuobjdump") is None and find_tool("nvdisasm") is None:
+        pytest.skip("needs cuobjdump or nvdisasm to read the SASS (pip install spio[test])")
+
+
+@pytest.mark.parametrize("spec", _reduce_specs())
+def test_reduce_waits_before_reading_partials_on_sm90(spec):
+    _needs_cuobjdump()
+    sass = _sass(spec, "sm_90")
+    waits = [i for i, ins in enumerate(sass) if "ACQBULK" in ins]
+    loads = [i for i, ins in enumerate(sass) if re.search(r"\bLDG\b", ins)]
+    assert waits, f"{spec.entry}: no griddepcontrol.wait (ACQBULK) in the sm_90 SASS"
+    assert loads, f"{spec.entry}: no global loads found; the SASS check is out of date"
+    assert waits[0] < loads[0], f"{spec.entry}: a global load precedes griddepcontrol.wait"
+    nc = [ins for ins in sass if "LDG" in ins and "CONSTANT" in ins]
+    assert not nc, f"{spec.entry}: non-coherent loads of data a PDL producer writes: {nc}"
+
+
+@pytest.mark.parametrize("spec", _reduce_specs())
+def test_reduce_compiles_for_sm80_without_grid_dependency_control(spec):
+    _needs_cuobjdump()
+    sass = _sass(spec, "sm_80")
+    assert not [ins for ins in sass if "ACQBULK" in ins or "PREEXIT" in ins]
+    assert [ins for ins in sass if "LDG" in ins]
+
+
+@pytest.mark.parametrize("arch, triggers", [("sm_90", True), ("sm_80", False)])
+def test_layernorm_backward_triggers_its_dependents_on_sm90(arch, triggers):
+    _needs_cuobjdump()
+    dev = known_device(arch)
+    spec = k.backward_spec(LN, k.BWD.heuristic(LN, dev), dev)
+    sass = _sass(spec, arch)
+    assert any("PREEXIT" in ins for ins in sass) is triggers
+    assert not any("ACQBULK" in ins for ins in sass)  # the first pass never waits
