@@ -99,6 +99,10 @@ class FunctionCache:
     def __len__(self) -> int:
         return len(self._loaded)
 
+    def items(self) -> list[tuple[tuple, LoadedKernel]]:
+        """((family name, params, config, device ordinal), loaded kernel) of every entry."""
+        return list(self._loaded.items())
+
     def clear(self) -> None:
         self._loaded.clear()
 
