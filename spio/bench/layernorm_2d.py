@@ -10,13 +10,20 @@ Columns (GB/s, each counting the same bytes: spio's traffic per the kernel's hea
   add1        an elementwise pass of the same size, torch.add(x, 1, out=y): the practical ceiling
   backward: spio's dx kernel + the ordered dweight/dbias reduce vs aten.native_layer_norm_backward
   on the permuted channels_last view; the reference line is the measured copy bandwidth.
+  copy_fwd, copy_bwd  the same-size copy yardstick: dst.copy_(src) of (traffic bytes / 2), so it
+              reads and writes exactly the forward's (backward's) traffic, timed the same way;
+              fwd_vs_copy, bwd_vs_copy are the copy's time over spio's (1.0 = copy speed)
+  bwd_vs_bigcopy  spio's backward GB/s over the large-copy bandwidth (2 GiB copy): at these sizes
+              (6-50 MB) even a plain copy or elementwise pass reaches only part of it (fixed
+              launch and ramp costs), so both yardsticks are reported
 
 Method: spio.bench.timing.bench (CUDA events, time-based warm-up, L2 flushed before every rep,
 median, p20/p80). Compiles happen in a warm-up pass; the timed pass runs under
 SPIO_ASSERT_NO_COMPILE. Each shape's outputs are checked against PyTorch's.
 
 Targets (H100, issue 5): forward ≥ 85% of add1 and ≥ 4× torch_cl at N=128; backward ≥ 75% of
-copy bandwidth counting its real traffic (read x, dy; write dx; mean/rstd).
+copy speed counting its real traffic (read x, dy; write dx; mean/rstd), reported against both
+the same-size copy and the large-copy bandwidth.
 
 `--sweep-bwd` then times every backward config (dx kernel + reduce) and the reduce alone at the
 BASELINE shapes and prints the fastest five next to the heuristic's pick: the data for the
@@ -159,11 +166,14 @@ def measure(n: int, c: int, s: int, dtype: torch.dtype, reps: int) -> dict:
         )
 
     t_tbwd = bench(torch_backward, reps=reps, device=dev)
+    fwd_bytes = k.FWD.stats(p).bytes_moved
+    bwd_bytes = k.BWD.stats(p).bytes_moved
+    t_copy_fwd, t_copy_bwd = (
+        _same_size_copy(nbytes, reps, dev) for nbytes in (fwd_bytes, bwd_bytes)
+    )
     ref_dx, ref_dw, ref_db = torch.ops.aten.native_layer_norm_backward(
         dyp, xp, (c,), mean, rstd, w, b, [True, True, True]
     )
-    fwd_bytes = k.FWD.stats(p).bytes_moved
-    bwd_bytes = k.BWD.stats(p).bytes_moved
     return {
         "shape": f"C{c}@{s}x{s}",
         "spio_fwd_gbps": t_fwd.gbps(fwd_bytes),
@@ -175,6 +185,10 @@ def measure(n: int, c: int, s: int, dtype: torch.dtype, reps: int) -> dict:
         "spio_bwd_gbps": t_bwd.gbps(bwd_bytes),
         "torch_bwd_gbps": t_tbwd.gbps(bwd_bytes),
         "bwd_speedup": t_tbwd.median_ms / t_bwd.median_ms,
+        "copy_fwd_gbps": t_copy_fwd.gbps(fwd_bytes),
+        "copy_bwd_gbps": t_copy_bwd.gbps(bwd_bytes),
+        "fwd_vs_copy": t_copy_fwd.median_ms / t_fwd.median_ms,
+        "bwd_vs_copy": t_copy_bwd.median_ms / t_bwd.median_ms,
         "spio_fwd_ms": t_fwd.median_ms,
         "spio_fwd_p20_ms": t_fwd.p20_ms,
         "spio_fwd_p80_ms": t_fwd.p80_ms,
@@ -187,15 +201,30 @@ def measure(n: int, c: int, s: int, dtype: torch.dtype, reps: int) -> dict:
     }
 
 
+def _same_size_copy(traffic_bytes: int, reps: int, dev: torch.device):
+    """Timing of dst.copy_(src) over traffic_bytes / 2 bytes: the copy reads and writes exactly
+    `traffic_bytes`, the speed a kernel moving that much data could reach at this size."""
+    src = torch.empty(max(traffic_bytes // 2, 1), dtype=torch.uint8, device=dev)
+    dst = torch.empty_like(src)
+    return bench(lambda: dst.copy_(src), reps=reps, device=dev)
+
+
+def _ok(met: bool) -> str:
+    return "met" if met else "MISSED"
+
+
 def _targets(rows: list[dict], copy_gbps: float) -> list[str]:
+    """Issue 5's targets per shape; the backward against both the same-size copy and the
+    large-copy bandwidth (met/MISSED judged on each)."""
     lines = []
     for r in rows:
         fwd_ok = r["fwd_vs_add1"] >= 0.85 and r["fwd_speedup"] >= 4.0
-        bwd_ok = r["spio_bwd_gbps"] >= 0.75 * copy_gbps
+        big = r["spio_bwd_gbps"] / copy_gbps
         lines.append(
             f"  {r['shape']:>11}: forward {r['fwd_vs_add1']:.0%} of add1 (>= 85%), "
-            f"{r['fwd_speedup']:.1f}x torch (>= 4x) {'met' if fwd_ok else 'MISSED'}; backward "
-            f"{r['spio_bwd_gbps'] / copy_gbps:.0%} of copy (>= 75%) {'met' if bwd_ok else 'MISSED'}"
+            f"{r['fwd_speedup']:.1f}x torch (>= 4x) {_ok(fwd_ok)}; backward (>= 75% of copy) "
+            f"{r['bwd_vs_copy']:.0%} of the same-size copy {_ok(r['bwd_vs_copy'] >= 0.75)}, "
+            f"{big:.0%} of the large copy {_ok(big >= 0.75)}"
         )
     return lines
 
@@ -288,15 +317,18 @@ def main(argv: list[str] | None = None) -> int:
     for n, c, s in shapes(args.quick):
         rows.append(measure(n, c, s, DTYPES[args.dtype], reps))
         r = rows[-1]
+        r["bwd_vs_bigcopy"] = r["spio_bwd_gbps"] / copy_gbps
         print(
             f"  {r['shape']:>11}: fwd spio {r['spio_fwd_gbps']:.0f} GB/s, torch "
             f"{r['torch_cl_gbps']:.0f}, add1 {r['add1_gbps']:.0f}; bwd spio "
-            f"{r['spio_bwd_gbps']:.0f}, torch {r['torch_bwd_gbps']:.0f}",
+            f"{r['spio_bwd_gbps']:.0f}, torch {r['torch_bwd_gbps']:.0f}, same-size copy "
+            f"{r['copy_bwd_gbps']:.0f} ({r['bwd_vs_copy']:.0%})",
             flush=True,
         )
     print(
         f"\nlayernorm_2d {args.dtype} N={BATCH} on {torch.cuda.get_device_name()} "
-        f"(GB/s of spio's traffic, median, L2 flushed); copy bandwidth {copy_gbps:.0f} GB/s"
+        f"(GB/s of spio's traffic, median, L2 flushed); large-copy bandwidth {copy_gbps:.0f} "
+        "GB/s; copy_fwd/copy_bwd: a copy of the same traffic"
     )
     print_table(rows)
     print("\nTargets:")
@@ -315,7 +347,7 @@ def main(argv: list[str] | None = None) -> int:
         write_csv(rows, args.csv)
     if args.plot:
         series = ["spio_fwd_gbps", "torch_cl_gbps", "torch_nchw_gbps", "add1_gbps",
-                  "spio_bwd_gbps", "torch_bwd_gbps"]  # fmt: skip
+                  "spio_bwd_gbps", "torch_bwd_gbps", "copy_bwd_gbps"]  # fmt: skip
         plot(rows, "shape", series, args.plot, ylabel="GB/s", roofline=copy_gbps,
              title=f"layernorm_2d {args.dtype}, N={BATCH}")  # fmt: skip
     return 1 if bad else 0
