@@ -33,7 +33,7 @@ class LoadedKernel:
         overlap that kernel's tail. Only second passes whose source does so may pass it."""
         self.function.launch(
             grid, self.spec.block, args, smem=self.spec.smem, stream=stream,
-            pdl=dependent and self.pdl,
+            pdl=bool(dependent) and self.pdl,
         )  # fmt: skip
 
 
