@@ -258,6 +258,7 @@ REDUCE_MAIN = r"""
 struct uint4 { unsigned x, y, z, w; };
 inline float __uint_as_float(unsigned u) { float f; std::memcpy(&f, &u, 4); return f; }
 template <class T> T __ldg(const T* p) { return *p; }
+template <class T> T __ldcg(const T* p) { return *p; }  // the reduce reads partials through L2
 inline float __shfl_xor_sync(unsigned, float v, int offset) {  // all threads call it uniformly
     static float slots[1024];
     const int t = static_cast<int>(threadIdx.x);
