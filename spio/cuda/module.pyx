@@ -132,9 +132,8 @@ cdef class Function:
         `griddepcontrol.launch_dependents` or exited. The kernel must therefore execute
         `griddepcontrol.wait` (which returns once the previous grid has completed and its
         memory is visible) before it touches anything that grid writes. Whether to ask for it
-        is the caller's policy (spio.kernels.loader decides); on devices below 9.0 the driver
-        ignores the attribute, and under stream capture it becomes a programmatic graph edge
-        (drivers of CUDA 12.3+)."""
+        is the caller's policy (spio.kernels.loader asks for it only on 9.0+ devices with a
+        CUDA 12.3+ driver, under which a captured launch becomes a programmatic graph edge)."""
         cdef unsigned int[3] g
         cdef unsigned int[3] b
         cdef uint64_t slots[MAX_ARGS]
