@@ -288,6 +288,7 @@ def test_ops_in_a_captured_graph_with_pdl(seed):
             dst.copy_(src)
         graph.replay()
         torch.cuda.synchronize()
+        del graph  # before its kernels' modules unload (the cache is cleared on leaving)
     with _pdl(False):
         eager = (*_ln_backward(*ln), *_wgrad(*cv))
     torch.cuda.synchronize()
