@@ -23,9 +23,18 @@ from spio.kernels.conv2d_gw8_params import (
 from spio.kernels.kernel_def import KernelDef, KernelSpec, KernelStats
 
 SOURCE = "conv2d_gw8_wgrad.cu"
+# Target rows per task; each is balanced over P (`block_p_choices`), so 16 at P = 56 is 14 (four
+# chunks, no ragged fifth) and 32 at P = 56 is 28.
 BLOCK_P_CHOICES = (4, 8, 16, 32)
-BLOCK_Q_CHOICES = (16, 32, 64, 128)
-WARP_CHOICES = (1, 2, 4)
+# 8 is one mma column chunk: Q <= 8 without a zero-filled chunk, Q <= 16 in two tiles (twice the
+# CTAs for small layers). Wider rows don't get it: every 8 columns would re-read 2*ceil(S/2) - 1
+# halo columns of x (37% more x at 3x3).
+BLOCK_Q_CHOICES = (8, 16, 32, 64, 128)
+NARROW_Q_MAX = 16  # widest Q offered block_q 8
+# 8 warps read a whole 128-byte line per pixel at C = 64 (one L2 request of 4 sectors instead of
+# two of 2 at 4 warps); the heuristic stays at HEURISTIC_MAX_WARPS until that is measured.
+WARP_CHOICES = (1, 2, 4, 8)
+HEURISTIC_MAX_WARPS = 4
 STAGE_CHOICES = (2, 3, 4, 6, 8)
 SPLIT_CHOICES = (1, 2, 4)
 MAX_LIVE_REGS = 160  # R * ceil(S/2) * 4 accumulators + ceil(S/2) * 2 operands + bias
@@ -64,6 +73,12 @@ def live_regs(p: Conv2dGw8Params, cfg: Conv2dGw8WgradConfig) -> int:
     return p.r * s_pairs(p) * 4 + s_pairs(p) * 2 + 4
 
 
+def block_p_choices(p: Conv2dGw8Params) -> list[int]:
+    """Rows per task: each target of BLOCK_P_CHOICES spread evenly over P, ceil(P / ceil(P /
+    target)), so the last chunk of an image is as tall as the others where P allows."""
+    return sorted({math.ceil(p.p / math.ceil(p.p / bp)) for bp in BLOCK_P_CHOICES})
+
+
 def q_tiles(p: Conv2dGw8Params, cfg: Conv2dGw8WgradConfig) -> int:
     return math.ceil(p.q / cfg.block_q)
 
@@ -94,12 +109,16 @@ def grid(p: Conv2dGw8Params, cfg: Conv2dGw8WgradConfig, dev: Any) -> tuple[int, 
 
 
 def configs(p: Conv2dGw8Params, dev: Any) -> list[Conv2dGw8WgradConfig]:
-    """Every valid wgrad config: block rows up to P, column tiles up to the first covering Q,
-    warps dividing the groups, shared memory and registers within the device's limits."""
+    """Every valid wgrad config: block rows from `block_p_choices` (balanced over P), column
+    tiles of BLOCK_Q_CHOICES up to the first covering Q (8 only up to NARROW_Q_MAX), warps of WARP_CHOICES dividing the
+    groups, STAGE_CHOICES (above 3 only up to one task's rows), SPLIT_CHOICES, shared memory and
+    registers within the device's limits."""
     out = []
-    p_choices = sorted({min(bp, p.p) for bp in BLOCK_P_CHOICES})
+    p_choices = block_p_choices(p)
     q_choices = []
     for bq in BLOCK_Q_CHOICES:
+        if bq == 8 and p.q > NARROW_Q_MAX:
+            continue
         q_choices.append(bq)
         if bq >= p.q:
             break
@@ -154,8 +173,10 @@ def heuristic(p: Conv2dGw8Params, dev: Any) -> Conv2dGw8WgradConfig:
     """The config used until a performance model exists.
 
     Rule: the smallest column tile covering Q up to 64 (one tile per row for most layers, so
-    no column partials); 4 warps when the groups allow; block_p 16 (few halo rows, short tasks);
-    then the fewest stages that put IN_FLIGHT_BYTES of x + dy rows in flight per SM with 2 splits
+    no column partials; 8 for Q <= 8); 4 warps when the groups allow; the tallest balanced
+    block_p that still gives every SM two CTAs (each task re-reads R - 1 halo rows of
+    x: a quarter more x traffic at 8 rows and 3x3, 7% at 28), else the shortest; then the fewest
+    stages that put IN_FLIGHT_BYTES of x + dy rows in flight per SM with 2 splits
     per SM (two co-resident CTAs hide each other's barriers); when even the deepest falls short
     (small rows: 14x14 layers), 4 splits per SM if their fp32 partials (written, then read back
     mostly from L2) stay under a quarter of the activation traffic; 1 split per SM when the
@@ -165,10 +186,10 @@ def heuristic(p: Conv2dGw8Params, dev: Any) -> Conv2dGw8WgradConfig:
     valid = configs(p, dev)
     if not valid:
         raise ValueError(f"conv2d_gw8 wgrad: no valid config for {p} on {dev.name}")
-    warps = max(w for w in WARP_CHOICES if p.groups % w == 0)
+    warps = max(w for w in WARP_CHOICES if w <= HEURISTIC_MAX_WARPS and p.groups % w == 0)
     block_q = next((bq for bq in BLOCK_Q_CHOICES if bq >= p.q), 64)
     block_q = min(block_q, 64)
-    block_p = min(16, p.p)
+    block_p = _tallest_block_p(p, block_q, warps, dev)
     stages = 3 if block_p >= 8 else 2  # more rows in flight to cover DRAM latency (see fprop)
 
     def distance(c: Conv2dGw8WgradConfig) -> tuple:
@@ -188,6 +209,17 @@ def heuristic(p: Conv2dGw8Params, dev: Any) -> Conv2dGw8WgradConfig:
     if fewer in valid and 2 * partial_bytes(p, best, dev) > stats(p).bytes_moved // 4:
         return fewer
     return best
+
+
+def _tallest_block_p(p: Conv2dGw8Params, block_q: int, warps: int, dev: Any) -> int:
+    """The heuristic's rows per task: the tallest balanced choice whose tasks still give every SM
+    two CTAs (one split runs at least one task), else the shortest."""
+    per_task = math.ceil(p.q / block_q) * (p.groups // warps)
+    choices = block_p_choices(p)
+    for bp in reversed(choices):
+        if p.n * math.ceil(p.p / bp) * per_task >= 2 * dev.sm_count:
+            return bp
+    return choices[0]
 
 
 def _deep_enough(

@@ -15,9 +15,29 @@
 ///   mma per dy row chunk with A = ones.
 /// Rows: input row i of a task feeds dy rows i - r (r < R) through filter row r; dy rows stay in
 ///   a shared-memory ring of R + STAGES - 1 rows until their last use.
-/// Traffic per CTA and task: reads (BLOCK_P+R-1)·(BLOCK_Q+2·ceil(S/2)-1)·WARPS·16 B of x and
-///   BLOCK_P·BLOCK_Q·WARPS·16 B of dy; writes WARPS·8·8·R·S·4 B of partials once at the end.
-///   Bound: DRAM at 3x3; at 7x7 the mma.sync rate.
+/// Dead work skipped (CTA-uniform, results unchanged: the skipped products are exact zeros):
+///   column chunks starting at or past OUT_Q (Q = 7 with BLOCK_Q 16: half the mma work; 56 in
+///   64: an eighth), dy rows past OUT_P (a ragged last chunk) and x rows that are padding (at
+///   7x7, k7, pad 3: 12 of the 49 (x row, filter row) products); padding rows and dy rows past
+///   OUT_P are not copied either. Left: at odd S the last s-pair's second column (S = 7: 1/8).
+/// Traffic per CTA and task: reads (rows of the task inside the image, at most BLOCK_P+R-1) x
+///   (BLOCK_Q+2·ceil(S/2)-1 columns, those outside zero-filled without a read)·WARPS·16 B of x
+///   and BLOCK_P·BLOCK_Q·WARPS·16 B of dy; writes WARPS·8·8·R·S·4 B of partials at the end.
+///   Bound: at 7x7 the mma.sync issue rate (and the per-row barrier); at 3x3 L2 (ncu at C64 56²
+///   k3 N128, 4x64 w4 s3 sp4: L2 81%, DRAM 42%, hit 64%). Where that L2 traffic comes from, in
+///   units of one activation tensor (x = dy = 51 MB there):
+///   - x halo rows: each task re-reads R - 1 rows: 1.46 x at BLOCK_P 4, 1.21 at 8, 1.11 at 14,
+///     1.04 at 28 (block_p is balanced over P: 14 and 28 at P = 56, no ragged chunk).
+///   - x halo columns: none when one tile covers Q (56 in 64); 1.07 x at BLOCK_Q 32.
+///   - dy: read once. Partials: 18.7 KB per slice at C64 3x3, ~256 slices at 4 splits per SM:
+///     0.09 written here and read back by the reduction.
+///   - request size: a warp's cp.async covers WARPS·16 B of each pixel, so at C = 64 one L2
+///     request carries 1 (2 warps), 2 (4) or 4 sectors (8 warps: the whole 128-byte line),
+///     and 1 warp reads half sectors (the other half goes to another CTA).
+///   So 4x64 w4 moves ~2.55 units through L2 where 2.0 are needed. The changes are in the config
+///   space and heuristic (spio/kernels/conv2d_gw8_wgrad.py): balanced taller tasks (28 rows:
+///   ~2.13 units) chosen while they leave two CTAs per SM, and 8 warps (full-line requests) for
+///   the sweep and the model to weigh; the kernel itself is unchanged by them.
 /// Pipeline: STAGES rows of x (and the matching dy row) in flight via cp.async, zero-filled
 ///   outside the image; one __syncthreads per input row. The rows of a CTA's tasks form one
 ///   stream, so the pipeline does not drain between tasks.
@@ -103,21 +123,24 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
         const Grad grad(const_cast<uint4*>(grad_ptr) +
                         static_cast<long long>(image) * Grad::storage_size());
         const int h = p0 - PAD_H + i;
-        const bool row_inside = h >= 0 && h < IN_H;
-        for_each_strided<WARPS * TILE_W, WARPS * 32>([&](int t) {
-            const C8 g(t % WARPS);
-            const int j = t / WARPS;
-            const int w = q0 - PAD_W + j;
-            const bool inside = row_inside && w >= 0 && w < IN_W;
-            const uint4* src = inside ? input[H(h)][W(w)][group0 + g].get() : in_ptr;
-            spio::cp_async_16(smem_input[STAGE(k % STAGES)][g][W(j)].get(), src, inside);
-        });
+        // A padding row's stage and a dy row past OUT_P are never read (multiply_row skips
+        // them), so they are not copied at all; the commit after this call stays unconditional.
+        if (h >= 0 && h < IN_H) {
+            for_each_strided<WARPS * TILE_W, WARPS * 32>([&](int t) {
+                const C8 g(t % WARPS);
+                const int j = t / WARPS;
+                const int w = q0 - PAD_W + j;
+                const bool inside = w >= 0 && w < IN_W;
+                const uint4* src = inside ? input[H(h)][W(w)][group0 + g].get() : in_ptr;
+                spio::cp_async_16(smem_input[STAGE(k % STAGES)][g][W(j)].get(), src, inside);
+            });
+        }
         const int p = p0 + i;
-        if (i < BLOCK_P) {
+        if (i < BLOCK_P && p < OUT_P) {
             for_each_strided<WARPS * BLOCK_Q, WARPS * 32>([&](int t) {
                 const C8 g(t % WARPS);
                 const int j = t / WARPS;
-                const bool inside = p < OUT_P && q0 + j < OUT_Q;
+                const bool inside = q0 + j < OUT_Q;
                 const uint4* src = inside ? grad[P(p)][Q(q0 + j)][group0 + g].get() : grad_ptr;
                 spio::cp_async_16(smem_grad[DYROW(k % DY_ROWS)][g][Q(j)].get(), src, inside);
             });
@@ -125,11 +148,37 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
     };
 
     // Input row i (stream position k) times dy rows i - r (positions k - r), 8 columns at a time.
+    // Dead work is skipped, every condition CTA-uniform (no divergence around ldmatrix/mma, and
+    // no barrier inside): column chunks starting at or past OUT_Q (dy zero there), dy rows past
+    // OUT_P (a ragged last row chunk) and x rows that are padding (h outside the image: zero);
+    // a padding row still adds its dy row to the bias gradient. Skipped products are exact
+    // zeros, so the sums (and their order) are those of the full loop.
     auto multiply_row = [&](int k) {
+        const int task = first + k / TILE_H;
         const int i = k % TILE_H;
+        const int p0 = (task % P_CHUNKS) * BLOCK_P;
+        const int h = p0 - PAD_H + i;
+        const bool x_inside = h >= 0 && h < IN_H;
+        const int dy_rows_inside = min(BLOCK_P, OUT_P - p0);  // dy rows [0, this) of the task
+        const int q_chunks = min(BLOCK_Q / 8, (OUT_Q - q0 + 7) / 8);
         const auto x_plane = smem_input[STAGE(k % STAGES)][warp_group];
+        if (!x_inside) {
+            if constexpr (HAS_BIAS) {
+                if (i < dy_rows_inside) {
+                    const auto dy_plane = smem_grad[DYROW(k % DY_ROWS)][warp_group];
 #pragma unroll 1
-        for (int qc = 0; qc < BLOCK_Q / 8; ++qc) {
+                    for (int qc = 0; qc < q_chunks; ++qc) {
+                        unsigned b[1];
+                        spio::ldmatrix_x1_trans(b, dy_plane[Q(8 * qc + lane % 8)].get());
+                        const unsigned ones[2] = {ones2(), ones2()};
+                        spio::mma_m16n8k8<Elem>(reg_bias, ones, b[0]);
+                    }
+                }
+            }
+            return;
+        }
+#pragma unroll 1
+        for (int qc = 0; qc < q_chunks; ++qc) {
             unsigned a[S_PAIRS][2];
 #pragma unroll
             for (int j = 0; j < S_PAIRS; ++j) {
@@ -140,7 +189,7 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
 #pragma unroll
             for (int r = 0; r < KERNEL_R; ++r) {
                 const int row = i - r;
-                if (row >= 0 && row < BLOCK_P) {
+                if (row >= 0 && row < dy_rows_inside) {
                     unsigned b[1];
                     const auto dy_plane = smem_grad[DYROW((k - r) % DY_ROWS)][warp_group];
                     spio::ldmatrix_x1_trans(b, dy_plane[Q(8 * qc + lane % 8)].get());

@@ -1,0 +1,213 @@
+"""The conv2d_gw8 wgrad kernel's dead-work skips, emulated lane by lane on the host.
+
+Replays spio/src/conv2d_gw8_wgrad.cu in numpy the way tests/host/kernels/test_conv2d_gw8_emulation.py
+does (m16n8k8 and ldmatrix.trans fragment tables of the PTX ISA), including what the kernel now
+leaves out: column chunks at or past OUT_Q, dy rows past OUT_P, x rows that are padding (whose
+dy row still feeds the bias), and the copies of rows nobody reads. Shared memory starts as NaN and
+a skipped copy leaves the slot as it was, so reading a row the kernel no longer loads shows up as
+NaN in the result. Every mma is counted and checked against the number of (x row, dy row, column
+chunk) products that are not identically zero, counted independently from the dy side.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import numpy as np
+import pytest
+import torch
+
+from spio.cuda import known_device
+from spio.kernels import conv2d_gw8_reference as ref
+from spio.kernels import conv2d_gw8_wgrad as wg
+from spio.kernels.conv2d_gw8_params import Conv2dGw8Params, Conv2dGw8WgradConfig
+from spio.testing import sample
+
+LANES = np.arange(32)
+G, T = LANES // 4, LANES % 4  # fragment group (row of A/C, column of B) and pair index
+
+
+def mma_m16n8k8(acc, a, b):
+    """acc[32, 4] += A @ B with A from a[32, 2 regs, 2 halves], B from b[32, 2 halves]."""
+    A = np.zeros((16, 8))
+    B = np.zeros((8, 8))
+    for reg in range(2):
+        for h in range(2):
+            A[G + 8 * reg, 2 * T + h] = a[:, reg, h]
+    for h in range(2):
+        B[2 * T + h, G] = b[:, h]
+    D = A @ B
+    for e in range(4):
+        acc[:, e] += D[G + 8 * (e // 2), 2 * T + e % 2]
+
+
+def ldmatrix_trans(rows):
+    """One 8x8 matrix from 8 row vectors (rows[8, 8]), transposed: lane gets (M[2t][g],
+    M[2t + 1][g])."""
+    return np.stack([rows[2 * T, G], rows[2 * T + 1, G]], axis=1)
+
+
+def emulate_wgrad(x, dy, p: Conv2dGw8Params, cfg, dev):
+    """x (N, H, W, C), dy (N, P, Q, C) -> (dw, db, mmas): the summed partials (in slice order; the
+    reduction's grouping is covered by the other emulation) and the count of dw and bias mmas
+    one warp issues, summed over warps and CTAs."""
+    tasks, tps, splits = wg.split_plan(p, cfg, dev)
+    n_q, n_g = wg.q_tiles(p, cfg), p.groups // cfg.warps
+    sp, tile_w, dyr = wg.s_pairs(p), wg.tile_w(p, cfg), wg.dy_rows(p, cfg)
+    tile_h, chunks = cfg.block_p + p.r - 1, wg.p_chunks(p, cfg)
+    dw, db = np.zeros((p.c, 8, p.r, p.s)), np.zeros(p.c)
+    mmas = {"dw": 0, "bias": 0}
+    for split in range(splits):
+        for blk in range(n_q * n_g):
+            qb, gb = blk // n_g, blk % n_g
+            q0, group0 = qb * cfg.block_q, gb * cfg.warps
+            acc = np.zeros((cfg.warps, p.r, sp, 32, 4))
+            acc_b = np.zeros((cfg.warps, 32, 4))
+            sx = np.full((cfg.stages, cfg.warps, tile_w, 8), np.nan)
+            sdy = np.full((dyr, cfg.warps, cfg.block_q, 8), np.nan)
+            first, last = split * tps, min(split * tps + tps, tasks)
+            stream_rows = max(last - first, 0) * tile_h
+
+            def row_of(k, first=first):
+                task, i = first + k // tile_h, k % tile_h
+                return task // chunks, (task % chunks) * cfg.block_p, i
+
+            def load(k, q0=q0, group0=group0, sx=sx, sdy=sdy):
+                n, p0, i = row_of(k)
+                h = p0 - p.pad_h + i
+                if 0 <= h < p.h:
+                    for t in range(cfg.warps * tile_w):
+                        g, j = t % cfg.warps, t // cfg.warps
+                        wc, c0 = q0 - p.pad_w + j, (group0 + g) * 8
+                        ok = 0 <= wc < p.w
+                        sx[k % cfg.stages, g, j] = x[n, h, wc, c0 : c0 + 8] if ok else 0.0
+                if i < cfg.block_p and p0 + i < p.p:
+                    for t in range(cfg.warps * cfg.block_q):
+                        g, j = t % cfg.warps, t // cfg.warps
+                        c0 = (group0 + g) * 8
+                        ok = q0 + j < p.q
+                        sdy[k % dyr, g, j] = dy[n, p0 + i, q0 + j, c0 : c0 + 8] if ok else 0.0
+
+            def dy_frag(k, qc, wp, sdy=sdy):
+                return ldmatrix_trans(sdy[k % dyr, wp, 8 * qc + np.arange(8)])
+
+            for k in range(min(cfg.stages - 1, stream_rows)):
+                load(k)
+            for k in range(stream_rows):
+                if k + cfg.stages - 1 < stream_rows:
+                    load(k + cfg.stages - 1)
+                _, p0, i = row_of(k)
+                h = p0 - p.pad_h + i
+                dy_inside = min(cfg.block_p, p.p - p0)
+                q_chunks = min(cfg.block_q // 8, (p.q - q0 + 7) // 8)
+                for wp in range(cfg.warps):
+                    for qc in range(q_chunks):
+                        if not 0 <= h < p.h:  # padding row: its dy row's bias only
+                            if p.has_bias and i < dy_inside:
+                                mma_m16n8k8(acc_b[wp], np.ones((32, 2, 2)), dy_frag(k, qc, wp))
+                                mmas["bias"] += 1
+                            continue
+                        a = np.zeros((sp, 32, 2, 2))
+                        for jj in range(sp):
+                            for mi in range(2):  # lanes 8 mi .. 8 mi + 7 address matrix mi
+                                cols = 8 * qc + 2 * jj + mi + np.arange(8)
+                                a[jj, :, mi] = ldmatrix_trans(sx[k % cfg.stages, wp, cols])
+                        for r in range(p.r):
+                            if 0 <= i - r < dy_inside:
+                                b = dy_frag(k - r, qc, wp)
+                                for jj in range(sp):
+                                    mma_m16n8k8(acc[wp, r, jj], a[jj], b)
+                                mmas["dw"] += sp
+                                if p.has_bias and r == 0:
+                                    mma_m16n8k8(acc_b[wp], np.ones((32, 2, 2)), b)
+                                    mmas["bias"] += 1
+            for wp in range(cfg.warps):
+                grp = group0 + wp
+                for r in range(p.r):
+                    for jj in range(sp):
+                        for e in range(4):
+                            s = 2 * jj + e // 2
+                            if s < p.s:
+                                dw[grp * 8 + 2 * T + e % 2, G, r, s] += acc[wp, r, jj, :, e]
+                for lane in range(4):
+                    for e in range(2):
+                        db[grp * 8 + 2 * lane + e] += acc_b[wp, lane, e]
+    return dw, db, mmas
+
+
+def useful_mmas(p: Conv2dGw8Params, cfg, dev) -> dict[str, int]:
+    """mmas over every warp of every CTA, counted from the dy side: each output row p of a column
+    tile times each filter row r whose input row p + r - pad_h is inside the image, per 8-column
+    chunk of the tile that starts inside Q (S_PAIRS dw mmas), plus one bias mma per (dy row,
+    chunk)."""
+    chunks = sum(
+        min(cfg.block_q // 8, math.ceil((p.q - q0) / 8)) for q0 in range(0, p.q, cfg.block_q)
+    )
+    taps = sum(1 for pp in range(p.p) for r in range(p.r) if 0 <= pp + r - p.pad_h < p.h)
+    per_image = {"dw": taps * chunks * wg.s_pairs(p), "bias": p.p * chunks if p.has_bias else 0}
+    return {k: v * p.n * p.groups for k, v in per_image.items()}
+
+
+SHAPES = [
+    # 7x7, k7, pad 3: 12 of the 49 (x row, filter row) products multiply padding rows.
+    Conv2dGw8Params(n=2, c=16, h=7, w=7, r=7, s=7, pad_h=3, pad_w=3, has_bias=True),
+    Conv2dGw8Params(n=3, c=8, h=4, w=5, r=3, s=3, pad_h=1, pad_w=1, has_bias=True),  # Q < 8
+    Conv2dGw8Params(n=1, c=16, h=10, w=19, r=3, s=5, pad_h=1, pad_w=2, has_bias=True),  # ragged
+    Conv2dGw8Params(n=2, c=8, h=5, w=12, r=3, s=2, pad_h=3, pad_w=1, has_bias=True),  # pad > R-1
+    Conv2dGw8Params(n=1, c=16, h=9, w=3, r=1, s=1, pad_h=0, pad_w=0),  # Q = 3, no halo, no bias
+    Conv2dGw8Params(n=2, c=8, h=11, w=9, r=5, s=3, pad_h=0, pad_w=1, has_bias=True),  # pad 0
+]
+
+
+def _cases(p: Conv2dGw8Params, dev, seed: int) -> list[Conv2dGw8WgradConfig]:
+    """Sampled configs plus every block_q 8 one's first few (the new narrow tile)."""
+    cfgs = wg.configs(p, dev)
+    narrow = [c for c in cfgs if c.block_q == 8]
+    return list(dict.fromkeys(sample(cfgs, 3, seed=seed) + sample(narrow, 2, seed=seed)))
+
+
+@pytest.mark.parametrize("p", SHAPES, ids=str)
+def test_wgrad_skips_give_the_exact_gradient(p, seed):
+    dev = known_device("H100")
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(p.n, p.c, p.h, p.w, generator=g, dtype=torch.float64)
+    dy = torch.randn(p.n, p.c, p.p, p.q, generator=g, dtype=torch.float64)
+    want_w = ref.wgrad(x, dy, (p.r, p.s), p.padding).numpy()
+    want_b = ref.bias_grad(dy).numpy()
+    xs, dys = x.permute(0, 2, 3, 1).numpy(), dy.permute(0, 2, 3, 1).numpy()
+    for cfg in _cases(p, dev, seed):
+        dw, db, mmas = emulate_wgrad(xs, dys, p, cfg, dev)
+        where = f"{p} {cfg} seed={seed}"
+        np.testing.assert_allclose(dw, want_w, rtol=1e-9, atol=1e-9, err_msg=where)
+        if p.has_bias:
+            np.testing.assert_allclose(db, want_b, rtol=1e-9, atol=1e-9, err_msg=where)
+        assert mmas == useful_mmas(p, cfg, dev), where
+
+
+def test_wgrad_streams_several_tasks_with_skips(seed):
+    """A 1-SM device: every split streams several tasks, so padding rows of one task sit between
+    rows of the next in the same pipeline."""
+    p = SHAPES[0]
+    dev = replace(known_device("H100"), sm_count=1)
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(p.n, p.c, p.h, p.w, generator=g, dtype=torch.float64)
+    dy = torch.randn(p.n, p.c, p.p, p.q, generator=g, dtype=torch.float64)
+    want_w = ref.wgrad(x, dy, (p.r, p.s), p.padding).numpy()
+    cfgs = [c for c in wg.configs(p, dev) if wg.split_plan(p, c, dev)[1] > 1 and c.block_p < 7]
+    assert cfgs, f"no config of {p} streams several tasks per split"
+    for cfg in sample(cfgs, 2, seed=seed):
+        dw, _, mmas = emulate_wgrad(
+            x.permute(0, 2, 3, 1).numpy(), dy.permute(0, 2, 3, 1).numpy(), p, cfg, dev
+        )
+        np.testing.assert_allclose(dw, want_w, rtol=1e-9, atol=1e-9, err_msg=f"{cfg}")
+        assert mmas == useful_mmas(p, cfg, dev), f"{cfg}"
+
+
+def test_dead_work_at_7x7_k7():
+    """The numbers the skips were made for: at 7x7, k7, pad 3 a warp issues 37 (not 49) row
+    products of one 8-column chunk (not two of a 16-column tile) per image."""
+    p = Conv2dGw8Params(n=1, c=8, h=7, w=7, r=7, s=7, pad_h=3, pad_w=3)
+    cfg = Conv2dGw8WgradConfig(block_p=7, block_q=8, warps=1, stages=4, splits_per_sm=1)
+    assert useful_mmas(p, cfg, known_device("H100"))["dw"] == 37 * 1 * wg.s_pairs(p)
+    assert cfg in wg.configs(p, known_device("H100"))
