@@ -31,10 +31,12 @@ BLOCK_P_CHOICES = (4, 8, 16, 32)
 # halo columns of x (37% more x at 3x3).
 BLOCK_Q_CHOICES = (8, 16, 32, 64, 128)
 NARROW_Q_MAX = 16  # widest Q offered block_q 8
+WARP_CHOICES = (1, 2, 4)
 # 8 warps read a whole 128-byte line per pixel at C = 64 (one L2 request of 4 sectors instead of
-# two of 2 at 4 warps); the heuristic stays at HEURISTIC_MAX_WARPS until that is measured.
-WARP_CHOICES = (1, 2, 4, 8)
-HEURISTIC_MAX_WARPS = 4
+# two of 2 at 4 warps). The kernel supports them, but they stay out of the default space until
+# timed: the shipped model, never trained on them, extrapolates and ranks them first at most
+# layers. A sweep passes `warp_choices=WIDE_WARP_CHOICES` to `configs` to time them.
+WIDE_WARP_CHOICES = (1, 2, 4, 8)
 STAGE_CHOICES = (2, 3, 4, 6, 8)
 SPLIT_CHOICES = (1, 2, 4)
 MAX_LIVE_REGS = 160  # R * ceil(S/2) * 4 accumulators + ceil(S/2) * 2 operands + bias
@@ -108,10 +110,12 @@ def grid(p: Conv2dGw8Params, cfg: Conv2dGw8WgradConfig, dev: Any) -> tuple[int, 
     return (q_tiles(p, cfg) * (p.groups // cfg.warps), split_plan(p, cfg, dev)[2], 1)
 
 
-def configs(p: Conv2dGw8Params, dev: Any) -> list[Conv2dGw8WgradConfig]:
+def configs(
+    p: Conv2dGw8Params, dev: Any, warp_choices: tuple[int, ...] = WARP_CHOICES
+) -> list[Conv2dGw8WgradConfig]:
     """Every valid wgrad config: block rows from `block_p_choices` (balanced over P), column
-    tiles of BLOCK_Q_CHOICES up to the first covering Q (8 only up to NARROW_Q_MAX), warps of WARP_CHOICES dividing the
-    groups, STAGE_CHOICES (above 3 only up to one task's rows), SPLIT_CHOICES, shared memory and
+    tiles of BLOCK_Q_CHOICES up to the first covering Q (8 only up to NARROW_Q_MAX),
+    `warp_choices` dividing the groups, STAGE_CHOICES (above 3 only up to one task's rows), SPLIT_CHOICES, shared memory and
     registers within the device's limits."""
     out = []
     p_choices = block_p_choices(p)
@@ -124,7 +128,7 @@ def configs(p: Conv2dGw8Params, dev: Any) -> list[Conv2dGw8WgradConfig]:
             break
     for block_p in p_choices:
         for block_q in q_choices:
-            for warps in WARP_CHOICES:
+            for warps in warp_choices:
                 if p.groups % warps:
                     continue
                 for stages in STAGE_CHOICES:
@@ -186,7 +190,7 @@ def heuristic(p: Conv2dGw8Params, dev: Any) -> Conv2dGw8WgradConfig:
     valid = configs(p, dev)
     if not valid:
         raise ValueError(f"conv2d_gw8 wgrad: no valid config for {p} on {dev.name}")
-    warps = max(w for w in WARP_CHOICES if w <= HEURISTIC_MAX_WARPS and p.groups % w == 0)
+    warps = max(w for w in WARP_CHOICES if p.groups % w == 0)
     block_q = next((bq for bq in BLOCK_Q_CHOICES if bq >= p.q), 64)
     block_q = min(block_q, 64)
     block_p = _tallest_block_p(p, block_q, warps, dev)
