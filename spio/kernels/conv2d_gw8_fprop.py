@@ -25,6 +25,7 @@ SOURCE = "conv2d_gw8_fprop.cu"
 ENTRY = "conv2d_gw8_fprop"
 BLOCK_P_CHOICES = (2, 4, 8, 16, 32, 64)
 M_TILE_CHOICES = (1, 2, 4)  # block_q = 16 * m tiles
+PACKED_BLOCK_Q = 8  # two images per M tile, 8 columns each: offered when Q <= 8
 WARP_CHOICES = (1, 2, 4, 8)
 STAGE_CHOICES = (2, 3, 4, 6, 8)
 # Registers: R*S weights + R*M*4 accumulators + addressing; past this the kernel spills.
@@ -39,47 +40,65 @@ REG_OVERHEAD = 48
 MAX_CTAS_PER_SM = 32
 
 
+def images(cfg: Conv2dGw8Config) -> int:
+    """Images per CTA: 2 side by side in the M tile when block_q is 8, else 1."""
+    return 2 if cfg.block_q == PACKED_BLOCK_Q else 1
+
+
+def m_tiles(cfg: Conv2dGw8Config) -> int:
+    """m16n8k8 M tiles per output row of the CTA (16 fragment rows each)."""
+    return max(1, cfg.block_q // 16)
+
+
+def tile_w(p: Conv2dGw8Params, cfg: Conv2dGw8Config) -> int:
+    """Input columns one image's tile reads: BLOCK_Q plus the S - 1 halo."""
+    return cfg.block_q + p.s - 1
+
+
 def out_plane(cfg: Conv2dGw8Config) -> int:
-    """16-byte chunks per warp plane of the staged output row: BLOCK_Q plus 8 / WARPS padding,
-    so the 16-byte reads of 8 consecutive threads (g fastest) land in 8 distinct bank groups."""
-    return cfg.block_q + (8 // cfg.warps if cfg.warps < 8 else 1)
+    """16-byte chunks per warp plane of the staged output row: the 16 * m_tiles staged columns
+    plus 8 / WARPS padding, so the 16-byte reads of 8 consecutive threads (g fastest) land in 8
+    distinct bank groups."""
+    return 16 * m_tiles(cfg) + (8 // cfg.warps if cfg.warps < 8 else 1)
 
 
 def smem_bytes(p: Conv2dGw8Params, cfg: Conv2dGw8Config) -> int:
     """Dynamic shared memory: STAGES input rows of (BLOCK_Q + S - 1) pixels x WARPS groups x 16 B,
     two staged output rows of WARPS padded planes, and the CTA's weights (WARPS x 8 x 8 x R x S
     fp16/bf16)."""
-    rows_in = cfg.stages * cfg.warps * (cfg.block_q + p.s - 1) * 16
+    rows_in = cfg.stages * row_bytes(p, cfg)
     weights = cfg.warps * GROUP_WIDTH * GROUP_WIDTH * p.r * p.s * 2
     return rows_in + 2 * cfg.warps * out_plane(cfg) * 16 + weights
 
 
 def live_regs(p: Conv2dGw8Params, cfg: Conv2dGw8Config) -> int:
     """Registers the accumulator ring and the weights need per thread."""
-    return p.r * p.s + p.r * (cfg.block_q // 16) * 4 + 2 * (cfg.block_q // 16)
+    return p.r * p.s + p.r * m_tiles(cfg) * 4 + 2 * m_tiles(cfg)
 
 
 def grid(p: Conv2dGw8Params, cfg: Conv2dGw8Config) -> tuple[int, int, int]:
-    """(tiles of one image, batch, 1): blockIdx.x = (P tile, Q tile, group block), y = n."""
+    """(tiles of one image, batch / images per CTA, 1): blockIdx.x = (P tile, Q tile, group
+    block), y = n / images(cfg)."""
     tiles = math.ceil(p.p / cfg.block_p) * math.ceil(p.q / cfg.block_q) * (p.groups // cfg.warps)
-    return (tiles, p.n, 1)
+    return (tiles, math.ceil(p.n / images(cfg)), 1)
 
 
 def configs(p: Conv2dGw8Params, dev: Any) -> list[Conv2dGw8Config]:
     """Every valid fprop config for `p` on `dev`, in a stable order.
 
     Block rows above P and 16-column strips beyond the first that covers Q are dropped (they only
-    add idle work); warps must divide the channel groups; stages above 3 only while the block has
-    that many rows to prefetch; shared memory must fit the device's opt-in limit and the register
-    estimate must stay below the spill point.
+    add idle work); block_q 8 (two images per M tile) only when Q <= 8; warps must divide the
+    channel groups; stages above 3 only while the block has that many rows to prefetch; shared
+    memory must fit the device's opt-in limit and the register estimate must stay below the
+    spill point.
     """
     out = []
     p_choices = sorted({min(bp, p.p) for bp in BLOCK_P_CHOICES})
     m_needed = math.ceil(p.q / 16)
+    q_choices = [PACKED_BLOCK_Q] if p.q <= PACKED_BLOCK_Q else []
+    q_choices += [16 * m for m in M_TILE_CHOICES if m == 1 or m <= m_needed]
     for block_p in p_choices:
-        for m in M_TILE_CHOICES:
-            if m > 1 and m > m_needed:
-                continue
+        for block_q in q_choices:
             for warps in WARP_CHOICES:
                 if p.groups % warps:
                     continue
@@ -87,7 +106,7 @@ def configs(p: Conv2dGw8Params, dev: Any) -> list[Conv2dGw8Config]:
                     if stages > 3 and stages - 1 > block_p + p.r - 1:
                         continue  # more stages than the block has rows to prefetch
                     cfg = Conv2dGw8Config(
-                        block_p=block_p, block_q=16 * m, warps=warps, stages=stages
+                        block_p=block_p, block_q=block_q, warps=warps, stages=stages
                     )
                     if smem_bytes(p, cfg) > dev.max_smem_per_block_optin:
                         continue
@@ -98,8 +117,8 @@ def configs(p: Conv2dGw8Params, dev: Any) -> list[Conv2dGw8Config]:
 
 
 def row_bytes(p: Conv2dGw8Params, cfg: Conv2dGw8Config) -> int:
-    """Bytes of one input row of the tile (one cp.async stage)."""
-    return cfg.warps * (cfg.block_q + p.s - 1) * 16
+    """Bytes of one input row of the tile (one cp.async stage), all its images."""
+    return cfg.warps * images(cfg) * tile_w(p, cfg) * 16
 
 
 def resident_ctas(p: Conv2dGw8Params, cfg: Conv2dGw8Config, dev: Any) -> int:
@@ -125,7 +144,8 @@ def heuristic(p: Conv2dGw8Params, dev: Any) -> Conv2dGw8Config:
     """The config used until a performance model exists.
 
     Rule: 4 warps (128 threads) when the groups allow it, else the most that divide them; 32
-    output columns when Q >= 32 and the registers allow, else 16; then the tallest block (fewest
+    output columns when Q >= 32 and the registers allow, 8 (two images per M tile) when
+    Q <= 8, else 16; then the tallest block (fewest
     halo rows re-read; up to a whole image) that still gives at least 2 CTAs per SM over the
     whole batch, so small batches still fill the GPU; then the fewest pipeline stages that put
     IN_FLIGHT_BYTES of input rows in flight per SM (the deepest valid one when none does). The
@@ -136,6 +156,8 @@ def heuristic(p: Conv2dGw8Params, dev: Any) -> Conv2dGw8Config:
         raise ValueError(f"conv2d_gw8 fprop: no valid config for {p} on {dev.name}")
     warps = max(w for w in (1, 2, 4) if p.groups % w == 0)
     block_q = 32 if p.q >= 32 and any(c.block_q == 32 for c in valid) else 16
+    if p.q <= PACKED_BLOCK_Q:
+        block_q = PACKED_BLOCK_Q  # 14 of 16 fragment rows busy at Q = 7 instead of 7
     pool = [c for c in valid if c.warps == warps and c.block_q == block_q and c.stages == 2]
     pool = pool or valid
     target = 2 * dev.sm_count
@@ -174,7 +196,7 @@ def spec(
     R, S, KO, CI, CP, STAGE, OUTBUF = Dim(), Dim(), Dim(), Dim(), Dim(), Dim(), Dim()
     C8 = C / GROUP_WIDTH
     GB, PB, QB = C / (GROUP_WIDTH * cfg.warps), P / cfg.block_p, Q / cfg.block_q
-    tile_w = cfg.block_q + p.s - 1
+    tw = tile_w(p, cfg)
     g = p.groups
     specs = {
         "H": H,
@@ -199,9 +221,9 @@ def spec(
         "Output": Tensor((P(p.p), Q(p.q), C8(g), CP(4)), uint32),
         "Weight": Tensor((C8(g), KO(8), CI(8), R(p.r), S(p.s)), elem),
         "Bias": Tensor((C8(g), KO(8)), elem),
-        "SmemInput": Tensor((STAGE(cfg.stages), C8(cfg.warps), W(tile_w), CP(4)), uint32),
+        "SmemInput": Tensor((STAGE(cfg.stages), C8(cfg.warps), W(images(cfg) * tw), CP(4)), uint32),
         "SmemOutput": Tensor(
-            (OUTBUF(2), C8(cfg.warps), Q(cfg.block_q), CP(4)),
+            (OUTBUF(2), C8(cfg.warps), Q(16 * m_tiles(cfg)), CP(4)),
             uint32,
             strides={C8: 4 * out_plane(cfg)},
         ),
@@ -222,15 +244,21 @@ def spec(
         "WARPS": Constant(cfg.warps),
         "STAGES": Constant(cfg.stages),
         "TILE_H": Constant(cfg.block_p + p.r - 1),
-        "TILE_W": Constant(tile_w),
-        "MMA_M_TILES": Constant(cfg.block_q // 16),
+        "BLOCK_P": Constant(cfg.block_p),
+        "TILE_W": Constant(tw),
+        "MMA_M_TILES": Constant(m_tiles(cfg)),
         "BLOCK_Q": Constant(cfg.block_q),
+        "IMAGES": Constant(images(cfg)),
+        "STAGED_Q": Constant(16 * m_tiles(cfg)),
+        # Shared-memory column of fragment rows 8-15 relative to rows 0-7: the next 8 columns,
+        # or the second image's region.
+        "A_HI": Constant(tw if images(cfg) == 2 else 8),
     }
     shape = p.with_batch(1)
     return KernelSpec(
         source=SOURCE,
         entry=ENTRY,
-        signature="pppp",
+        signature="ppppi",
         specs=specs,
         title=f"conv2d_gw8_{'dgrad' if transposed else 'fprop'} {shape} {cfg}",
         block=(32 * cfg.warps, 1, 1),
@@ -295,7 +323,7 @@ def launch(
     `kernel` is a LoadedKernel for (p, cfg) (any batch size: the batch is the grid's y).
     """
     kernel.launch(
-        grid(p, cfg), (out, x, weight, bias if bias is not None else weight), stream=stream
+        grid(p, cfg), (out, x, weight, bias if bias is not None else weight, p.n), stream=stream
     )
 
 
@@ -335,7 +363,9 @@ def dgrad_launch(
     the forward `weight` (C, 8, R, S) as is: the kernel reads it transposed and rotated (see
     `transpose_weight` in spio.kernels.conv2d_gw8_reference for the same map on the host)."""
     kernel.launch(
-        grid(p.dgrad_as_fprop(), cfg), (grad_input, grad_output, weight, weight), stream=stream
+        grid(p.dgrad_as_fprop(), cfg),
+        (grad_input, grad_output, weight, weight, p.n),
+        stream=stream,
     )
 
 

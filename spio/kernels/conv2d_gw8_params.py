@@ -235,7 +235,8 @@ class Conv2dGw8Config:
 
     Attributes:
         block_p: output rows per CTA (streamed one input row at a time).
-        block_q: output columns per CTA, a multiple of 16 (one m16n8k8 M tile per 16 columns).
+        block_q: output columns per CTA, a multiple of 16 (one m16n8k8 M tile per 16 columns),
+            or 8: two images side by side in one M tile, 8 columns each (maps with Q <= 8).
         warps: channel groups per CTA (one warp per group of 8 channels).
         stages: input rows in flight in shared memory (cp.async pipeline depth).
     """
@@ -248,9 +249,9 @@ class Conv2dGw8Config:
     def __post_init__(self) -> None:
         if self.block_p < 1:
             raise ValueError(f"Conv2dGw8Config.block_p must be >= 1, got {self.block_p}")
-        if self.block_q < 16 or self.block_q % 16:
+        if self.block_q != 8 and (self.block_q < 16 or self.block_q % 16):
             raise ValueError(
-                f"Conv2dGw8Config.block_q must be a positive multiple of 16, got {self.block_q}"
+                f"Conv2dGw8Config.block_q must be 8 or a positive multiple of 16, got {self.block_q}"
             )
         if self.warps not in (1, 2, 4, 8):
             raise ValueError(f"Conv2dGw8Config.warps must be 1, 2, 4 or 8, got {self.warps}")

@@ -5,14 +5,20 @@
 /// 180 degrees, so dx is this same formula with no separate weight transform).
 ///
 /// Tiling: one CTA per (BLOCK_P output rows, BLOCK_Q output columns, WARPS channel groups) tile of
-///   one image (blockIdx.y = n, a run-time batch: no recompile per batch size). One warp per group
-///   of 8 channels. Each filter tap (r, s) of a group is an 8x8 matrix held in one register per
+///   IMAGES images (blockIdx.y = n / IMAGES; the batch is a run-time argument: no recompile per
+///   batch size). One warp per group of 8 channels. IMAGES = 2 (BLOCK_Q = 8, for Q <= 8 such as
+///   7x7 maps) puts two images side by side in the M = 16 side of the mma: fragment rows 0-7 are
+///   columns of image n, rows 8-15 the same columns of image n + 1, each image its own TILE_W
+///   region of the shared-memory row (A_HI apart), so a 7-column map fills 14 of 16 rows
+///   instead of 7. Each filter tap (r, s) of a group is an 8x8 matrix held in one register per
 ///   thread (R*S registers: the B operand of mma.m16n8k8), for the whole CTA. A 16-column strip of
 ///   an output row is the M = 16 side of the mma; K = 8 input channels; N = 8 output channels.
 /// Overlap-add: input row i of the tile contributes to output rows i-r (r < R). The accumulators
 ///   are a ring of R output rows; the row loop is unrolled by R so every ring slot index is a
 ///   compile-time constant. A slot whose row received all R contributions is staged (+ bias)
-///   for storing and restarts at zero.
+///   for storing and restarts at zero. Products that cannot reach a stored row are skipped
+///   (CTA-uniform predicates): input rows in the zero padding, and output rows outside the tile
+///   or the image; at 7x7 on a 7x7 map that is 42 of the 91 (input row, filter row) products.
 /// Traffic per CTA: reads (BLOCK_P+R-1)·(BLOCK_Q+S-1)·WARPS·16 B of x (halo re-reads mostly hit
 ///   L2) and WARPS·8·8·R·S·2 B of w; writes BLOCK_P·BLOCK_Q·WARPS·16 B of y. Bound: DRAM (2·8·R·S
 ///   FLOP per 4 B of x + y = 36 FLOP/B at 3x3; at 7x7 the mma.sync rate is the ceiling).
@@ -29,7 +35,7 @@
 ///   coalesced 2-byte loads while the prologue rows are in flight, then read into registers.
 /// Assumes: NHWC (channels_last) x and y, C % 8 == 0, 16-byte aligned x/y, weight (C, 8, R, S)
 ///   contiguous, bias (C) contiguous; one image of x and y below 2^31 elements (the batch offset is
-///   64-bit).
+///   64-bit); `batch` = N (the second image of the last CTA is masked when N is odd).
 
 #include "spio/async_copy.h"
 #include "spio/mma.h"
@@ -67,7 +73,8 @@ SPIO_DEVICE void for_each_strided(F&& f) {
 
 extern "C" __global__ void __launch_bounds__(WARPS * 32)
     conv2d_gw8_fprop(unsigned* __restrict__ out_ptr, const uint4* __restrict__ in_ptr,
-                     const Elem* __restrict__ weight_ptr, const Elem* __restrict__ bias_ptr) {
+                     const Elem* __restrict__ weight_ptr, const Elem* __restrict__ bias_ptr,
+                     int batch) {
     // ---- setup: block -> tile, warp -> channel group, lane -> fragment coordinates ----------
     extern __shared__ uint4 smem_raw[];
     const SmemInput smem_input(reinterpret_cast<unsigned*>(smem_raw));  // (STAGE, C8, W, CP)
@@ -83,10 +90,11 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
     const int q0 = block.get<QB>().unfold().get();  // first output column of the tile
     const C8 group0 = block.get<GB>().unfold().template fold<8>();
     const C8 group = group0 + warp_group;
-    const long long image = blockIdx.y;  // 64-bit: the whole batch may exceed 2^31 elements
+    const long long image0 = static_cast<long long>(blockIdx.y) * IMAGES;  // 64-bit offsets
+    const int images = min(IMAGES, batch - static_cast<int>(image0));  // 1 or 2 images here
     // Tensors take non-const pointers; the kernel only reads x, w and b.
-    const Input input(const_cast<uint4*>(in_ptr) + image * Input::storage_size());  // (H, W, C8)
-    const Output output(out_ptr + image * Output::storage_size());    // (P, Q, C8, CP) half2
+    const Input input(const_cast<uint4*>(in_ptr) + image0 * Input::storage_size());  // (H, W, C8)
+    const Output output(out_ptr + image0 * Output::storage_size());    // (P, Q, C8, CP) half2
     const CP lane_pair(lane % 4);  // this thread's channel pair (2t, 2t+1) in A, B and C
     const int lane_row = lane / 4;  // this thread's fragment row (pixel) and B column (channel)
 
@@ -101,15 +109,19 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
     // ---- stages: load one input row, multiply it into the ring, store a finished row ----------
     // Input row i of the tile is image row p0 - PAD_H + i; tile column j is image column
     // q0 - PAD_W + j. Out-of-image pixels are zero-filled: that is the convolution's padding.
+    // With IMAGES = 2, shared-memory column j = img * TILE_W + jj holds column jj of image img.
     auto load_input_row = [&](int i, int stage) {
         const int h = p0 - PAD_H + i;
         const bool row_inside = h >= 0 && h < IN_H;
-        for_each_strided<WARPS * TILE_W, WARPS * 32>([&](int t) {
+        for_each_strided<WARPS * IMAGES * TILE_W, WARPS * 32>([&](int t) {
             const C8 g(t % WARPS);  // consecutive threads: consecutive 16 B of one pixel
             const int j = t / WARPS;
-            const int w = q0 - PAD_W + j;
-            const bool inside = row_inside && w >= 0 && w < IN_W;
-            const uint4* src = inside ? input[H(h)][W(w)][group0 + g].get() : in_ptr;
+            const int img = IMAGES == 1 ? 0 : j / TILE_W;
+            const int w = q0 - PAD_W + (IMAGES == 1 ? j : j % TILE_W);
+            const bool inside = row_inside && w >= 0 && w < IN_W && img < images;
+            const uint4* src =
+                inside ? input[H(h)][W(w)][group0 + g].get() + img * Input::storage_size()
+                       : in_ptr;
             spio::cp_async_16(smem_input[STAGE(stage)][g][W(j)].get(), src, inside);
         });
     };
@@ -122,20 +134,31 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
 #pragma unroll
             for (int e = 0; e < 4; ++e) reg_acc[slot][m][e] = 0.f;
 
-    // Input row (ring position u = i mod R): A(s) = pixels j + s of the row, shared by every r;
-    // it adds to output row i - r, whose ring slot is (u - r) mod R.
-    auto multiply_row = [&](int stage, int u) {
+    // Input row i (ring position u = i mod R): A(s) = pixels j + s of the row, shared by every r;
+    // it adds to output row i - r, whose ring slot is (u - r) mod R. A product is skipped when
+    // the input row is zero padding or output row i - r is outside the tile or the image: it
+    // could only add zeros or feed a row that is never stored.
+    auto multiply_row = [&](int i, int stage, int u) {
         const auto plane = smem_input[STAGE(stage)][warp_group];
+        const int h = p0 - PAD_H + i;
+        const int rows = min(BLOCK_P, OUT_P - p0);  // output rows this tile stores
+        bool live[KERNEL_R];
+#pragma unroll
+        for (int r = 0; r < KERNEL_R; ++r) {
+            live[r] = h >= 0 && h < IN_H && i - r >= 0 && i - r < rows;
+        }
 #pragma unroll
         for (int s = 0; s < KERNEL_S; ++s) {
 #pragma unroll
             for (int m = 0; m < MMA_M_TILES; ++m) {
                 const auto pixel = plane[W(16 * m + s + lane_row)][lane_pair];
-                const unsigned a[2] = {*pixel, *pixel[W(8)]};
+                const unsigned a[2] = {*pixel, *pixel[W(A_HI)]};  // fragment rows g, g + 8
 #pragma unroll
                 for (int r = 0; r < KERNEL_R; ++r) {
-                    spio::mma_m16n8k8<Elem>(reg_acc[(u - r + KERNEL_R) % KERNEL_R][m], a,
-                                            reg_weight[r][s]);
+                    if (live[r]) {
+                        spio::mma_m16n8k8<Elem>(reg_acc[(u - r + KERNEL_R) % KERNEL_R][m], a,
+                                                reg_weight[r][s]);
+                    }
                 }
             }
         }
@@ -162,15 +185,19 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
             for (int e = 0; e < 4; ++e) reg_acc[slot][m][e] = 0.f;
     };
 
-    // A staged row (visible after a barrier) to global memory, 16 B per thread.
+    // A staged row (visible after a barrier) to global memory, 16 B per thread. Staged column j
+    // is column j of the tile, or with IMAGES = 2 column j % 8 of image j / 8.
     auto write_row = [&](int p, int buf) {
-        for_each_strided<WARPS * BLOCK_Q, WARPS * 32>([&](int t) {
+        for_each_strided<WARPS * STAGED_Q, WARPS * 32>([&](int t) {
             const C8 g(t % WARPS);
             const int j = t / WARPS;
-            if (q0 + j < OUT_Q) {
+            const int img = IMAGES == 1 ? 0 : j / 8;
+            const int q = q0 + (IMAGES == 1 ? j : j % 8);
+            if (q < OUT_Q && img < images) {
                 const uint4 v = *reinterpret_cast<const uint4*>(
                     smem_output[OUTBUF(buf)][g][Q(j)].get());
-                *reinterpret_cast<uint4*>(output[P(p)][Q(q0 + j)][group0 + g].get()) = v;
+                *reinterpret_cast<uint4*>(output[P(p)][Q(q)][group0 + g].get() +
+                                          img * Output::storage_size()) = v;
             }
         });
     };
@@ -226,7 +253,7 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
                 const int next = i + STAGES - 1;
                 if (next < TILE_H) load_input_row(next, next % STAGES);
                 spio::cp_async_commit();
-                multiply_row(i % STAGES, u);
+                multiply_row(i, i % STAGES, u);
                 const int j = i - (KERNEL_R - 1);
                 const bool valid = j >= 0 && p0 + j < OUT_P;
                 stage_row(valid, i % 2, (u + 1) % KERNEL_R);

@@ -253,6 +253,24 @@ def test_batch_is_a_runtime_argument(n, seed):
     assert len(cache) == 1
 
 
+# Q <= 8: two images per CTA (block_q 8); odd batches mask the last CTA's second image, and the
+# 7x7 kernel on a 7x7 map skips the products of padding rows and of rows outside the tile.
+PACKED_SHAPES = [
+    Conv2dGw8Params(n=3, c=64, h=7, w=7, r=7, s=7, pad_h=3, pad_w=3, has_bias=True),
+    Conv2dGw8Params(n=5, c=24, h=6, w=8, r=3, s=5, pad_h=1, pad_w=2, dtype="bfloat16"),
+    Conv2dGw8Params(n=1, c=16, h=9, w=3, r=5, s=3, pad_h=2, pad_w=1, has_bias=True),
+]
+
+
+@pytest.mark.parametrize("p", PACKED_SHAPES, ids=str)
+def test_two_images_per_cta(p, seed):
+    packed = [c for c in fp.configs(p, _dev()) if fp.images(c) == 2]
+    assert packed, f"{p}: Q <= 8 must offer block_q 8"
+    check_fprop(p, sample(packed, _limit(), seed=seed), seed)
+    dpacked = [c for c in fp.dgrad_configs(p, _dev()) if fp.images(c) == 2]
+    check_dgrad(p, sample(dpacked, _limit(), seed=seed), seed)
+
+
 # Benchmark-like layers at moderate batch: the heuristic picks deep pipelines (up to 8 stages),
 # whole-image fprop blocks and wgrad splits that stream several tasks; sampled configs may miss them.
 HEURISTIC_SHAPES = [

@@ -57,12 +57,16 @@ def emulate_fprop(x, w, b, p: Conv2dGw8Params, cfg, transposed: bool = False):
     y = np.full((p.n, p.p, p.q, p.c), np.nan)
     n_p, n_q = math.ceil(p.p / cfg.block_p), math.ceil(p.q / cfg.block_q)
     n_g = p.groups // cfg.warps
-    tile_h, tile_w, mt = cfg.block_p + p.r - 1, cfg.block_q + p.s - 1, cfg.block_q // 16
-    for n in range(p.n):
+    tile_h, tile_w, mt = cfg.block_p + p.r - 1, fp.tile_w(p, cfg), fp.m_tiles(cfg)
+    imgs = fp.images(cfg)
+    a_hi = tile_w if imgs == 2 else 8  # smem column of fragment rows 8-15 relative to 0-7
+    for n0 in range(0, p.n, imgs):  # blockIdx.y = n / IMAGES
+        images = min(imgs, p.n - n0)
+        n = n0
         for blk in range(n_p * n_q * n_g):  # CompoundIndex(PB, QB, GB), row-major
             pb, qb, gb = blk // (n_q * n_g), (blk // n_g) % n_q, blk % n_g
             p0, q0, group0 = pb * cfg.block_p, qb * cfg.block_q, gb * cfg.warps
-            smem = np.zeros((cfg.stages, cfg.warps, tile_w, 8))
+            smem = np.zeros((cfg.stages, cfg.warps, imgs * tile_w, 8))
             reg_w = np.zeros((cfg.warps, 32, p.r, p.s, 2))
             for wp in range(cfg.warps):
                 k = (group0 + wp) * 8 + G
@@ -74,23 +78,25 @@ def emulate_fprop(x, w, b, p: Conv2dGw8Params, cfg, transposed: bool = False):
                         reg_w[wp, :, :, :, h] = w[k, 2 * T + h]
             acc = np.zeros((cfg.warps, p.r, mt, 32, 4))
 
-            def load(i, stage, p0=p0, q0=q0, group0=group0, n=n, smem=smem):
+            def load(i, stage, p0=p0, q0=q0, group0=group0, n=n, smem=smem, images=images):
                 h = p0 - p.pad_h + i
-                for t in range(cfg.warps * tile_w):
+                for t in range(cfg.warps * imgs * tile_w):
                     g, j = t % cfg.warps, t // cfg.warps
-                    wc = q0 - p.pad_w + j
-                    inside = 0 <= h < p.h and 0 <= wc < p.w
+                    img, jj = divmod(j, tile_w) if imgs == 2 else (0, j)
+                    wc = q0 - p.pad_w + jj
+                    inside = 0 <= h < p.h and 0 <= wc < p.w and img < images
                     c0 = (group0 + g) * 8
-                    smem[stage, g, j] = x[n, h, wc, c0 : c0 + 8] if inside else 0.0
+                    smem[stage, g, j] = x[n + img, h, wc, c0 : c0 + 8] if inside else 0.0
 
-            out = np.full((2, cfg.warps, cfg.block_q, 8), np.nan)  # staged output rows
+            out = np.full((2, cfg.warps, 16 * mt, 8), np.nan)  # staged output rows
 
-            def write_row(pp, buf, n=n, q0=q0, group0=group0, out=out):
-                for t in range(cfg.warps * cfg.block_q):
+            def write_row(pp, buf, n=n, q0=q0, group0=group0, out=out, images=images):
+                for t in range(cfg.warps * 16 * mt):
                     g, j = t % cfg.warps, t // cfg.warps
-                    if q0 + j < p.q:
+                    img, q = divmod(j, 8) if imgs == 2 else (0, q0 + j)
+                    if q < p.q and img < images:
                         c0 = (group0 + g) * 8
-                        y[n, pp, q0 + j, c0 : c0 + 8] = out[buf, g, j]
+                        y[n + img, pp, q, c0 : c0 + 8] = out[buf, g, j]
 
             for i in range(cfg.stages - 1):
                 if i < tile_h:
@@ -107,19 +113,23 @@ def emulate_fprop(x, w, b, p: Conv2dGw8Params, cfg, transposed: bool = False):
                     if nxt < tile_h:
                         load(nxt, nxt % cfg.stages)
                     stage = i % cfg.stages
+                    h_in = p0 - p.pad_h + i
+                    rows = min(cfg.block_p, p.p - p0)
+                    live = [0 <= h_in < p.h and 0 <= i - r < rows for r in range(p.r)]
                     for wp in range(cfg.warps):
                         for s in range(p.s):
                             for m in range(mt):
                                 col = 16 * m + s + G
                                 words = [
                                     smem[stage, wp, c, :].reshape(32, 4, 2)[LANES, T]
-                                    for c in (col, col + 8)
-                                ]  # pixels g and g + 8
+                                    for c in (col, col + a_hi)
+                                ]  # fragment rows g and g + 8
                                 a = np.stack(words, axis=1)
                                 for r in range(p.r):
-                                    mma_m16n8k8(
-                                        acc[wp, (u - r + p.r) % p.r, m], a, reg_w[wp, :, r, s]
-                                    )
+                                    if live[r]:  # skipped products: padding row or dead output
+                                        mma_m16n8k8(
+                                            acc[wp, (u - r + p.r) % p.r, m], a, reg_w[wp, :, r, s]
+                                        )
                     j, slot = i - (p.r - 1), (u + 1) % p.r
                     valid = j >= 0 and p0 + j < p.p
                     for wp in range(cfg.warps):
@@ -236,6 +246,11 @@ SHAPES = [
     # padding beyond R - 1: the dgrad problem has negative padding (the kernel crops)
     Conv2dGw8Params(n=1, c=16, h=5, w=6, r=3, s=2, pad_h=3, pad_w=2, has_bias=True),
 ]
+# Q <= 8 with an odd batch: two images per CTA (block_q 8), the last CTA's second image masked.
+PACKED_SHAPES = [
+    Conv2dGw8Params(n=3, c=16, h=7, w=7, r=7, s=7, pad_h=3, pad_w=3, has_bias=True),
+    Conv2dGw8Params(n=3, c=8, h=4, w=8, r=3, s=2, pad_h=1, pad_w=0),
+]
 
 
 def _inputs(p: Conv2dGw8Params, seed: int):
@@ -295,3 +310,21 @@ def test_wgrad_emulation_streams_across_tasks(p, seed):
     for cfg in sample(cfgs, 3, seed=seed):
         dw, _ = emulate_wgrad(_nhwc(x), _nhwc(dy), p, cfg, dev)
         np.testing.assert_allclose(dw, want_w, rtol=1e-9, atol=1e-9, err_msg=f"{p} {cfg}")
+
+
+@pytest.mark.parametrize("p", PACKED_SHAPES, ids=str)
+def test_two_images_per_cta_emulation(p, seed):
+    dev = known_device("H100")
+    x, w, b = _inputs(p, seed)
+    want = _nhwc(ref.fprop(x, w, b, p.padding))
+    packed = [c for c in fp.configs(p, dev) if fp.images(c) == 2]
+    assert packed, f"{p}: Q <= 8 must offer block_q 8"
+    for cfg in sample(packed, 3, seed=seed):
+        got = emulate_fprop(_nhwc(x), w.numpy(), None if b is None else b.numpy(), p, cfg)
+        np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-9, err_msg=f"{p} {cfg}")
+    dy = torch.randn(p.n, p.c, p.p, p.q, dtype=torch.float64)
+    want = _nhwc(ref.dgrad(dy, w, (p.h, p.w), p.padding))
+    q = p.dgrad_as_fprop()
+    for cfg in sample([c for c in fp.dgrad_configs(p, dev) if fp.images(c) == 2], 2, seed=seed):
+        got = emulate_fprop(_nhwc(dy), w.numpy(), None, q, cfg, transposed=True)
+        np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-9, err_msg=f"dgrad {p} {cfg}")
