@@ -18,7 +18,7 @@
 ///   compile-time constant. A slot whose row received all R contributions is staged (+ bias)
 ///   for storing and restarts at zero. Products that cannot reach a stored row are skipped
 ///   (CTA-uniform predicates): input rows in the zero padding, and output rows outside the tile
-///   or the image; at 7x7 on a 7x7 map that is 42 of the 91 (input row, filter row) products.
+///   or the image; at 7x7 on a 7x7 map that is 54 of the 91 (input row, filter row) products.
 /// Traffic per CTA: reads (BLOCK_P+R-1)·(BLOCK_Q+S-1)·WARPS·16 B of x (halo re-reads mostly hit
 ///   L2) and WARPS·8·8·R·S·2 B of w; writes BLOCK_P·BLOCK_Q·WARPS·16 B of y. Bound: DRAM (2·8·R·S
 ///   FLOP per 4 B of x + y = 36 FLOP/B at 3x3; at 7x7 the mma.sync rate is the ceiling).
