@@ -26,16 +26,14 @@ SOURCE = "conv2d_gw8_wgrad.cu"
 # Target rows per task; each is balanced over P (`block_p_choices`), so 16 at P = 56 is 14 (four
 # chunks, no ragged fifth) and 32 at P = 56 is 28.
 BLOCK_P_CHOICES = (4, 8, 16, 32)
-# 8 is one mma column chunk: Q <= 8 without a zero-filled chunk, Q <= 16 in two tiles (twice the
-# CTAs for small layers). Wider rows don't get it: every 8 columns would re-read 2*ceil(S/2) - 1
-# halo columns of x (37% more x at 3x3).
+# 8: one mma column chunk, only for Q <= NARROW_Q_MAX (wider, each 8 columns would re-read
+# 2*ceil(S/2) - 1 halo columns of x: 37% more x at 3x3).
 BLOCK_Q_CHOICES = (8, 16, 32, 64, 128)
-NARROW_Q_MAX = 16  # widest Q offered block_q 8
+NARROW_Q_MAX = 16
 WARP_CHOICES = (1, 2, 4)
-# 8 warps read a whole 128-byte line per pixel at C = 64 (one L2 request of 4 sectors instead of
-# two of 2 at 4 warps). The kernel supports them, but they stay out of the default space until
-# timed: the shipped model, never trained on them, extrapolates and ranks them first at most
-# layers. A sweep passes `warp_choices=WIDE_WARP_CHOICES` to `configs` to time them.
+# 8 warps read a whole 128-byte line per pixel at C = 64 (one L2 request of 4 sectors). Not in
+# the default space until timed: the shipped model, never trained on them, ranks them first at
+# most layers. A sweep passes `warp_choices=WIDE_WARP_CHOICES` to `configs`.
 WIDE_WARP_CHOICES = (1, 2, 4, 8)
 STAGE_CHOICES = (2, 3, 4, 6, 8)
 SPLIT_CHOICES = (1, 2, 4)
@@ -176,16 +174,14 @@ def in_flight_bytes(p: Conv2dGw8Params, cfg: Conv2dGw8WgradConfig, dev: Any) -> 
 def heuristic(p: Conv2dGw8Params, dev: Any) -> Conv2dGw8WgradConfig:
     """The config used until a performance model exists.
 
-    Rule: the smallest column tile covering Q up to 64 (one tile per row for most layers, so
-    no column partials; 8 for Q <= 8); 4 warps when the groups allow; the tallest balanced
-    block_p that still gives every SM two CTAs (each task re-reads R - 1 halo rows of
-    x: a quarter more x traffic at 8 rows and 3x3, 7% at 28), else the shortest; then the fewest
-    stages that put IN_FLIGHT_BYTES of x + dy rows in flight per SM with 2 splits
-    per SM (two co-resident CTAs hide each other's barriers); when even the deepest falls short
-    (small rows: 14x14 layers), 4 splits per SM if their fp32 partials (written, then read back
-    mostly from L2) stay under a quarter of the activation traffic; 1 split per SM when the
-    partials of 2 would exceed a quarter of it. The first H100 run (2-3 stages) had 9-33 KB in
-    flight per SM.
+    Rule: the smallest column tile covering Q up to 64 (no column partials for most layers);
+    4 warps when the groups allow; the tallest balanced block_p whose tasks still give every SM
+    two CTAs, else the shortest (an interior task re-reads R - 1 halo rows of x: 25% more x at
+    8 rows and 3x3, 7% at 28); then the fewest stages that put IN_FLIGHT_BYTES of x + dy rows in
+    flight per SM with 2 splits per SM (co-resident CTAs hide each other's barriers; the first
+    H100 run had 9-33 KB); when even the deepest falls short (14x14 layers), 4 splits per SM if
+    their fp32 partials stay under a quarter of the activation traffic; 1 split per SM when the
+    partials of 2 would exceed a quarter of it.
     """
     valid = configs(p, dev)
     if not valid:

@@ -195,7 +195,9 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
                     const auto dy_plane = smem_grad[DYROW((k - r) % DY_ROWS)][warp_group];
                     spio::ldmatrix_x1_trans(b, dy_plane[Q(8 * qc + lane % 8)].get());
 #pragma unroll
-                    for (int j = 0; j < S_PAIRS; ++j) spio::mma_m16n8k8<Elem>(reg_acc[r][j], a[j], b[0]);
+                    for (int j = 0; j < S_PAIRS; ++j) {
+                        spio::mma_m16n8k8<Elem>(reg_acc[r][j], a[j], b[0]);
+                    }
                     if constexpr (HAS_BIAS) {
                         if (r == 0) {
                             const unsigned ones[2] = {ones2(), ones2()};
