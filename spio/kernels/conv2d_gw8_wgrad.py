@@ -79,6 +79,16 @@ def block_p_choices(p: Conv2dGw8Params) -> list[int]:
     return sorted({math.ceil(p.p / math.ceil(p.p / bp)) for bp in BLOCK_P_CHOICES})
 
 
+def task_rows(p: Conv2dGw8Params, cfg: Conv2dGw8WgradConfig) -> int:
+    """x rows the kernel streams per task (TILE_H): BLOCK_P + R - 1, less the trailing padding
+    rows when one chunk covers P (every task starts at row 0, so rows past IN_H + PAD_H - 1
+    feed nothing; at 7x7, k7, pad 3: 10 rows instead of 13)."""
+    rows = cfg.block_p + p.r - 1
+    if p_chunks(p, cfg) == 1:
+        rows = min(rows, max(cfg.block_p, p.h + p.pad_h))
+    return rows
+
+
 def q_tiles(p: Conv2dGw8Params, cfg: Conv2dGw8WgradConfig) -> int:
     return math.ceil(p.q / cfg.block_q)
 
@@ -310,7 +320,7 @@ def spec(p: Conv2dGw8Params, cfg: Conv2dGw8WgradConfig, dev: Any = None) -> Kern
         "STAGES": Constant(cfg.stages),
         "BLOCK_P": Constant(cfg.block_p),
         "BLOCK_Q": Constant(cfg.block_q),
-        "TILE_H": Constant(cfg.block_p + p.r - 1),
+        "TILE_H": Constant(task_rows(p, cfg)),
         "TILE_W": Constant(tile_w(p, cfg)),
         "DY_ROWS": Constant(dy_rows(p, cfg)),
         "P_CHUNKS": Constant(p_chunks(p, cfg)),

@@ -19,7 +19,10 @@
 ///   column chunks starting at or past OUT_Q (Q = 7 with BLOCK_Q 16: half the mma work; 56 in
 ///   64: an eighth), dy rows past OUT_P (a ragged last chunk) and x rows that are padding (at
 ///   7x7, k7, pad 3: 12 of the 49 (x row, filter row) products); padding rows and dy rows past
-///   OUT_P are not copied either. Left: at odd S the last s-pair's second column (S = 7: 1/8).
+///   OUT_P are not copied either. When one chunk covers P, a task streams only TILE_H =
+///   min(BLOCK_P + R - 1, max(BLOCK_P, IN_H + PAD_H)) rows: the trailing padding rows (3 of 13
+///   at 7x7 k7) cost no pipeline step. Left: at odd S the last s-pair's unused second column
+///   (S = 7: 1/8 of the mma work) and the leading padding rows' steps (their dy rows load there).
 /// Traffic per CTA and task: reads (rows of the task inside the image, at most BLOCK_P+R-1) x
 ///   (BLOCK_Q+2·ceil(S/2)-1 columns, those outside zero-filled without a read)·WARPS·16 B of x
 ///   and BLOCK_P·BLOCK_Q·WARPS·16 B of dy; writes WARPS·8·8·R·S·4 B of partials at the end.

@@ -55,7 +55,7 @@ def emulate_wgrad(x, dy, p: Conv2dGw8Params, cfg, dev):
     tasks, tps, splits = wg.split_plan(p, cfg, dev)
     n_q, n_g = wg.q_tiles(p, cfg), p.groups // cfg.warps
     sp, tile_w, dyr = wg.s_pairs(p), wg.tile_w(p, cfg), wg.dy_rows(p, cfg)
-    tile_h, chunks = cfg.block_p + p.r - 1, wg.p_chunks(p, cfg)
+    tile_h, chunks = wg.task_rows(p, cfg), wg.p_chunks(p, cfg)  # rows streamed per task
     dw, db = np.zeros((p.c, 8, p.r, p.s)), np.zeros(p.c)
     mmas = {"dw": 0, "bias": 0}
     for split in range(splits):
@@ -206,8 +206,12 @@ def test_wgrad_streams_several_tasks_with_skips(seed):
 
 def test_dead_work_at_7x7_k7():
     """The numbers the skips were made for: at 7x7, k7, pad 3 a warp issues 37 (not 49) row
-    products of one 8-column chunk (not two of a 16-column tile) per image."""
+    products of one 8-column chunk (not two of a 16-column tile) per image, and streams 10 of
+    the 13 rows of a whole-image task."""
     p = Conv2dGw8Params(n=1, c=8, h=7, w=7, r=7, s=7, pad_h=3, pad_w=3)
     cfg = Conv2dGw8WgradConfig(block_p=7, block_q=8, warps=1, stages=4, splits_per_sm=1)
     assert useful_mmas(p, cfg, known_device("H100"))["dw"] == 37 * 1 * wg.s_pairs(p)
     assert cfg in wg.configs(p, known_device("H100"))
+    assert wg.task_rows(p, cfg) == 10  # rows 10-12 (image rows 7-9) are trailing padding
+    two_chunks = Conv2dGw8WgradConfig(block_p=4, block_q=8, warps=1, stages=4, splits_per_sm=1)
+    assert wg.task_rows(p, two_chunks) == 4 + 7 - 1  # chunks start at different rows: no trim
