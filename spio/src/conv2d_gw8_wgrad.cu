@@ -45,6 +45,8 @@
 /// Pipeline: STAGES rows of x (and the matching dy row) in flight via cp.async, zero-filled
 ///   outside the image; one __syncthreads per input row. The rows of a CTA's tasks form one
 ///   stream, so the pipeline does not drain between tasks.
+/// Launch: triggers its dependents at entry (sm_90+), so the reduction, launched with PDL, is
+///   scheduled while this grid runs and waits in griddepcontrol.wait for its completion.
 /// Assumes: NHWC x and dy, C % 8 == 0, 16-byte aligned pointers (partial included); partials laid
 ///   out like the weight (C, 8, R, S) in fp32, one slice per (split, column tile).
 
@@ -82,6 +84,11 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
     conv2d_gw8_wgrad(float* __restrict__ partial_ptr, float* __restrict__ bias_partial_ptr,
                      const uint4* __restrict__ in_ptr, const uint4* __restrict__ grad_ptr,
                      int num_tasks, int tasks_per_split) {
+    // PDL trigger (sm_90+): the reduction may be scheduled now; its griddepcontrol.wait holds it
+    // until this grid has completed and its partials are visible.
+#if __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;");
+#endif
     // ---- setup --------------------------------------------------------------------------------
     extern __shared__ uint4 smem_raw[];
     const SmemInput smem_input(smem_raw);                         // (STAGE, C8, W, ...) uint4
