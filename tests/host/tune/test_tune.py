@@ -124,7 +124,6 @@ def test_model_finds_the_known_best_config_on_unseen_shapes(seed):
         "sm_90",
         feature_rows(KDEF, samples, Dev()),
         [s.latency_us for s in samples],
-        rounds=200,
     )
     rng = random.Random(seed + 1)
     regrets = []
@@ -137,7 +136,7 @@ def test_model_finds_the_known_best_config_on_unseen_shapes(seed):
 
 
 def test_evaluation_splits_by_shape_and_reports_regret(seed):
-    report = evaluate(KDEF, _dataset(30, seed), Dev(), folds=5, rounds=150)
+    report = evaluate(KDEF, _dataset(30, seed), Dev(), folds=5)
     assert report.shapes == 30
     assert 1.0 <= report.regret_median <= report.regret_p90 <= report.regret_max
     assert report.regret_median < 1.1, str(report)
