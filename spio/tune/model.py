@@ -24,8 +24,8 @@ MODEL_FORMAT = 1
 
 # Small trees, many rounds: the latency surface is smooth in tile sizes and piecewise in waves.
 # eta 0.08 x 250 rounds (was 0.15 x 150): on held-out shapes (5 folds by shape, mean over 3
-# training seeds; benchmarks/tune_experiments.py) it lowered the mean regret of 5 of 6 families,
-# p90 of 5 and matmul's max (2.2 -> 1.5), for ~1.6x the prediction time. Ranking objectives,
+# training seeds; benchmarks/tune_experiments.py) it lowered the mean regret of 5 of 6 families and
+# p90 of all 6, for 0.05-0.35 ms more prediction time per selection. Ranking objectives,
 # fast-config weights, per-shape-relative targets, robust losses, bagging and eta 0.05 x 450
 # were tried; none gained consistently across families for its cost (docs/tuning.md).
 TRAIN_PARAMS = {
