@@ -6,7 +6,8 @@ datasets (a single pick of a mismeasured config decides it), so recipes are comp
 over seeds of each statistic. `--clean` also reports the regret with *suspect* samples dropped
 from the dataset: measured more than 2x above what a model trained on the other folds predicts,
 relative to the rest of their shape (mostly bursts of consecutive rows: timing noise at
-collection, see docs/tuning.md). `--worst N` prints each family's N worst held-out shapes.
+collection, see docs/tuning.md). `--suspects` lists them (dataset line numbers); `--worst N`
+prints each family's N worst held-out shapes.
 
     python benchmarks/tune_experiments.py --recipe shipped baseline --seeds 0 1 2 [--clean]
 """
@@ -201,6 +202,7 @@ def main() -> None:
     ap.add_argument("--recipe", nargs="*", default=["shipped", "baseline"], choices=RECIPES)
     ap.add_argument("--seeds", nargs="*", type=int, default=[0, 1, 2])
     ap.add_argument("--clean", action="store_true", help="also without suspect samples")
+    ap.add_argument("--suspects", action="store_true", help="with --clean: list them")
     ap.add_argument("--worst", type=int, default=0, help="worst held-out shapes to print")
     a = ap.parse_args()
     for kernel in a.kernel:
@@ -209,6 +211,12 @@ def main() -> None:
         if a.clean:
             bad = suspects(data)
             print(f"{kernel}: {int(bad.sum())} of {len(bad)} samples suspect (> 2x)")
+            if a.suspects:  # dataset line numbers (1-based), for re-measuring on the GPU
+                for i in np.flatnonzero(bad):
+                    print(
+                        f"    line {i + 1}: {data['t'][i]:.1f} us {data['keys'][i]} "
+                        f"{data['configs'][i]}"
+                    )
             variants.append(("clean", _subset(data, ~bad)))
         for name in a.recipe:
             for label, d in variants:
