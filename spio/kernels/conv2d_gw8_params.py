@@ -251,7 +251,8 @@ class Conv2dGw8Config:
             raise ValueError(f"Conv2dGw8Config.block_p must be >= 1, got {self.block_p}")
         if self.block_q != 8 and (self.block_q < 16 or self.block_q % 16):
             raise ValueError(
-                f"Conv2dGw8Config.block_q must be 8 or a positive multiple of 16, got {self.block_q}"
+                "Conv2dGw8Config.block_q must be 8 or a positive multiple of 16, "
+                f"got {self.block_q}"
             )
         if self.warps not in (1, 2, 4, 8):
             raise ValueError(f"Conv2dGw8Config.warps must be 1, 2, 4 or 8, got {self.warps}")

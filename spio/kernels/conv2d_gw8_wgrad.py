@@ -123,8 +123,8 @@ def configs(
 ) -> list[Conv2dGw8WgradConfig]:
     """Every valid wgrad config: block rows from `block_p_choices` (balanced over P), column
     tiles of BLOCK_Q_CHOICES up to the first covering Q (8 only up to NARROW_Q_MAX),
-    `warp_choices` dividing the groups, STAGE_CHOICES (above 3 only up to one task's rows), SPLIT_CHOICES, shared memory and
-    registers within the device's limits."""
+    `warp_choices` dividing the groups, STAGE_CHOICES (above 3 only up to one task's rows),
+    SPLIT_CHOICES, shared memory and registers within the device's limits."""
     out = []
     p_choices = block_p_choices(p)
     q_choices = []

@@ -19,8 +19,9 @@
 ///   for storing and restarts at zero. Products that cannot reach a stored row are skipped
 ///   (CTA-uniform predicates): input rows in the zero padding, and output rows outside the tile
 ///   or the image; at 7x7 on a 7x7 map that is 54 of the 91 (input row, filter row) products.
-/// Traffic per CTA: reads (BLOCK_P+R-1)·(BLOCK_Q+S-1)·WARPS·16 B of x (halo re-reads mostly hit
-///   L2) and WARPS·8·8·R·S·2 B of w; writes BLOCK_P·BLOCK_Q·WARPS·16 B of y. Bound: DRAM (2·8·R·S
+/// Traffic per CTA: reads IMAGES·(BLOCK_P+R-1)·(BLOCK_Q+S-1)·WARPS·16 B of x (halo re-reads
+///   mostly hit L2) and WARPS·8·8·R·S·2 B of w; writes IMAGES·BLOCK_P·BLOCK_Q·WARPS·16 B of y
+///   (at most; columns past Q are not stored). Bound: DRAM (2·8·R·S
 ///   FLOP per 4 B of x + y = 36 FLOP/B at 3x3; at 7x7 the mma.sync rate is the ceiling).
 /// Pipeline: STAGES input rows in shared memory, filled by cp.async (zero-fill for rows/columns
 ///   outside the image: that is the padding); one __syncthreads per input row, which also frees
@@ -28,7 +29,7 @@
 /// Shared memory: (STAGES, WARPS, TILE_W, 4 words): each warp reads only its group's plane, 8
 ///   consecutive 16-byte pixels per mma row block = 32 consecutive words, so no bank conflicts.
 /// Stores: a finished row (+ bias, rounded) goes to a double-buffered shared-memory row
-///   (WARPS, BLOCK_Q, 16 B; plane stride padded by 8/WARPS chunks so the 16-byte reads of 8
+///   (WARPS, STAGED_Q, 16 B; plane stride padded by 8/WARPS chunks so the 16-byte reads of 8
 ///   consecutive threads hit 8 distinct bank groups); after the next barrier the whole CTA
 ///   writes it out with 16-byte stores, consecutive threads covering consecutive 16 B of a pixel.
 /// Weights: the CTA's WARPS groups of w are one contiguous block, copied to shared memory by

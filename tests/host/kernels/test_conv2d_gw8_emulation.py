@@ -66,7 +66,8 @@ def emulate_fprop(x, w, b, p: Conv2dGw8Params, cfg, transposed: bool = False):
         for blk in range(n_p * n_q * n_g):  # CompoundIndex(PB, QB, GB), row-major
             pb, qb, gb = blk // (n_q * n_g), (blk // n_g) % n_q, blk % n_g
             p0, q0, group0 = pb * cfg.block_p, qb * cfg.block_q, gb * cfg.warps
-            smem = np.zeros((cfg.stages, cfg.warps, imgs * tile_w, 8))
+            # NaN until loaded: reading a column or stage the kernel never filled shows up.
+            smem = np.full((cfg.stages, cfg.warps, imgs * tile_w, 8), np.nan)
             reg_w = np.zeros((cfg.warps, 32, p.r, p.s, 2))
             for wp in range(cfg.warps):
                 k = (group0 + wp) * 8 + G
