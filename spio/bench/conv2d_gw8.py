@@ -4,8 +4,8 @@ Grid (../shared/BASELINE.md): C 64/128/256/512 at 56²/28²/14²/7², kernel 3/5
 N 1/8/32/128/256, fp16, channels_last; passes fprop, dgrad (input gradient) and wgrad (weight +
 bias gradient). For each point:
 
-- spio: the kernel launch(es) of the config the op would pick (heuristic), arguments prepared
-  once, so Python dispatch is not in the number. dgrad reads the forward weight directly (no
+- spio: the kernel launch(es) of the config the op would pick (the performance model, else the
+  heuristic), arguments prepared once, so Python dispatch is not in the number. dgrad reads the forward weight directly (no
   transform pass). wgrad's ordered reduction pass is timed separately as well and reported
   (`wgrad_reduce_us`); the spio column of wgrad includes the reduction.
 - cuDNN: `F.conv2d` (fprop) and `aten.convolution_backward` (dgrad / wgrad with bias) with
@@ -15,8 +15,10 @@ bias gradient). For each point:
 Effective bandwidth is BASELINE's formula: (input + output + weight bytes) / time, the same bytes
 for all three passes; the elementwise pass counts its own read + write. `copy` is the measured
 device-to-device copy bandwidth (read + write), the speed-of-light line of the plots.
-Method: spio.bench.timing.bench (CUDA events, L2 flushed before every rep, median); every spio
-kernel is compiled in a warm-up call, and the timed calls run under SPIO_ASSERT_NO_COMPILE=1.
+Method: spio.bench.timing.bench (CUDA events, L2 flushed before every rep, median); the variants
+the grid selects are compiled up front in parallel (`compile_jobs`), loaded in a warm-up call,
+and the timed calls run under SPIO_ASSERT_NO_COMPILE=1. `--csv` is rewritten after every point,
+so an interrupted run keeps what it measured.
 Each point also checks spio's output against cuDNN's (`max_rel_err`).
 
     spio bench conv2d-gw8 [--quick] [--csv out.csv] [--plot out.png] [--kernel fprop|dgrad|wgrad|all]
@@ -60,22 +62,10 @@ class _Point:
 
     def __init__(self, c: int, hw: int, k: int, n: int, dtype: torch.dtype):
         from spio.cuda import device_attributes
-        from spio.kernels.conv2d_gw8_params import Conv2dGw8Params
 
         dev_index = torch.cuda.current_device()
         self.dev = device_attributes(dev_index)
-        self.p = Conv2dGw8Params(
-            n=n,
-            c=c,
-            h=hw,
-            w=hw,
-            r=k,
-            s=k,
-            pad_h=k // 2,
-            pad_w=k // 2,
-            has_bias=True,
-            dtype=str(dtype).removeprefix("torch."),
-        )
+        self.p = params(c, hw, k, n, dtype)
         self.stream = torch.cuda.current_stream().cuda_stream
         self.x = torch.randn(n, c, hw, hw, device="cuda").to(dtype).contiguous(memory_format=CL)
         self.w = torch.randn(c, 8, k, k, device="cuda").to(dtype) * 0.1
@@ -166,6 +156,46 @@ def _cudnn(pt: _Point, which: str) -> tuple[Callable[[], object], Callable[[], t
     return run, result
 
 
+def params(c: int, hw: int, k: int, n: int, dtype: torch.dtype):
+    """The layer of one grid point: padding k // 2, with bias, channels_last."""
+    from spio.kernels.conv2d_gw8_params import Conv2dGw8Params
+
+    return Conv2dGw8Params(
+        n=n, c=c, h=hw, w=hw, r=k, s=k, pad_h=k // 2, pad_w=k // 2, has_bias=True,
+        dtype=str(dtype).removeprefix("torch."),
+    )  # fmt: skip
+
+
+def compile_jobs(points, passes: tuple[str, ...], dtype: torch.dtype, dev) -> list:
+    """One CompileJob per distinct variant the grid will run (the selected config of every pass
+    and point, and wgrad's reduction), so `compile_many` can build them in parallel instead of
+    one by one in the warm-up calls."""
+    from spio.compiler import CompileJob
+    from spio.kernels import conv2d_gw8_fprop as fp
+    from spio.kernels import conv2d_gw8_wgrad as wg
+    from spio.kernels import conv2d_gw8_wgrad_reduce as rd
+    from spio.kernels.select import default_selector
+
+    kdefs = {"fprop": fp.FPROP, "dgrad": fp.DGRAD, "wgrad": wg.WGRAD}
+    variants = {}
+    for c, hw, k, n in points:
+        p = params(c, hw, k, n, dtype)
+        for which in passes:
+            kdef = kdefs[which]
+            cfg = default_selector().select(kdef, p, dev)
+            variants[(kdef.name, p.variant(), cfg)] = (kdef, p, cfg)
+            if which == "wgrad":
+                rcfg = rd.config_for(wg.num_slices(p, cfg, dev))
+                variants[(rd.WGRAD_REDUCE.name, p.variant(), rcfg)] = (rd.WGRAD_REDUCE, p, rcfg)
+    jobs = []
+    for kdef, p, cfg in variants.values():
+        s = kdef.spec(p, cfg, dev)
+        jobs.append(
+            CompileJob(s.source_text(), dev.arch, options=s.options, name=s.source, scope=s.specs)
+        )
+    return jobs
+
+
 def measure(
     c: int, hw: int, k: int, n: int, passes: tuple[str, ...], copy_gbps: float, dtype: torch.dtype
 ) -> list[dict]:
@@ -241,6 +271,11 @@ def summarize(rows: list[dict]) -> list[str]:
     return lines
 
 
+def _write_rows(rows: list[dict], path: Path) -> None:
+    all_keys = list(dict.fromkeys(key for r in rows for key in r))
+    write_csv([{key: r.get(key, "") for key in all_keys} for r in rows], path)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="spio bench conv2d-gw8", description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="a handful of grid points")
@@ -258,6 +293,13 @@ def main(argv: list[str] | None = None) -> int:
     copy_gbps = copy_bandwidth_gbps(2**30 if args.quick else 2**31)
     print(f"device copy bandwidth (read + write): {copy_gbps:.0f} GB/s")
     points = grid(args.quick)
+    from spio.compiler import compile_many
+    from spio.cuda import device_attributes
+
+    compile_many(
+        compile_jobs(points, passes, dtype, device_attributes(torch.cuda.current_device())),
+        progress=settings().progress,
+    )
     rows: list[dict] = []
     points_iter = points
     if settings().progress:  # SPIO_PROGRESS=0 hides the bar (logs of scripted runs)
@@ -269,6 +311,8 @@ def main(argv: list[str] | None = None) -> int:
             pass
     for c, hw, k, n in points_iter:
         rows += measure(c, hw, k, n, passes, copy_gbps, dtype)
+        if args.csv:  # after every point: an interrupted run keeps what it measured
+            _write_rows(rows, args.csv)
     cols = [
         "pass",
         "shape",
@@ -285,9 +329,6 @@ def main(argv: list[str] | None = None) -> int:
     print_table(rows, cols)
     for line in summarize(rows):
         print(line)
-    if args.csv:
-        all_keys = list(dict.fromkeys(key for r in rows for key in r))
-        write_csv([{key: r.get(key, "") for key in all_keys} for r in rows], args.csv)
     if args.plot:
         for which in passes:
             sel = [r for r in rows if r["pass"] == which]

@@ -46,3 +46,19 @@ def test_main_without_gpu_says_so(capsys):
         pytest.skip("checks the no-GPU message; this machine has a CUDA GPU")
     assert bench.main(["--quick"]) == 2
     assert "needs a CUDA GPU" in capsys.readouterr().out
+
+
+def test_compile_jobs_cover_each_selected_variant_once():
+    """The bench compiles every variant it will run up front: one job per distinct (family,
+    layer variant, config), wgrad's reduction included; nothing for passes not asked for."""
+    from spio.cuda import known_device
+
+    dev = known_device("H100")
+    points = bench.grid(quick=True)
+    jobs = bench.compile_jobs(points, ("fprop",), torch.float16, dev)
+    assert 1 <= len(jobs) <= len(points)
+    assert all(j.arch == dev.arch for j in jobs)
+    both = bench.compile_jobs(points, ("fprop", "wgrad"), torch.float16, dev)
+    assert len(jobs) < len(both) <= 3 * len(points)  # wgrad adds its kernel and its reduction
+    sources = {j.name for j in both}
+    assert sources == {"conv2d_gw8_fprop.cu", "conv2d_gw8_wgrad.cu", "conv2d_gw8_wgrad_reduce.cu"}
