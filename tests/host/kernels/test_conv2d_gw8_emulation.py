@@ -1,18 +1,19 @@
-"""Lane-level emulation of the conv2d_gw8 forward kernel (fprop and dgrad) on the host.
+"""Lane-level emulation of the conv2d_gw8 kernels on the host, against PyTorch.
 
 The CI machine has no GPU, so this file replays the index logic of spio/src/conv2d_gw8_fprop.cu
-statement by statement in numpy: the block -> tile mapping (one or two images per CTA), the
-cp.async row loads with zero fill, the shared-memory stages (NaN until loaded), the accumulator
-ring of the overlap-add and its skipped products, the mma.m16n8k8 fragment layout of the PTX
-ISA (the table spio/include/spio/fragment.h implements) and the epilogue's fragment -> (pixel,
-channel) mapping. A wrong offset, ring slot or fragment index shows up here as a mismatch with
-F.conv2d (or an IndexError on shared memory). The weight gradient has its own emulation
-(test_conv2d_gw8_wgrad_emulation.py). Neither replaces the GPU tests (tests/gpu/kernels/).
+and conv2d_gw8_wgrad.cu statement by statement in numpy: the block -> tile mapping, the cp.async
+row loads with zero fill, the shared-memory stage and dy rings, the accumulator ring of the
+overlap-add, the mma.m16n8k8 and ldmatrix(.trans) fragment layouts of the PTX ISA (the same
+tables spio/include/spio/fragment.h implements), the epilogue's fragment -> (pixel, channel)
+mapping, the split plan and the ordered reduction. A wrong offset, ring slot or fragment index
+in the design shows up here as a mismatch with F.conv2d (or an IndexError on shared memory).
+It does not replace the GPU tests (tests/gpu/kernels/test_conv2d_gw8.py), which run the real code.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -21,6 +22,8 @@ import torch
 from spio.cuda import known_device
 from spio.kernels import conv2d_gw8_fprop as fp
 from spio.kernels import conv2d_gw8_reference as ref
+from spio.kernels import conv2d_gw8_wgrad as wg
+from spio.kernels import conv2d_gw8_wgrad_reduce as rd
 from spio.kernels.conv2d_gw8_params import Conv2dGw8Params
 from spio.testing import sample
 
@@ -40,6 +43,12 @@ def mma_m16n8k8(acc, a, b):
     D = A @ B
     for e in range(4):
         acc[:, e] += D[G + 8 * (e // 2), 2 * T + e % 2]
+
+
+def ldmatrix_trans(rows):
+    """One 8x8 matrix from 8 row vectors (rows[8, 8], from lanes 8i..8i+7), transposed:
+    lane gets (M[2t][g], M[2t + 1][g])."""
+    return np.stack([rows[2 * T, G], rows[2 * T + 1, G]], axis=1)
 
 
 def emulate_fprop(x, w, b, p: Conv2dGw8Params, cfg, transposed: bool = False):
@@ -141,6 +150,95 @@ def emulate_fprop(x, w, b, p: Conv2dGw8Params, cfg, transposed: bool = False):
     return y
 
 
+def emulate_wgrad(x, dy, p: Conv2dGw8Params, cfg, dev):
+    """x (N, H, W, C), dy (N, P, Q, C) -> (dw (C, 8, R, S), db (C,)), as wgrad + reduce."""
+    tasks, tps, splits = wg.split_plan(p, cfg, dev)
+    n_q, n_g = wg.q_tiles(p, cfg), p.groups // cfg.warps
+    sp, tile_w, dyr = wg.s_pairs(p), wg.tile_w(p, cfg), wg.dy_rows(p, cfg)
+    tile_h, chunks = cfg.block_p + p.r - 1, wg.p_chunks(p, cfg)
+    slices = splits * n_q
+    partial = np.full((slices, p.c, 8, p.r, p.s), np.nan)
+    bias_partial = np.full((slices, p.c), np.nan)
+    for split in range(splits):
+        for blk in range(n_q * n_g):
+            qb, gb = blk // n_g, blk % n_g
+            q0, group0 = qb * cfg.block_q, gb * cfg.warps
+            slice_ = split * n_q + qb
+            acc = np.zeros((cfg.warps, p.r, sp, 32, 4))
+            acc_b = np.zeros((cfg.warps, 32, 4))
+            sx = np.zeros((cfg.stages, cfg.warps, tile_w, 8))
+            sdy = np.zeros((dyr, cfg.warps, cfg.block_q, 8))
+            first, last = split * tps, min(split * tps + tps, tasks)
+            stream_rows = max(last - first, 0) * tile_h  # the split's rows as one stream
+
+            def load(k, first=first, q0=q0, group0=group0, sx=sx, sdy=sdy):
+                task, i = first + k // tile_h, k % tile_h
+                n, p0 = task // chunks, (task % chunks) * cfg.block_p
+                h = p0 - p.pad_h + i
+                for t in range(cfg.warps * tile_w):
+                    g, j = t % cfg.warps, t // cfg.warps
+                    wc = q0 - p.pad_w + j
+                    c0 = (group0 + g) * 8
+                    ok = 0 <= h < p.h and 0 <= wc < p.w
+                    sx[k % cfg.stages, g, j] = x[n, h, wc, c0 : c0 + 8] if ok else 0.0
+                if i < cfg.block_p:
+                    for t in range(cfg.warps * cfg.block_q):
+                        g, j = t % cfg.warps, t // cfg.warps
+                        c0 = (group0 + g) * 8
+                        ok = p0 + i < p.p and q0 + j < p.q
+                        sdy[k % dyr, g, j] = dy[n, p0 + i, q0 + j, c0 : c0 + 8] if ok else 0.0
+
+            for k in range(cfg.stages - 1):
+                if k < stream_rows:
+                    load(k)
+            for k in range(stream_rows):
+                if k + cfg.stages - 1 < stream_rows:
+                    load(k + cfg.stages - 1)
+                i = k % tile_h
+                for wp in range(cfg.warps):
+                    for qc in range(cfg.block_q // 8):
+                        a = np.zeros((sp, 32, 2, 2))
+                        for jj in range(sp):
+                            for mi in range(2):  # lanes 8 mi .. 8 mi + 7 address matrix mi
+                                cols = 8 * qc + 2 * jj + mi + np.arange(8)
+                                a[jj, :, mi] = ldmatrix_trans(sx[k % cfg.stages, wp, cols])
+                        for r in range(p.r):
+                            row = i - r
+                            if 0 <= row < cfg.block_p:
+                                cols = 8 * qc + np.arange(8)
+                                bfrag = ldmatrix_trans(sdy[(k - r) % dyr, wp, cols])
+                                for jj in range(sp):
+                                    mma_m16n8k8(acc[wp, r, jj], a[jj], bfrag)
+                                if p.has_bias and r == 0:
+                                    mma_m16n8k8(acc_b[wp], np.ones((32, 2, 2)), bfrag)
+            for wp in range(cfg.warps):
+                grp = group0 + wp
+                for r in range(p.r):
+                    for jj in range(sp):
+                        for e in range(4):
+                            s = 2 * jj + e // 2
+                            if s < p.s:
+                                k = grp * 8 + 2 * T + e % 2
+                                partial[slice_, k, G, r, s] = acc[wp, r, jj, :, e]
+                for lane in range(4):
+                    for e in range(2):
+                        bias_partial[slice_, grp * 8 + 2 * lane + e] = acc_b[wp, lane, e]
+    dw = np.zeros((p.c, 8, p.r, p.s))
+    db = np.zeros(p.c)
+    # The reduce kernel's order: runs of ceil(slices / parts) slices, each ascending, then the
+    # runs ascending (parts = warps of the CTA the op launches for this slice count).
+    parts = rd.parts(rd.config_for(slices))
+    per_part = -(-slices // parts)
+    for k in range(parts):
+        run_w, run_b = np.zeros_like(dw), np.zeros_like(db)
+        for s_ in range(k * per_part, min(slices, (k + 1) * per_part)):
+            run_w += partial[s_]
+            run_b += bias_partial[s_]
+        dw += run_w
+        db += run_b
+    return dw, db
+
+
 SHAPES = [
     Conv2dGw8Params(n=2, c=16, h=5, w=19, r=3, s=3, pad_h=1, pad_w=1, has_bias=True),
     Conv2dGw8Params(n=1, c=8, h=6, w=9, r=2, s=5, pad_h=0, pad_w=2, has_bias=False),
@@ -183,6 +281,36 @@ def test_fprop_and_dgrad_emulation(p, seed):
         # The kernel's dgrad variant reads the forward weight transposed and rotated.
         got = emulate_fprop(_nhwc(dy), w.numpy(), None, q, cfg, transposed=True)
         np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-9, err_msg=f"dgrad {p} {cfg}")
+
+
+@pytest.mark.parametrize("p", SHAPES, ids=str)
+def test_wgrad_emulation(p, seed):
+    dev = known_device("H100")
+    x, _, _ = _inputs(p, seed)
+    dy = torch.randn(p.n, p.c, p.p, p.q, dtype=torch.float64)
+    want_w = ref.wgrad(x, dy, (p.r, p.s), p.padding).numpy()
+    want_b = ref.bias_grad(dy).numpy()
+    for cfg in sample(wg.configs(p, dev), 3, seed=seed):
+        dw, db = emulate_wgrad(_nhwc(x), _nhwc(dy), p, cfg, dev)
+        np.testing.assert_allclose(dw, want_w, rtol=1e-9, atol=1e-9, err_msg=f"{p} {cfg}")
+        if p.has_bias:
+            np.testing.assert_allclose(db, want_b, rtol=1e-9, atol=1e-9, err_msg=f"{p} {cfg}")
+
+
+@pytest.mark.parametrize("p", SHAPES[:2], ids=str)
+def test_wgrad_emulation_streams_across_tasks(p, seed):
+    """On a 1-SM device every split runs several (image, row-chunk) tasks: the kernel streams their
+    rows as one pipeline (x stages and dy ring indexed by stream position), which must still
+    give the exact weight gradient."""
+    dev = replace(known_device("H100"), sm_count=1)
+    x, _, _ = _inputs(p, seed)
+    dy = torch.randn(p.n, p.c, p.p, p.q, dtype=torch.float64)
+    want_w = ref.wgrad(x, dy, (p.r, p.s), p.padding).numpy()
+    cfgs = [c for c in wg.configs(p, dev) if wg.split_plan(p, c, dev)[1] > 1]
+    assert cfgs, f"no config runs several tasks per split for {p}"
+    for cfg in sample(cfgs, 3, seed=seed):
+        dw, _ = emulate_wgrad(_nhwc(x), _nhwc(dy), p, cfg, dev)
+        np.testing.assert_allclose(dw, want_w, rtol=1e-9, atol=1e-9, err_msg=f"{p} {cfg}")
 
 
 @pytest.mark.parametrize("p", PACKED_SHAPES, ids=str)
