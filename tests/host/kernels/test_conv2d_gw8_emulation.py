@@ -8,6 +8,9 @@ tables spio/include/spio/fragment.h implements), the epilogue's fragment -> (pix
 mapping, the split plan and the ordered reduction. A wrong offset, ring slot or fragment index
 in the design shows up here as a mismatch with F.conv2d (or an IndexError on shared memory).
 It does not replace the GPU tests (tests/gpu/kernels/test_conv2d_gw8.py), which run the real code.
+The wgrad copy here predates the kernel's dead-work skips (skipped work is exact zeros, so it
+still matches); it is kept for the split plan, the partial layout and the reduction order.
+test_conv2d_gw8_wgrad_emulation.py mirrors the current wgrad kernel, skips included.
 """
 
 from __future__ import annotations
