@@ -32,6 +32,20 @@ class Timing:
         return flops / (self.median_ms * 1e-3) / 1e12
 
 
+# GPU cycles of a spin kernel queued before each timed call (~100 µs at 1.7-2 GHz): the GPU is busy
+# while the host enqueues the start event, fn and the end event, so host time (Python between two
+# launches, a slow launch path) cannot leak into the timed region as GPU idle time.
+HOLD_CYCLES = 200_000
+
+
+def _hold(cycles: int) -> None:
+    """Queues a spin of `cycles` GPU clock cycles on the current stream (torch.cuda._sleep;
+    nothing where this torch build lacks it)."""
+    sleep = getattr(torch.cuda, "_sleep", None)
+    if sleep is not None:
+        sleep(cycles)
+
+
 def _flush_buffer(device: torch.device) -> torch.Tensor:
     # Twice the L2 (50 MB on the H100) so no operand of the previous call survives in cache.
     props = torch.cuda.get_device_properties(device)
@@ -50,7 +64,9 @@ def bench(
     """Times fn() on the current stream; fn must only enqueue GPU work.
 
     Warms up for about `warmup_ms`, then times `reps` calls, each preceded (outside its timed
-    region) by zeroing a buffer of twice the L2 size when `flush_l2`.
+    region) by zeroing a buffer of twice the L2 size when `flush_l2`, and by a ~100 µs GPU spin
+    (HOLD_CYCLES) so that the host has enqueued the whole call before the GPU reaches it: the
+    time is the GPU's, not the host's launch overhead (a CUDA graph replay measures the same).
     """
     device = device or torch.device("cuda", torch.cuda.current_device())
     flush = _flush_buffer(device) if flush_l2 else None
@@ -70,6 +86,7 @@ def bench(
     for i in range(reps):
         if flush is not None:
             flush.zero_()
+        _hold(HOLD_CYCLES)
         starts[i].record()
         fn()
         ends[i].record()
