@@ -2,14 +2,20 @@
 
 Params come from the family's `sample_params` (realistic layer shapes plus random ones); every
 valid config of a shape is compiled in parallel (through the disk cache), then timed with CUDA
-events, L2 flushed, median. Rows are appended per shape, so an interrupted run loses at most one
-shape and a rerun skips what is already measured. `--device all` runs one worker process per GPU.
+events, L2 flushed, median. Before a shape's first timing the GPU runs its first config for
+SHAPE_WARMUP_MS (clocks drop while the host compiles; without it the first configs of a shape
+read slow, with a shrinking excess); after all of them, the RECHECK fastest are timed again and
+keep the lower median (interference only ever adds time), which steadies the fast end the models
+rank. Rows are appended per shape, so an interrupted run loses at most one shape and a rerun
+skips what is already measured. `--device all` runs one worker process per GPU.
 """
 
 from __future__ import annotations
 
 import random
 import time
+from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +25,20 @@ from spio.tune.features import to_dict
 
 REPS = 15
 WARMUP_MS = 5.0
+SHAPE_WARMUP_MS = 50.0
+RECHECK = 5
+
+
+def recheck_fastest(
+    latency_us: list[float], remeasure: Callable[[int], float], count: int = RECHECK
+) -> list[float]:
+    """latency_us with the `count` fastest entries replaced by min(first, remeasure(i)): a second
+    timing of the configs the models must rank right, keeping the lower (interference can only
+    make a timing too slow)."""
+    out = list(latency_us)
+    for i in sorted(range(len(out)), key=out.__getitem__)[:count]:
+        out[i] = min(out[i], remeasure(i))
+    return out
 
 
 def _precompile(kdef: KernelDef, params: Any, configs: list[Any], dev: Any) -> None:
@@ -74,15 +94,29 @@ def collect(
             continue
         _precompile(kdef, params, todo, dev)
         rows = []
+        timed = []  # the config of each row
+        warm = False
         for cfg in todo:
             try:
                 run = kdef.make_runner(params, cfg)
             except OutOfResources:
                 continue
+            if not warm:  # clocks back up after the compile pause
+                bench(run, warmup_ms=SHAPE_WARMUP_MS, reps=1)
+                warm = True
             us = bench(run, warmup_ms=WARMUP_MS, reps=REPS).median_ms * 1e3
             rows.append(Sample(kdef.name, dev.name, dev.arch, to_dict(params), to_dict(cfg), us))
+            timed.append(cfg)
+            del run
             if time.monotonic() > deadline:
                 break
+
+        def remeasure(i: int, params=params, timed=timed) -> float:
+            run = kdef.make_runner(params, timed[i])
+            return bench(run, warmup_ms=WARMUP_MS, reps=REPS).median_ms * 1e3
+
+        latency = recheck_fastest([r.latency_us for r in rows], remeasure)
+        rows = [replace(r, latency_us=t) for r, t in zip(rows, latency, strict=True)]
         written += append(out, rows)
         done.update(r.pair_key() for r in rows)
         if bar is not None:

@@ -260,3 +260,20 @@ def test_shared_selection_reuses_the_first_config_while_valid(tmp_path: Path):
         assert sel.select(kdef, P(500, 16), Dev(), share=64) == Cfg(16, 1)
         assert sel.select(kdef, P(500, 64), Dev()) == first  # cached per params
         assert Pick.calls == 2
+
+
+def test_recheck_fastest_keeps_the_lower_of_two_timings_of_the_fastest():
+    from spio.tune.collect import recheck_fastest
+
+    first = [10.0, 3.0, 7.0, 2.0, 9.0]
+    second = {1: 2.5, 3: 4.0, 2: 6.0}  # config 1 read slow the first time; 3 slow the second
+    asked = []
+
+    def remeasure(i):
+        asked.append(i)
+        return second[i]
+
+    got = recheck_fastest(first, remeasure, count=3)
+    assert sorted(asked) == [1, 2, 3]  # the three fastest first timings, nothing else
+    assert got == [10.0, 2.5, 6.0, 2.0, 9.0]
+    assert recheck_fastest([], remeasure) == []
