@@ -170,10 +170,10 @@ def compile_jobs(points, passes: tuple[str, ...], dtype: torch.dtype, dev) -> li
     """One CompileJob per distinct variant the grid will run (the selected config of every pass
     and point, and wgrad's reduction), so `compile_many` can build them in parallel instead of
     one by one in the warm-up calls."""
-    from spio.compiler import CompileJob
     from spio.kernels import conv2d_gw8_fprop as fp
     from spio.kernels import conv2d_gw8_wgrad as wg
     from spio.kernels import conv2d_gw8_wgrad_reduce as rd
+    from spio.kernels.loader import compile_job
     from spio.kernels.select import default_selector
 
     kdefs = {"fprop": fp.FPROP, "dgrad": fp.DGRAD, "wgrad": wg.WGRAD}
@@ -187,13 +187,7 @@ def compile_jobs(points, passes: tuple[str, ...], dtype: torch.dtype, dev) -> li
             if which == "wgrad":
                 rcfg = rd.config_for(wg.num_slices(p, cfg, dev))
                 variants[(rd.WGRAD_REDUCE.name, p.variant(), rcfg)] = (rd.WGRAD_REDUCE, p, rcfg)
-    jobs = []
-    for kdef, p, cfg in variants.values():
-        s = kdef.spec(p, cfg, dev)
-        jobs.append(
-            CompileJob(s.source_text(), dev.arch, options=s.options, name=s.source, scope=s.specs)
-        )
-    return jobs
+    return [compile_job(kdef.spec(p, cfg, dev), dev.arch) for kdef, p, cfg in variants.values()]
 
 
 def measure(

@@ -231,12 +231,12 @@ def _targets(rows: list[dict], copy_gbps: float) -> list[str]:
 
 def sweep_backward(dtype: torch.dtype, reps: int, copy_gbps: float) -> None:
     """Every backward config at the BASELINE shapes, fastest first, vs the heuristic's."""
-    from spio.compiler import CompileJob, compile_many
     from spio.cuda import device_attributes
     from spio.errors import OutOfResources
     from spio.kernels import layernorm_2d as k
     from spio.kernels.layernorm_2d_params import LayerNorm2dParams
     from spio.kernels.layernorm_2d_reduce import make_reduce_runner
+    from spio.kernels.loader import compile_specs
 
     dev = device_attributes(torch.cuda.current_device())
     name = str(dtype).removeprefix("torch.")
@@ -245,9 +245,7 @@ def sweep_backward(dtype: torch.dtype, reps: int, copy_gbps: float) -> None:
         nbytes = k.BWD.stats(p).bytes_moved
         best = k.BWD.heuristic(p, dev)
         cfgs = k.BWD.configs(p, dev)
-        specs = [k.BWD.spec(p, cfg, dev) for cfg in cfgs]  # compile in parallel (disk cache)
-        compile_many([CompileJob(sp.source_text(), dev.arch, options=sp.options, name=sp.source,
-                                 scope=sp.specs) for sp in specs], progress=False)  # fmt: skip
+        compile_specs([k.BWD.spec(p, cfg, dev) for cfg in cfgs], dev.arch)  # parallel, disk cache
         timed = []
         for cfg in cfgs:
             try:

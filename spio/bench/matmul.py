@@ -116,9 +116,9 @@ def _targets(rows: list[dict]) -> list[str]:
 
 def sweep(size: int, dtype_name: str, reps: int) -> list[dict]:
     """Times every config of the family at size^3 (row-major B), fastest first, vs cuBLAS."""
-    from spio.compiler import CompileJob, compile_many
     from spio.cuda import device_attributes
     from spio.kernels import matmul as mm
+    from spio.kernels.loader import compile_specs
     from spio.settings import override
 
     dt = DTYPES[dtype_name]
@@ -127,12 +127,8 @@ def sweep(size: int, dtype_name: str, reps: int) -> list[dict]:
     name = str(dt).removeprefix("torch.")
     p = mm.MatmulParams(size, size, size, name, name)
     cfgs = mm.configs(p, attrs)
-    specs = [mm.spec(p, cfg, attrs) for cfg in cfgs]
-    jobs = [
-        CompileJob(s.source_text(), attrs.arch, s.options, name=s.source, scope=s.specs)
-        for s in specs
-    ]
-    compile_many(jobs)  # fill the disk cache in parallel; launches below only load
+    # fill the disk cache in parallel; launches below only load
+    compile_specs([mm.spec(p, cfg, attrs) for cfg in cfgs], attrs.arch, progress=None)
     a = torch.randn(size, size, device=dev).to(dt)
     b = torch.randn(size, size, device=dev).to(dt)
     c = torch.empty(size, size, device=dev, dtype=dt)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -64,6 +65,23 @@ def compile_spec(spec: KernelSpec, arch: str) -> bytes:
     return nvrtc_compile(
         spec.source_text(), arch, options=spec.options, name=spec.source, scope=spec.specs
     )
+
+
+def compile_job(spec: KernelSpec, arch: str) -> Any:
+    """The `spio.compiler.CompileJob` of one kernel variant (for `compile_many`)."""
+    from spio.compiler import CompileJob
+
+    return CompileJob(
+        spec.source_text(), arch, options=spec.options, name=spec.source, scope=spec.specs
+    )
+
+
+def compile_specs(specs: Sequence[KernelSpec], arch: str, progress: bool | None = False) -> list:
+    """Compiles kernel variants in parallel processes (through the disk cache, so later
+    `load_spec` calls only load); returns the cubins in order."""
+    from spio.compiler import compile_many
+
+    return compile_many([compile_job(s, arch) for s in specs], progress=progress)
 
 
 def load_spec(spec: KernelSpec, arch: str) -> LoadedKernel:

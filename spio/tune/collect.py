@@ -42,16 +42,9 @@ def recheck_fastest(
 
 
 def _precompile(kdef: KernelDef, params: Any, configs: list[Any], dev: Any) -> None:
-    from spio.compiler import CompileJob, compile_many
+    from spio.kernels.loader import compile_specs
 
-    specs = [kdef.spec(params, c, dev) for c in configs]
-    compile_many(
-        [
-            CompileJob(s.source_text(), dev.arch, options=s.options, name=s.source, scope=s.specs)
-            for s in specs
-        ],
-        progress=False,
-    )
+    compile_specs([kdef.spec(params, c, dev) for c in configs], dev.arch)
 
 
 def collect(

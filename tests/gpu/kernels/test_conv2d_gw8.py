@@ -53,17 +53,9 @@ def _limit(default: int = 12) -> int | None:
 
 
 def _precompile(kdef, p, cfgs) -> None:
-    from spio.compiler import CompileJob, compile_many
+    from spio.kernels.loader import compile_specs
 
-    jobs = []
-    for cfg in cfgs:
-        s = kdef.spec(p, cfg, _dev())
-        jobs.append(
-            CompileJob(
-                s.source_text(), _dev().arch, options=s.options, name=s.source, scope=s.specs
-            )
-        )
-    compile_many(jobs)
+    compile_specs([kdef.spec(p, cfg, _dev()) for cfg in cfgs], _dev().arch, progress=None)
 
 
 def _guarded(shape_nchw, dtype):

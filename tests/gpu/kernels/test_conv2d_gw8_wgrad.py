@@ -69,17 +69,9 @@ def _cases(p: Conv2dGw8Params, seed: int, every: bool = False) -> list:
 
 
 def _precompile(p, cfgs) -> None:
-    from spio.compiler import CompileJob, compile_many
+    from spio.kernels.loader import compile_specs
 
-    jobs = []
-    for cfg in cfgs:
-        s = wg.spec(p, cfg, _dev())
-        jobs.append(
-            CompileJob(
-                s.source_text(), _dev().arch, options=s.options, name=s.source, scope=s.specs
-            )
-        )
-    compile_many(jobs)
+    compile_specs([wg.spec(p, cfg, _dev()) for cfg in cfgs], _dev().arch, progress=None)
 
 
 def _guarded(shape, dtype):

@@ -278,15 +278,9 @@ def test_heuristic_configs_of_real_layers_compile_without_spills(kdef):
 @pytest.mark.slow
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
 def test_every_config_compiles(arch):
-    from spio.compiler import CompileJob, compile_many
+    from spio.kernels.loader import compile_specs
 
-    todo = []
-    for kdef, p, cfg in _jobs(None):
-        s = kdef.spec(p, cfg, _dev("H100"))
-        todo.append(
-            CompileJob(s.source_text(), arch, options=s.options, name=s.source, scope=s.specs)
-        )
-    images = compile_many(todo)
+    images = compile_specs([kdef.spec(p, cfg, _dev("H100")) for kdef, p, cfg in _jobs(None)], arch)
     assert all(img[:4] == b"\x7fELF" for img in images)
 
 

@@ -191,18 +191,13 @@ def test_flag_variants_compile(flags):
 @pytest.mark.parametrize("arch", ARCHS)
 @pytest.mark.parametrize("flags", FLAGS, ids=str)
 def test_every_variant_compiles(arch, flags):
-    from spio.compiler import CompileJob, compile_many
+    from spio.kernels.loader import compile_specs
 
     p = _params(*flags)
     cfgs = [
         c for c in _sampled_configs(None) if c.smem(p) <= _device("H100").max_smem_per_block_optin
     ]
-    specs = [mm.spec(p, cfg, _device("H100")) for cfg in cfgs]
-    jobs = [
-        CompileJob(s.source_text(), arch, options=s.options, name=s.source, scope=s.specs)
-        for s in specs
-    ]
-    images = compile_many(jobs)
+    images = compile_specs([mm.spec(p, cfg, _device("H100")) for cfg in cfgs], arch)
     assert len(images) == len(cfgs)
     for image, cfg in zip(images, cfgs, strict=False):
         _assert_no_local_memory(image, cfg)
