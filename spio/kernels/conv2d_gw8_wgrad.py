@@ -4,6 +4,10 @@
 tile); `conv2d_gw8_wgrad_reduce.WGRAD_REDUCE` sums them in slice order. Same inputs
 give the same bits: there are no float atomics and the summation order is fixed by the config
 and the device's SM count.
+
+This module holds the config space, heuristic, spec, stats, features and launch; the tiling
+geometry they rest on (tile sizes, shared memory, registers, split plan, grid) is in
+`conv2d_gw8_wgrad_tiling`.
 """
 
 from __future__ import annotations
@@ -14,18 +18,30 @@ from dataclasses import replace
 from typing import Any
 
 from spio.kernels import conv2d_gw8_tune as _tune
-from spio.kernels.conv2d_gw8_params import (
-    GROUP_WIDTH,
-    Conv2dGw8Params,
-    Conv2dGw8WgradConfig,
-    ctas_per_sm,
+from spio.kernels.conv2d_gw8_params import GROUP_WIDTH, Conv2dGw8Params, Conv2dGw8WgradConfig
+
+# The tiling geometry; `name as name` re-exports what ops, benches and tests reach as
+# conv2d_gw8_wgrad.<name>.
+from spio.kernels.conv2d_gw8_wgrad_tiling import BLOCK_P_CHOICES as BLOCK_P_CHOICES
+from spio.kernels.conv2d_gw8_wgrad_tiling import block_p_choices as block_p_choices
+from spio.kernels.conv2d_gw8_wgrad_tiling import dy_rows as dy_rows
+from spio.kernels.conv2d_gw8_wgrad_tiling import (
+    grid,
+    in_flight_bytes,
+    partial_bytes,
+    s_pairs,
+    task_rows,
 )
+from spio.kernels.conv2d_gw8_wgrad_tiling import live_regs as live_regs
+from spio.kernels.conv2d_gw8_wgrad_tiling import num_slices as num_slices
+from spio.kernels.conv2d_gw8_wgrad_tiling import p_chunks as p_chunks
+from spio.kernels.conv2d_gw8_wgrad_tiling import q_tiles as q_tiles
+from spio.kernels.conv2d_gw8_wgrad_tiling import smem_bytes as smem_bytes
+from spio.kernels.conv2d_gw8_wgrad_tiling import split_plan as split_plan
+from spio.kernels.conv2d_gw8_wgrad_tiling import tile_w as tile_w
 from spio.kernels.kernel_def import KernelDef, KernelSpec, KernelStats
 
 SOURCE = "conv2d_gw8_wgrad.cu"
-# Target rows per task; each is balanced over P (`block_p_choices`), so 16 at P = 56 is 14 (four
-# chunks, no ragged fifth) and 32 at P = 56 is 28.
-BLOCK_P_CHOICES = (4, 8, 16, 32)
 # 8: one mma column chunk, only for Q <= NARROW_Q_MAX (wider, each 8 columns would re-read
 # 2*ceil(S/2) - 1 halo columns of x: 37% more x at 3x3).
 BLOCK_Q_CHOICES = (8, 16, 32, 64, 128)
@@ -41,81 +57,6 @@ MAX_LIVE_REGS = 160  # R * ceil(S/2) * 4 accumulators + ceil(S/2) * 2 operands +
 # Bytes of x and dy rows the heuristic wants in flight per SM (see conv2d_gw8_fprop): the first
 # H100 run had 9-33 KB and reached 19-30% of copy bandwidth at 3x3.
 IN_FLIGHT_BYTES = 48 * 1024
-REG_OVERHEAD = 40  # ptxas registers beyond live_regs, measured on sm_90 (72 at 3x3)
-MAX_CTAS_PER_SM = 32
-
-
-def s_pairs(p: Conv2dGw8Params) -> int:
-    return (p.s + 1) // 2
-
-
-def tile_w(p: Conv2dGw8Params, cfg: Conv2dGw8WgradConfig) -> int:
-    return cfg.block_q + 2 * s_pairs(p) - 1
-
-
-def dy_rows(p: Conv2dGw8Params, cfg: Conv2dGw8WgradConfig) -> int:
-    return p.r + cfg.stages - 1
-
-
-def smem_bytes(p: Conv2dGw8Params, cfg: Conv2dGw8WgradConfig) -> int:
-    """x ring (STAGES rows) plus dy ring (R + STAGES - 1 rows), 16 B per pixel and group; after
-    the main loop the same memory stages the CTA's fp32 partial (WARPS x 8 x 8 x R x S)."""
-    x = cfg.stages * cfg.warps * tile_w(p, cfg) * 16
-    dy = dy_rows(p, cfg) * cfg.warps * cfg.block_q * 16
-    return max(x + dy, partial_stage_bytes(p, cfg))
-
-
-def partial_stage_bytes(p: Conv2dGw8Params, cfg: Conv2dGw8WgradConfig) -> int:
-    return cfg.warps * GROUP_WIDTH * GROUP_WIDTH * p.r * p.s * 4
-
-
-def live_regs(p: Conv2dGw8Params, cfg: Conv2dGw8WgradConfig) -> int:
-    return p.r * s_pairs(p) * 4 + s_pairs(p) * 2 + 4
-
-
-def block_p_choices(p: Conv2dGw8Params) -> list[int]:
-    """Rows per task: each target of BLOCK_P_CHOICES spread evenly over P, ceil(P / ceil(P /
-    target)), so the last chunk of an image is as tall as the others where P allows."""
-    return sorted({math.ceil(p.p / math.ceil(p.p / bp)) for bp in BLOCK_P_CHOICES})
-
-
-def task_rows(p: Conv2dGw8Params, cfg: Conv2dGw8WgradConfig) -> int:
-    """x rows the kernel streams per task (TILE_H): BLOCK_P + R - 1, less the trailing padding
-    rows when one chunk covers P (every task starts at row 0, so rows past IN_H + PAD_H - 1
-    feed nothing; at 7x7, k7, pad 3: 10 rows instead of 13)."""
-    rows = cfg.block_p + p.r - 1
-    if p_chunks(p, cfg) == 1:
-        rows = min(rows, max(cfg.block_p, p.h + p.pad_h))
-    return rows
-
-
-def q_tiles(p: Conv2dGw8Params, cfg: Conv2dGw8WgradConfig) -> int:
-    return math.ceil(p.q / cfg.block_q)
-
-
-def p_chunks(p: Conv2dGw8Params, cfg: Conv2dGw8WgradConfig) -> int:
-    return math.ceil(p.p / cfg.block_p)
-
-
-def split_plan(p: Conv2dGw8Params, cfg: Conv2dGw8WgradConfig, dev: Any) -> tuple[int, int, int]:
-    """(tasks, tasks per split, splits): splits_per_sm CTAs per SM over the whole grid, at most
-    one split per task, and every split non-empty."""
-    tasks = p.n * p_chunks(p, cfg)
-    per_split_grid = q_tiles(p, cfg) * (p.groups // cfg.warps)
-    wanted = max(1, (cfg.splits_per_sm * dev.sm_count) // per_split_grid)
-    splits = min(tasks, wanted)
-    tps = math.ceil(tasks / splits)
-    splits = math.ceil(tasks / tps)
-    return tasks, tps, splits
-
-
-def num_slices(p: Conv2dGw8Params, cfg: Conv2dGw8WgradConfig, dev: Any) -> int:
-    """Partial slices the reduction sums: splits x column tiles."""
-    return split_plan(p, cfg, dev)[2] * q_tiles(p, cfg)
-
-
-def grid(p: Conv2dGw8Params, cfg: Conv2dGw8WgradConfig, dev: Any) -> tuple[int, int, int]:
-    return (q_tiles(p, cfg) * (p.groups // cfg.warps), split_plan(p, cfg, dev)[2], 1)
 
 
 def configs(
@@ -156,29 +97,6 @@ def configs(
                             continue
                         out.append(cfg)
     return out
-
-
-def row_bytes(p: Conv2dGw8Params, cfg: Conv2dGw8WgradConfig) -> int:
-    """Bytes of one pipeline stage: an x row of the tile and a dy row."""
-    return cfg.warps * (tile_w(p, cfg) + cfg.block_q) * 16
-
-
-def resident_ctas(p: Conv2dGw8Params, cfg: Conv2dGw8WgradConfig, dev: Any) -> int:
-    """CTAs of this config one SM runs at once (see `ctas_per_sm`)."""
-    g = grid(p, cfg, dev)
-    return ctas_per_sm(
-        g[0] * g[1],
-        live_regs(p, cfg) + REG_OVERHEAD,
-        cfg.warps,
-        smem_bytes(p, cfg),
-        dev,
-        MAX_CTAS_PER_SM,
-    )
-
-
-def in_flight_bytes(p: Conv2dGw8Params, cfg: Conv2dGw8WgradConfig, dev: Any) -> int:
-    """x + dy bytes in flight per SM in the steady state: STAGES - 1 rows per resident CTA."""
-    return resident_ctas(p, cfg, dev) * (cfg.stages - 1) * row_bytes(p, cfg)
 
 
 def heuristic(p: Conv2dGw8Params, dev: Any) -> Conv2dGw8WgradConfig:
@@ -259,11 +177,6 @@ def _deep_enough(
         ):
             return more
     return chosen
-
-
-def partial_bytes(p: Conv2dGw8Params, cfg: Conv2dGw8WgradConfig, dev: Any) -> int:
-    """Bytes of fp32 partials (weight and bias) the wgrad kernel writes."""
-    return num_slices(p, cfg, dev) * (p.c * GROUP_WIDTH * p.r * p.s + p.c) * 4
 
 
 def spec(p: Conv2dGw8Params, cfg: Conv2dGw8WgradConfig, dev: Any = None) -> KernelSpec:

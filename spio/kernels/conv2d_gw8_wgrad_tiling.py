@@ -1,0 +1,127 @@
+"""conv2d_gw8 wgrad tiling geometry: what a (params, config, device) triple implies.
+
+Tile widths and ring depths, shared memory and live registers, the balanced row choices, the
+split plan and grid, and the per-SM traffic terms the heuristic and the features read. Pure
+functions of their arguments; `conv2d_gw8_wgrad` builds the config space, heuristic, spec and
+launch on them (and re-exports them, so `conv2d_gw8_wgrad.grid` etc. keep working). This module
+must not import `conv2d_gw8_wgrad`.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from spio.kernels.conv2d_gw8_params import (
+    GROUP_WIDTH,
+    Conv2dGw8Params,
+    Conv2dGw8WgradConfig,
+    ctas_per_sm,
+)
+
+# Target rows per task; each is balanced over P (`block_p_choices`), so 16 at P = 56 is 14 (four
+# chunks, no ragged fifth) and 32 at P = 56 is 28.
+BLOCK_P_CHOICES = (4, 8, 16, 32)
+REG_OVERHEAD = 40  # ptxas registers beyond live_regs, measured on sm_90 (72 at 3x3)
+MAX_CTAS_PER_SM = 32
+
+
+def s_pairs(p: Conv2dGw8Params) -> int:
+    return (p.s + 1) // 2
+
+
+def tile_w(p: Conv2dGw8Params, cfg: Conv2dGw8WgradConfig) -> int:
+    return cfg.block_q + 2 * s_pairs(p) - 1
+
+
+def dy_rows(p: Conv2dGw8Params, cfg: Conv2dGw8WgradConfig) -> int:
+    return p.r + cfg.stages - 1
+
+
+def smem_bytes(p: Conv2dGw8Params, cfg: Conv2dGw8WgradConfig) -> int:
+    """x ring (STAGES rows) plus dy ring (R + STAGES - 1 rows), 16 B per pixel and group; after
+    the main loop the same memory stages the CTA's fp32 partial (WARPS x 8 x 8 x R x S)."""
+    x = cfg.stages * cfg.warps * tile_w(p, cfg) * 16
+    dy = dy_rows(p, cfg) * cfg.warps * cfg.block_q * 16
+    return max(x + dy, partial_stage_bytes(p, cfg))
+
+
+def partial_stage_bytes(p: Conv2dGw8Params, cfg: Conv2dGw8WgradConfig) -> int:
+    return cfg.warps * GROUP_WIDTH * GROUP_WIDTH * p.r * p.s * 4
+
+
+def live_regs(p: Conv2dGw8Params, cfg: Conv2dGw8WgradConfig) -> int:
+    return p.r * s_pairs(p) * 4 + s_pairs(p) * 2 + 4
+
+
+def block_p_choices(p: Conv2dGw8Params) -> list[int]:
+    """Rows per task: each target of BLOCK_P_CHOICES spread evenly over P, ceil(P / ceil(P /
+    target)), so the last chunk of an image is as tall as the others where P allows."""
+    return sorted({math.ceil(p.p / math.ceil(p.p / bp)) for bp in BLOCK_P_CHOICES})
+
+
+def task_rows(p: Conv2dGw8Params, cfg: Conv2dGw8WgradConfig) -> int:
+    """x rows the kernel streams per task (TILE_H): BLOCK_P + R - 1, less the trailing padding
+    rows when one chunk covers P (every task starts at row 0, so rows past IN_H + PAD_H - 1
+    feed nothing; at 7x7, k7, pad 3: 10 rows instead of 13)."""
+    rows = cfg.block_p + p.r - 1
+    if p_chunks(p, cfg) == 1:
+        rows = min(rows, max(cfg.block_p, p.h + p.pad_h))
+    return rows
+
+
+def q_tiles(p: Conv2dGw8Params, cfg: Conv2dGw8WgradConfig) -> int:
+    return math.ceil(p.q / cfg.block_q)
+
+
+def p_chunks(p: Conv2dGw8Params, cfg: Conv2dGw8WgradConfig) -> int:
+    return math.ceil(p.p / cfg.block_p)
+
+
+def split_plan(p: Conv2dGw8Params, cfg: Conv2dGw8WgradConfig, dev: Any) -> tuple[int, int, int]:
+    """(tasks, tasks per split, splits): splits_per_sm CTAs per SM over the whole grid, at most
+    one split per task, and every split non-empty."""
+    tasks = p.n * p_chunks(p, cfg)
+    per_split_grid = q_tiles(p, cfg) * (p.groups // cfg.warps)
+    wanted = max(1, (cfg.splits_per_sm * dev.sm_count) // per_split_grid)
+    splits = min(tasks, wanted)
+    tps = math.ceil(tasks / splits)
+    splits = math.ceil(tasks / tps)
+    return tasks, tps, splits
+
+
+def num_slices(p: Conv2dGw8Params, cfg: Conv2dGw8WgradConfig, dev: Any) -> int:
+    """Partial slices the reduction sums: splits x column tiles."""
+    return split_plan(p, cfg, dev)[2] * q_tiles(p, cfg)
+
+
+def grid(p: Conv2dGw8Params, cfg: Conv2dGw8WgradConfig, dev: Any) -> tuple[int, int, int]:
+    return (q_tiles(p, cfg) * (p.groups // cfg.warps), split_plan(p, cfg, dev)[2], 1)
+
+
+def row_bytes(p: Conv2dGw8Params, cfg: Conv2dGw8WgradConfig) -> int:
+    """Bytes of one pipeline stage: an x row of the tile and a dy row."""
+    return cfg.warps * (tile_w(p, cfg) + cfg.block_q) * 16
+
+
+def resident_ctas(p: Conv2dGw8Params, cfg: Conv2dGw8WgradConfig, dev: Any) -> int:
+    """CTAs of this config one SM runs at once (see `ctas_per_sm`)."""
+    g = grid(p, cfg, dev)
+    return ctas_per_sm(
+        g[0] * g[1],
+        live_regs(p, cfg) + REG_OVERHEAD,
+        cfg.warps,
+        smem_bytes(p, cfg),
+        dev,
+        MAX_CTAS_PER_SM,
+    )
+
+
+def in_flight_bytes(p: Conv2dGw8Params, cfg: Conv2dGw8WgradConfig, dev: Any) -> int:
+    """x + dy bytes in flight per SM in the steady state: STAGES - 1 rows per resident CTA."""
+    return resident_ctas(p, cfg, dev) * (cfg.stages - 1) * row_bytes(p, cfg)
+
+
+def partial_bytes(p: Conv2dGw8Params, cfg: Conv2dGw8WgradConfig, dev: Any) -> int:
+    """Bytes of fp32 partials (weight and bias) the wgrad kernel writes."""
+    return num_slices(p, cfg, dev) * (p.c * GROUP_WIDTH * p.r * p.s + p.c) * 4
