@@ -21,6 +21,7 @@ from spio.kernels.conv2d_gw8_params import (
     Conv2dGw8Params,
     Conv2dGw8ReduceConfig,
 )
+from spio.kernels.conv2d_gw8_wgrad_tiling import num_slices
 from spio.kernels.kernel_def import KernelDef, KernelSpec, KernelStats
 
 REDUCE_SOURCE = "conv2d_gw8_wgrad_reduce.cu"
@@ -51,7 +52,7 @@ def reduce_heuristic(p: Conv2dGw8Params, dev: Any) -> Conv2dGw8ReduceConfig:
     wgrad config use `config_for(num_slices(...))` directly)."""
     from spio.kernels import conv2d_gw8_wgrad as wg
 
-    return config_for(wg.num_slices(p, wg.heuristic(p, dev), dev))
+    return config_for(num_slices(p, wg.heuristic(p, dev), dev))
 
 
 def parts(cfg: Conv2dGw8ReduceConfig) -> int:

@@ -27,6 +27,7 @@ from spio.kernels import conv2d_gw8_fprop as fp
 from spio.kernels import conv2d_gw8_reference as ref
 from spio.kernels import conv2d_gw8_wgrad as wg
 from spio.kernels import conv2d_gw8_wgrad_reduce as rd
+from spio.kernels import conv2d_gw8_wgrad_tiling as wt
 from spio.kernels.conv2d_gw8_params import Conv2dGw8Params
 from spio.testing import sample
 
@@ -155,10 +156,10 @@ def emulate_fprop(x, w, b, p: Conv2dGw8Params, cfg, transposed: bool = False):
 
 def emulate_wgrad(x, dy, p: Conv2dGw8Params, cfg, dev):
     """x (N, H, W, C), dy (N, P, Q, C) -> (dw (C, 8, R, S), db (C,)), as wgrad + reduce."""
-    tasks, tps, splits = wg.split_plan(p, cfg, dev)
-    n_q, n_g = wg.q_tiles(p, cfg), p.groups // cfg.warps
-    sp, tile_w, dyr = wg.s_pairs(p), wg.tile_w(p, cfg), wg.dy_rows(p, cfg)
-    tile_h, chunks = cfg.block_p + p.r - 1, wg.p_chunks(p, cfg)
+    tasks, tps, splits = wt.split_plan(p, cfg, dev)
+    n_q, n_g = wt.q_tiles(p, cfg), p.groups // cfg.warps
+    sp, tile_w, dyr = wt.s_pairs(p), wt.tile_w(p, cfg), wt.dy_rows(p, cfg)
+    tile_h, chunks = cfg.block_p + p.r - 1, wt.p_chunks(p, cfg)
     slices = splits * n_q
     partial = np.full((slices, p.c, 8, p.r, p.s), np.nan)
     bias_partial = np.full((slices, p.c), np.nan)
@@ -309,7 +310,7 @@ def test_wgrad_emulation_streams_across_tasks(p, seed):
     x, _, _ = _inputs(p, seed)
     dy = torch.randn(p.n, p.c, p.p, p.q, dtype=torch.float64)
     want_w = ref.wgrad(x, dy, (p.r, p.s), p.padding).numpy()
-    cfgs = [c for c in wg.configs(p, dev) if wg.split_plan(p, c, dev)[1] > 1]
+    cfgs = [c for c in wg.configs(p, dev) if wt.split_plan(p, c, dev)[1] > 1]
     assert cfgs, f"no config runs several tasks per split for {p}"
     for cfg in sample(cfgs, 3, seed=seed):
         dw, _ = emulate_wgrad(_nhwc(x), _nhwc(dy), p, cfg, dev)

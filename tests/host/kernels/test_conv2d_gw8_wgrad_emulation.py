@@ -21,6 +21,7 @@ import torch
 from spio.cuda import known_device
 from spio.kernels import conv2d_gw8_reference as ref
 from spio.kernels import conv2d_gw8_wgrad as wg
+from spio.kernels import conv2d_gw8_wgrad_tiling as wt
 from spio.kernels.conv2d_gw8_params import Conv2dGw8Params, Conv2dGw8WgradConfig
 from spio.testing import sample
 
@@ -52,10 +53,10 @@ def emulate_wgrad(x, dy, p: Conv2dGw8Params, cfg, dev):
     """x (N, H, W, C), dy (N, P, Q, C) -> (dw, db, mmas): the summed partials (in slice order; the
     reduction's grouping is covered by the other emulation) and the count of dw and bias mmas
     one warp issues, summed over warps and CTAs."""
-    tasks, tps, splits = wg.split_plan(p, cfg, dev)
-    n_q, n_g = wg.q_tiles(p, cfg), p.groups // cfg.warps
-    sp, tile_w, dyr = wg.s_pairs(p), wg.tile_w(p, cfg), wg.dy_rows(p, cfg)
-    tile_h, chunks = wg.task_rows(p, cfg), wg.p_chunks(p, cfg)  # rows streamed per task
+    tasks, tps, splits = wt.split_plan(p, cfg, dev)
+    n_q, n_g = wt.q_tiles(p, cfg), p.groups // cfg.warps
+    sp, tile_w, dyr = wt.s_pairs(p), wt.tile_w(p, cfg), wt.dy_rows(p, cfg)
+    tile_h, chunks = wt.task_rows(p, cfg), wt.p_chunks(p, cfg)  # rows streamed per task
     dw, db = np.zeros((p.c, 8, p.r, p.s)), np.zeros(p.c)
     mmas = {"dw": 0, "bias": 0}
     for split in range(splits):
@@ -145,7 +146,7 @@ def useful_mmas(p: Conv2dGw8Params, cfg, dev) -> dict[str, int]:
         min(cfg.block_q // 8, math.ceil((p.q - q0) / 8)) for q0 in range(0, p.q, cfg.block_q)
     )
     taps = sum(1 for pp in range(p.p) for r in range(p.r) if 0 <= pp + r - p.pad_h < p.h)
-    per_image = {"dw": taps * chunks * wg.s_pairs(p), "bias": p.p * chunks if p.has_bias else 0}
+    per_image = {"dw": taps * chunks * wt.s_pairs(p), "bias": p.p * chunks if p.has_bias else 0}
     return {k: v * p.n * p.groups for k, v in per_image.items()}
 
 
@@ -194,7 +195,7 @@ def test_wgrad_streams_several_tasks_with_skips(seed):
     x = torch.randn(p.n, p.c, p.h, p.w, generator=g, dtype=torch.float64)
     dy = torch.randn(p.n, p.c, p.p, p.q, generator=g, dtype=torch.float64)
     want_w = ref.wgrad(x, dy, (p.r, p.s), p.padding).numpy()
-    cfgs = [c for c in wg.configs(p, dev) if wg.split_plan(p, c, dev)[1] > 1 and c.block_p < 7]
+    cfgs = [c for c in wg.configs(p, dev) if wt.split_plan(p, c, dev)[1] > 1 and c.block_p < 7]
     assert cfgs, f"no config of {p} streams several tasks per split"
     for cfg in sample(cfgs, 2, seed=seed):
         dw, _, mmas = emulate_wgrad(
@@ -210,8 +211,8 @@ def test_dead_work_at_7x7_k7():
     the 13 rows of a whole-image task."""
     p = Conv2dGw8Params(n=1, c=8, h=7, w=7, r=7, s=7, pad_h=3, pad_w=3)
     cfg = Conv2dGw8WgradConfig(block_p=7, block_q=8, warps=1, stages=4, splits_per_sm=1)
-    assert useful_mmas(p, cfg, known_device("H100"))["dw"] == 37 * 1 * wg.s_pairs(p)
+    assert useful_mmas(p, cfg, known_device("H100"))["dw"] == 37 * 1 * wt.s_pairs(p)
     assert cfg in wg.configs(p, known_device("H100"))
-    assert wg.task_rows(p, cfg) == 10  # rows 10-12 (image rows 7-9) are trailing padding
+    assert wt.task_rows(p, cfg) == 10  # rows 10-12 (image rows 7-9) are trailing padding
     two_chunks = Conv2dGw8WgradConfig(block_p=4, block_q=8, warps=1, stages=4, splits_per_sm=1)
-    assert wg.task_rows(p, two_chunks) == 4 + 7 - 1  # chunks start at different rows: no trim
+    assert wt.task_rows(p, two_chunks) == 4 + 7 - 1  # chunks start at different rows: no trim
