@@ -10,6 +10,8 @@ never imports `spio.bench`. Imports torch (CUDA events), unlike the layers below
 from __future__ import annotations
 
 import statistics
+import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -32,18 +34,57 @@ class Timing:
         return flops / (self.median_ms * 1e-3) / 1e12
 
 
-# GPU cycles of a spin kernel queued before each timed call (~100 µs at 1.7-2 GHz): the GPU is busy
-# while the host enqueues the start event, fn and the end event, so host time (Python between two
-# launches, a slow launch path) cannot leak into the timed region as GPU idle time.
-HOLD_CYCLES = 200_000
+# A spin kernel is queued before each timed call, so the GPU is busy while the host enqueues the
+# start event, fn and the end event: host time (Python between two launches, a slow launch path)
+# cannot leak into the timed region as GPU idle time. It lasts HOLD_MIN_US or, for an fn whose
+# host enqueue time (measured in the warm-up) is longer, twice that plus HOLD_MARGIN_US, at most
+# HOLD_MAX_US; converted to cycles at the peak SM clock (a lower clock only lengthens it).
+HOLD_MIN_US = 100.0
+HOLD_MARGIN_US = 50.0
+HOLD_MAX_US = 10_000.0
+_warned_no_sleep = False
+
+
+def hold_cycles(host_us: float, clock_khz: int) -> int:
+    """GPU cycles of the spin before each timed call of an fn that takes `host_us` of host time
+    to enqueue, on a GPU whose peak SM clock is `clock_khz`."""
+    us = min(HOLD_MAX_US, max(HOLD_MIN_US, 2.0 * host_us + HOLD_MARGIN_US))
+    return int(us * clock_khz / 1e3)
 
 
 def _hold(cycles: int) -> None:
-    """Queues a spin of `cycles` GPU clock cycles on the current stream (torch.cuda._sleep;
-    nothing where this torch build lacks it)."""
+    """Queues a spin of `cycles` GPU clock cycles on the current stream (torch.cuda._sleep). A
+    torch build without it gets a warning once: its timings may then include host time."""
+    global _warned_no_sleep
     sleep = getattr(torch.cuda, "_sleep", None)
     if sleep is not None:
         sleep(cycles)
+    elif not _warned_no_sleep:
+        _warned_no_sleep = True
+        warnings.warn(
+            "spio.timing: torch.cuda._sleep is missing in this torch build, so timed calls are "
+            "not held behind a GPU spin and host time between launches may be measured",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+
+
+def _host_us(fn: Callable[[], object], calls: int = 5) -> float:
+    """The longest host time of `calls` calls of fn (enqueue only, no synchronisation), in µs."""
+    longest = 0.0
+    for _ in range(calls):
+        t0 = time.perf_counter()
+        fn()
+        longest = max(longest, time.perf_counter() - t0)
+    return longest * 1e6
+
+
+def _clock_khz(device: torch.device) -> int:
+    """Peak SM clock in kHz, from the driver (CUDA 13's runtime properties no longer carry it)."""
+    from spio.cuda import device_attributes
+
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    return device_attributes(index).clock_khz
 
 
 def _flush_buffer(device: torch.device) -> torch.Tensor:
@@ -64,9 +105,11 @@ def bench(
     """Times fn() on the current stream; fn must only enqueue GPU work.
 
     Warms up for about `warmup_ms`, then times `reps` calls, each preceded (outside its timed
-    region) by zeroing a buffer of twice the L2 size when `flush_l2`, and by a ~100 µs GPU spin
-    (HOLD_CYCLES) so that the host has enqueued the whole call before the GPU reaches it: the
-    time is the GPU's, not the host's launch overhead (a CUDA graph replay measures the same).
+    region) by zeroing a buffer of twice the L2 size when `flush_l2`, and by a GPU spin longer
+    than fn's host enqueue time (`hold_cycles`, from the longest of 5 warm-up calls; 100 µs at
+    least, 10 ms at most) so that the host has enqueued the whole call before the GPU reaches
+    it: the time is the GPU's, not the host's launch overhead (a CUDA graph replay measures the
+    same), unless a single call's host time exceeds ~5 ms or varies far beyond the warm-up's.
     """
     device = device or torch.device("cuda", torch.cuda.current_device())
     flush = _flush_buffer(device) if flush_l2 else None
@@ -81,12 +124,14 @@ def bench(
     once = max(start.elapsed_time(end), 1e-3)
     for _ in range(max(1, int(warmup_ms / once))):
         fn()
+    torch.cuda.synchronize(device)  # an empty queue: fn() cannot block, _host_us times the host
+    cycles = hold_cycles(_host_us(fn), _clock_khz(device))
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
     for i in range(reps):
         if flush is not None:
             flush.zero_()
-        _hold(HOLD_CYCLES)
+        _hold(cycles)
         starts[i].record()
         fn()
         ends[i].record()
