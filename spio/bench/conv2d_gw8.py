@@ -4,10 +4,11 @@ Grid (../shared/BASELINE.md): C 64/128/256/512 at 56²/28²/14²/7², kernel 3/5
 N 1/8/32/128/256, fp16, channels_last; passes fprop, dgrad (input gradient) and wgrad (weight +
 bias gradient). For each point:
 
-- spio: the kernel launch(es) of the config the op would pick (the performance model, else the
-  heuristic), arguments prepared once, so Python dispatch is not in the number. dgrad reads the forward weight directly (no
-  transform pass). wgrad's ordered reduction pass is timed separately as well and reported
-  (`wgrad_reduce_us`); the spio column of wgrad includes the reduction.
+- spio: the kernel launch(es) of the config the performance model (else the heuristic) picks
+  for this N, arguments prepared once, so Python dispatch is not in the number (the op reuses
+  the config of a layer's first batch size for the others). dgrad reads the forward weight
+  directly (no transform pass). wgrad's ordered reduction pass is timed separately as well and
+  reported (`wgrad_reduce_us`); the spio column of wgrad includes the reduction.
 - cuDNN: `F.conv2d` (fprop) and `aten.convolution_backward` (dgrad / wgrad with bias) with
   `torch.backends.cudnn.benchmark = True`.
 - elementwise: `x + 1` on the input activation, the memory-bound reference of that size.
@@ -16,12 +17,13 @@ Effective bandwidth is BASELINE's formula: (input + output + weight bytes) / tim
 for all three passes; the elementwise pass counts its own read + write. `copy` is the measured
 device-to-device copy bandwidth (read + write), the speed-of-light line of the plots.
 Method: spio.bench.timing.bench (CUDA events, L2 flushed before every rep, median); the variants
-the grid selects are compiled up front in parallel (`compile_jobs`), loaded in a warm-up call,
-and the timed calls run under SPIO_ASSERT_NO_COMPILE=1. `--csv` is rewritten after every point,
-so an interrupted run keeps what it measured.
+the grid selects are compiled up front in parallel (`compile_jobs`), loaded when a point's
+launches are prepared, and the timed calls run under SPIO_ASSERT_NO_COMPILE=1. `--csv` is
+rewritten (atomically) after every point, so an interrupted run keeps what it measured.
 Each point also checks spio's output against cuDNN's (`max_rel_err`).
 
-    spio bench conv2d-gw8 [--quick] [--csv out.csv] [--plot out.png] [--kernel fprop|dgrad|wgrad|all]
+    spio bench conv2d-gw8 [--quick] [--csv out.csv] [--plot out.png]
+                          [--kernel fprop|dgrad|wgrad|all]
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ import argparse
 import math
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -72,36 +75,36 @@ class _Point:
         self.b = torch.randn(c, device="cuda").to(dtype)
         self.dy = torch.randn_like(self.x)
 
-    def _kernel(self, kdef):
+    def _kernels(self, which: str) -> list[tuple[Any, Any]]:
+        """(config, loaded kernel) of each launch of the pass, from `variants` (as precompiled)."""
         from spio.kernels.loader import default_function_cache
-        from spio.kernels.select import default_selector
 
-        cfg = default_selector().select(kdef, self.p, self.dev)
-        return cfg, default_function_cache().get(kdef, self.p.variant(), cfg, self.dev)
+        cache = default_function_cache()
+        return [
+            (cfg, cache.get(kdef, v, cfg, self.dev))
+            for kdef, v, cfg in variants(self.p, which, self.dev)
+        ]
 
     def spio_fprop(self) -> tuple[Callable[[], None], torch.Tensor]:
         from spio.kernels import conv2d_gw8_fprop as fp
 
-        cfg, kern = self._kernel(fp.FPROP)
+        [(cfg, kern)] = self._kernels("fprop")
         y = torch.empty_like(self.x)
         return (lambda: fp.launch(kern, self.p, cfg, y, self.x, self.w, self.b, self.stream)), y
 
     def spio_dgrad(self):
         from spio.kernels import conv2d_gw8_fprop as fp
 
-        cfg, kern = self._kernel(fp.DGRAD)
+        [(cfg, kern)] = self._kernels("dgrad")
         dx = torch.empty_like(self.x)
         return (lambda: fp.dgrad_launch(kern, self.p, cfg, dx, self.dy, self.w, self.stream)), dx
 
-    def spio_wgrad(self, with_reduce: bool = True):
+    def spio_wgrad(self):
         from spio.kernels import conv2d_gw8_wgrad as wg
         from spio.kernels import conv2d_gw8_wgrad_reduce as rd
-        from spio.kernels.loader import default_function_cache
 
-        cfg, kern = self._kernel(wg.WGRAD)
+        [(cfg, kern), (rcfg, rkern)] = self._kernels("wgrad")
         slices = wg.num_slices(self.p, cfg, self.dev)
-        rcfg = rd.config_for(slices)  # as the op: a function of the slice count
-        rkern = default_function_cache().get(rd.WGRAD_REDUCE, self.p.variant(), rcfg, self.dev)
         partial = torch.empty(slices * self.w.numel(), device="cuda")
         bias_partial = torch.empty(slices * self.p.c, device="cuda")
         dw, db = torch.empty_like(self.w), torch.empty_like(self.b)
@@ -166,28 +169,34 @@ def params(c: int, hw: int, k: int, n: int, dtype: torch.dtype):
     )  # fmt: skip
 
 
-def compile_jobs(points, passes: tuple[str, ...], dtype: torch.dtype, dev) -> list:
-    """One CompileJob per distinct variant the grid will run (the selected config of every pass
-    and point, and wgrad's reduction), so `compile_many` can build them in parallel instead of
-    one by one in the warm-up calls."""
+def variants(p, which: str, dev) -> list[tuple[Any, Any, Any]]:
+    """(family, layer variant, config) of each kernel that pass `which` of layer p launches: the
+    selected config (the model's pick for this N), and for wgrad the reduction sized by its slice
+    count, as the op does. The precompile and the timed launches both take them from here."""
     from spio.kernels import conv2d_gw8_fprop as fp
     from spio.kernels import conv2d_gw8_wgrad as wg
     from spio.kernels import conv2d_gw8_wgrad_reduce as rd
-    from spio.kernels.loader import compile_job
     from spio.kernels.select import default_selector
 
-    kdefs = {"fprop": fp.FPROP, "dgrad": fp.DGRAD, "wgrad": wg.WGRAD}
-    variants = {}
+    kdef = {"fprop": fp.FPROP, "dgrad": fp.DGRAD, "wgrad": wg.WGRAD}[which]
+    cfg = default_selector().select(kdef, p, dev)
+    out = [(kdef, p.variant(), cfg)]
+    if which == "wgrad":
+        out.append((rd.WGRAD_REDUCE, p.variant(), rd.config_for(wg.num_slices(p, cfg, dev))))
+    return out
+
+
+def compile_jobs(points, passes: tuple[str, ...], dtype: torch.dtype, dev) -> list:
+    """One CompileJob per distinct kernel the grid will launch (`variants` of every pass and
+    point), so `compile_many` can build them in parallel instead of one by one at first use."""
+    from spio.kernels.loader import compile_job
+
+    distinct = {}
     for c, hw, k, n in points:
-        p = params(c, hw, k, n, dtype)
         for which in passes:
-            kdef = kdefs[which]
-            cfg = default_selector().select(kdef, p, dev)
-            variants[(kdef.name, p.variant(), cfg)] = (kdef, p, cfg)
-            if which == "wgrad":
-                rcfg = rd.config_for(wg.num_slices(p, cfg, dev))
-                variants[(rd.WGRAD_REDUCE.name, p.variant(), rcfg)] = (rd.WGRAD_REDUCE, p, rcfg)
-    return [compile_job(kdef.spec(p, cfg, dev), dev.arch) for kdef, p, cfg in variants.values()]
+            for kdef, v, cfg in variants(params(c, hw, k, n, dtype), which, dev):
+                distinct[(kdef.name, v, cfg)] = (kdef, v, cfg)
+    return [compile_job(kdef.spec(v, cfg, dev), dev.arch) for kdef, v, cfg in distinct.values()]
 
 
 def measure(
@@ -209,7 +218,7 @@ def measure(
             run, out = pt.spio_dgrad()
         else:
             run, reduce, out = pt.spio_wgrad()
-        run()  # warm-up: every compile and load happens here
+        run()  # first call (the kernels were compiled up front and loaded above)
         torch.cuda.synchronize()
         with override(assert_no_compile=True):
             t_spio = bench(run)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import os
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -30,11 +31,15 @@ def print_table(rows: Sequence[dict], columns: Sequence[str] | None = None) -> s
 
 
 def write_csv(rows: Sequence[dict], path: Path) -> None:
+    """Writes rows to path atomically (a temporary file renamed over it), so a run killed while
+    writing leaves the previous complete file."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w", newline="") as f:
+    tmp = path.with_name(path.name + ".tmp")
+    with tmp.open("w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(rows[0].keys()))
         w.writeheader()
         w.writerows(rows)
+    os.replace(tmp, path)
 
 
 def plot(

@@ -49,9 +49,18 @@ def test_main_without_gpu_says_so(capsys):
 
 
 def test_compile_jobs_cover_each_selected_variant_once():
-    """The bench compiles every variant it will run up front: one job per distinct (family,
-    layer variant, config), wgrad's reduction included; nothing for passes not asked for."""
+    """The bench compiles every kernel it will launch up front: one job per distinct (family,
+    layer variant, config), wgrad's reduction included; nothing for passes not asked for; and
+    the compile-cache keys of the jobs are exactly those of what the timed launches load."""
+    from spio.compiler.compile import prepare
     from spio.cuda import known_device
+    from spio.kernels.loader import compile_job
+
+    def key(job):
+        return prepare(
+            job.source, job.arch, options=job.options, headers=job.headers, name=job.name,
+            ptx=job.ptx, scope=job.scope,
+        ).key  # fmt: skip
 
     dev = known_device("H100")
     points = bench.grid(quick=True)
@@ -62,3 +71,16 @@ def test_compile_jobs_cover_each_selected_variant_once():
     assert len(jobs) < len(both) <= 3 * len(points)  # wgrad adds its kernel and its reduction
     sources = {j.name for j in both}
     assert sources == {"conv2d_gw8_fprop.cu", "conv2d_gw8_wgrad.cu", "conv2d_gw8_wgrad_reduce.cu"}
+    every = bench.compile_jobs(points, bench.PASSES, torch.float16, dev)
+    launched = {
+        key(compile_job(kdef.spec(v, cfg, dev), dev.arch))
+        for c, hw, k, n in points
+        for which in bench.PASSES
+        for kdef, v, cfg in bench.variants(bench.params(c, hw, k, n, torch.float16), which, dev)
+    }
+    assert {key(j) for j in every} == launched
+    assert len(every) == len(launched), "the same kernel is compiled twice"
+    # dgrad is its own variant of the fprop source (transposed weight), not a duplicate of fprop.
+    fprop_keys = {key(j) for j in bench.compile_jobs(points, ("fprop",), torch.float16, dev)}
+    dgrad_keys = {key(j) for j in bench.compile_jobs(points, ("dgrad",), torch.float16, dev)}
+    assert fprop_keys.isdisjoint(dgrad_keys)
