@@ -8,7 +8,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2 added `timings`; older spio skips these rows rather than misread them
+READABLE_FORMATS = (1, 2)  # format 1 rows read with timings=1
 
 
 @dataclass(frozen=True)
@@ -21,6 +22,7 @@ class Sample:
     params: dict[str, Any]
     config: dict[str, Any]
     latency_us: float
+    timings: int = 1  # medians taken, latency_us their min: 2 for the rows collect re-timed
 
     def shape_key(self) -> str:
         """Identifies the layer shape (params), for splitting train/test by shape."""
@@ -56,7 +58,7 @@ def _iter(path: Path, kernel: str | None, device: str | None) -> Iterator[Sample
             row = json.loads(line)
         except json.JSONDecodeError:
             continue  # a line cut short by an interrupted run
-        if row.pop("format", None) != FORMAT_VERSION:
+        if row.pop("format", None) not in READABLE_FORMATS:
             continue
         s = Sample(**row)
         if (kernel is None or s.kernel == kernel) and (device is None or s.device == device):

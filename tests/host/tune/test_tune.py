@@ -285,3 +285,136 @@ def test_recheck_fastest_keeps_the_lower_of_two_timings_of_the_fastest():
     assert sorted(asked) == [1, 2, 3]  # the three fastest first timings, nothing else
     assert got == [10.0, 2.5, 6.0, 2.0, 9.0]
     assert recheck_fastest([], remeasure) == []
+
+
+def test_recheck_fastest_also_retimes_the_given_indices_once():
+    from spio.tune.collect import recheck_fastest
+
+    first = [10.0, 3.0, 7.0, 2.0, 9.0, 8.0]
+    second = [4.0, 3.5, 1.0, 2.5, 8.5, 7.0]
+    asked = []
+
+    def remeasure(i):
+        asked.append(i)
+        return second[i]
+
+    got = recheck_fastest(first, remeasure, count=2, also=[0, 1, 2])
+    assert asked == [0, 1, 2, 3]  # the two fastest (3, 1) and `also`, each once, in index order
+    assert got == [4.0, 3.0, 1.0, 2.0, 9.0, 8.0]
+    with pytest.raises(ValueError, match="`also` must index latency_us"):
+        recheck_fastest(first, remeasure, also=[6])
+
+
+def test_recheck_fastest_keeps_the_first_timing_when_a_retime_runs_out_of_memory():
+    import torch
+
+    from spio.errors import OutOfResources
+    from spio.tune.collect import recheck_fastest
+
+    def remeasure(i):
+        if i == 0:
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory")
+        if i == 1:
+            raise OutOfResources("shared memory", 300_000, 232_448)
+        return 0.5
+
+    tolerate = (OutOfResources, torch.cuda.OutOfMemoryError)
+    assert recheck_fastest([1.0, 2.0, 3.0], remeasure, tolerate=tolerate) == [1.0, 2.0, 0.5]
+    with pytest.raises(torch.cuda.OutOfMemoryError):  # only what is tolerated is caught
+        recheck_fastest([1.0, 2.0, 3.0], remeasure, tolerate=(OutOfResources,))
+
+
+class _Stop(Exception):
+    pass
+
+
+def test_collect_warms_up_after_pauses_and_retimes_what_followed_them(tmp_path, monkeypatch):
+    """collect's loop with the GPU parts faked: one shape of 30 configs; make_runner of config 20
+    is slow once (a compile inside the runner). The shape start and config 20 get the long
+    warm-up; the 8 configs after each pause and the 5 fastest are timed again (lower kept, a
+    re-time out of memory keeps the first); the rest are timed once."""
+    import time
+    from dataclasses import replace
+
+    import torch
+
+    import spio.cuda
+    import spio.timing
+    from spio.timing import Timing
+    from spio.tune import collect as col
+
+    true = [5.0 + j - 12 if 12 <= j <= 16 else 20.0 + j for j in range(30)]  # fastest: 12..16
+    calls = []  # (config, warmup_ms, reps) of every bench call, in order
+    timings_of = {}  # config -> timed calls so far
+    slow_once = []  # the configs whose make_runner has already paid its compile
+
+    class Run:
+        def __init__(self, j):
+            self.j = j
+
+        def __call__(self):
+            pass
+
+    def make_runner(p, cfg):
+        if cfg.tile == 20 and cfg not in slow_once:
+            slow_once.append(cfg)
+            time.sleep(0.3)
+        return Run(cfg.tile)
+
+    def bench(run, *, warmup_ms, reps, **_):
+        calls.append((run.j, warmup_ms, reps))
+        if reps == 1:
+            return Timing(1.0, 1.0, 1.0, 1)
+        n = timings_of[run.j] = timings_of.get(run.j, 0) + 1
+        if n == 2 and run.j == 21:
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory")
+        us = true[run.j] * (10 if n == 1 and run.j < 3 else 1.1 if n == 2 and run.j > 3 else 1)
+        return Timing(us / 1e3, us / 1e3, us / 1e3, reps)
+
+    shapes = iter([P(1000, 16)])
+
+    def sample_params(rng):
+        try:
+            return next(shapes)
+        except StopIteration:
+            raise _Stop from None
+
+    kdef = replace(
+        KDEF,
+        configs=lambda p, dev: [Cfg(j, 1) for j in range(30)],
+        sample_params=sample_params,
+        make_runner=make_runner,
+    )
+    monkeypatch.setattr(spio.timing, "bench", bench)
+    monkeypatch.setattr(spio.cuda, "device_attributes", lambda ordinal: Dev())
+    monkeypatch.setattr(torch.cuda, "set_device", lambda ordinal: None)
+    monkeypatch.setattr(col, "_precompile", lambda *a: None)
+    monkeypatch.setattr(col, "PAUSE_S", 0.2)
+    out = tmp_path / "d.jsonl"
+    with pytest.raises(_Stop):
+        col.collect(kdef, 10.0, out, progress=False)
+
+    warmups = [i for i, c in enumerate(calls) if c[2] == 1]
+    assert [calls[i + 1][0] for i in warmups] == [0, 20]  # each right before that config's timing
+    assert all(calls[i][0] == calls[i + 1][0] for i in warmups)
+    rows = {from_dict(Cfg, s.config).tile: s for s in read(out)}
+    assert sorted(rows) == list(range(30))
+    retimed = set(range(8)) | set(range(12, 17)) | set(range(20, 28))
+    assert {j for j, n in timings_of.items() if n == 2} == retimed
+    for j, s in rows.items():
+        assert s.timings == (2 if j in retimed and j != 21 else 1), (j, s)
+        assert s.latency_us == pytest.approx(true[j]), (j, s)  # slow first timings replaced
+
+
+def test_dataset_reads_format_1_rows_as_timed_once_and_skips_unknown_formats(tmp_path: Path):
+    path = tmp_path / "d.jsonl"
+    base = {"kernel": "k", "device": "D", "arch": "sm_90", "params": {"n": 1}, "config": {"t": 2}}
+    lines = [
+        {"format": 1, **base, "latency_us": 3.0},  # written before `timings` existed
+        {"format": 3, **base, "latency_us": 4.0, "timings": 1, "new_field": 0},
+    ]
+    path.write_text("".join(json.dumps(r) + "\n" for r in lines))
+    append(path, [Sample("k", "D", "sm_90", {"n": 2}, {"t": 2}, 5.0, timings=2)])
+    got = read(path)
+    assert [(s.params["n"], s.latency_us, s.timings) for s in got] == [(1, 3.0, 1), (2, 5.0, 2)]
+    assert json.loads(path.read_text().splitlines()[-1])["format"] == 2
