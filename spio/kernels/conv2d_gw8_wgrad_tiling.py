@@ -3,8 +3,8 @@
 Tile widths and ring depths, shared memory and live registers, the balanced row choices, the
 split plan and grid, and the per-SM traffic terms the heuristic and the features read. Pure
 functions of their arguments; `conv2d_gw8_wgrad` builds the config space, heuristic, spec and
-launch on them (and re-exports them, so `conv2d_gw8_wgrad.grid` etc. keep working). This module
-must not import `conv2d_gw8_wgrad`.
+launch on them and re-exports the names other modules reach through it (`split_plan`,
+`num_slices`, ...). Dependencies point one way: this module must not import `conv2d_gw8_wgrad`.
 """
 
 from __future__ import annotations
