@@ -319,18 +319,29 @@ def examples() -> list[MatmulParams]:
 
 
 _HIDDEN = (768, 1024, 2048, 2560, 4096, 5120, 8192)
+_SQUARE_BASES = (1024, 1536, 2048, 3072, 4096, 6144, 8192)
+
+
+def _near_square(rng: Any) -> tuple[int, int, int]:
+    """(m, n, k) around a common size `base` of _SQUARE_BASES: a third of the draws the exact
+    cube base^3 (the aligned shapes benchmarks use), the others each side base x U(0.75, 1.25),
+    so 768-10240, with m and n rounded to multiples of 64 and k to 8."""
+    base = rng.choice(_SQUARE_BASES)
+    if rng.random() < 1 / 3:
+        return base, base, base
+    m, n = (64 * round(base * rng.uniform(0.75, 1.25) / 64) for _ in range(2))
+    return m, n, 8 * round(base * rng.uniform(0.75, 1.25) / 8)
 
 
 def sample_params(rng: Any) -> MatmulParams:
     """One problem: 65% LLM-like layer shapes (tokens x hidden x {hidden, MLP width}), 15%
-    near-square (each side 1024-8192, +-25% of a common size: the H100 datasets had none, and
-    the model mis-ranked 256-row tiles at 2048^3), 20% random."""
+    near-square (`_near_square`: a third exact cubes 1024^3-8192^3, the rest sides 768-10240
+    with m and n multiples of 64; the H100 datasets had none, and the model mis-ranked 256-row
+    tiles at 2048^3), 20% random."""
     dtype = rng.choice(("float16", "bfloat16"))
     u = rng.random()
     if 0.65 <= u < 0.8:
-        base = rng.choice((1024, 1536, 2048, 3072, 4096, 6144, 8192))
-        m, n = (max(64, int(base * rng.uniform(0.75, 1.25))) for _ in range(2))
-        k = 8 * max(8, int(base * rng.uniform(0.75, 1.25)) // 8)
+        m, n, k = _near_square(rng)
     elif u < 0.65:
         hidden = rng.choice(_HIDDEN)
         width = rng.choice((hidden, 3 * hidden, 4 * hidden, 8 * hidden // 3 // 64 * 64))

@@ -102,6 +102,25 @@ def test_registered():
     assert mm.DEF.params_type is MatmulParams and mm.DEF.config_type is MatmulConfig
 
 
+def test_sample_params_near_square_draws_hit_exact_cubes_and_aligned_sides():
+    import random
+
+    rng = random.Random(0)
+    draws = [mm._near_square(rng) for _ in range(300)]
+    cubes = [d for d in draws if d[0] == d[1] == d[2]]
+    assert {d[0] for d in cubes} <= set(mm._SQUARE_BASES)
+    assert 60 <= len(cubes) <= 140, len(cubes)  # about a third
+    for m, n, k in draws:
+        assert m % 64 == 0 and n % 64 == 0 and k % 8 == 0, (m, n, k)
+        assert all(768 <= side <= 10240 for side in (m, n, k)), (m, n, k)
+    # Through sample_params: every draw is valid params with configs on the H100, and exact
+    # cubes of the bases no LLM-like shape has (1536, 3072, 6144) come up.
+    h100 = _device("H100")
+    params = [mm.sample_params(rng) for _ in range(300)]
+    assert all(isinstance(p, MatmulParams) and mm.configs(p, h100) for p in params)
+    assert any(p.m == p.n == p.k and p.m in (1536, 3072, 6144) for p in params)
+
+
 # ---- config space and heuristic -----------------------------------------------------------
 
 
