@@ -6,22 +6,17 @@ valid config of a shape is compiled in parallel (through the disk cache), then t
 interrupted run loses at most one shape and a rerun skips what is already measured. `--device
 all` runs one worker process per GPU.
 
-Guarding against the slow first timings of a shape. The older datasets hold runs of rows 2-28x
-too slow right after a shape's compile pause, with a shrinking excess. Two explanations fit:
-clocks dropping while the host compiles (a hypothesis: no clock was logged; SM clocks alone span
-at most ~6x), or host time leaking into those timings, which had no GPU spin before each timed
-call then (`spio.timing.bench` now has one, covering host stalls up to its length). So:
-- after every pause (the shape's compile, or a `make_runner` call over PAUSE_S: a reduce variant
-  compiled inside the runner) the config about to be timed is first run for SHAPE_WARMUP_MS.
-  That is host time issuing calls: a kernel of a few µs leaves the GPU mostly idle in it;
-- after the shape, the RECHECK_FIRST configs timed after each pause and the RECHECK fastest are
-  timed again, keeping the lower median (`recheck_fastest`); such rows have `timings` 2. A
-  re-time that runs out of memory or resources keeps the first timing.
-The min of two medians is biased low: with the 1-3% run-to-run noise of a 15-rep median, about
-0.5-1.5% against rows timed once. Near-ties between a re-timed and a once-timed config lean to
-the re-timed one, and `eval` regrets (measured time over the best measured) read up to ~1% worse
-than on datasets collected without the recheck. On a resumed, partly measured shape only the
-newly timed configs take part.
+Slow first timings: the older datasets hold runs of rows 2-28x too slow right after a shape's
+compile pause. Clocks dropping while the host compiles is a hypothesis (no clock was logged; SM
+clocks span ~6x); host time leaking into timings that had no GPU spin before each call (now
+`spio.timing.bench` has one) is the other explanation. So after every pause (the shape's
+compile, or a `make_runner` call over PAUSE_S, i.e. a reduce variant compiled inside it) the next
+config first runs for SHAPE_WARMUP_MS of host time issuing calls (a few-µs kernel leaves the GPU
+mostly idle in it); after the shape, the RECHECK_FIRST configs timed after each pause and the
+RECHECK fastest are timed again, keeping the lower median (`timings` 2; a re-time out of memory
+or resources keeps the first). The min of two medians reads ~0.5-1.5% low against rows timed
+once (1-3% noise on a median of 15): see docs/tuning.md. On a resumed, partly measured shape
+only the newly timed configs take part.
 """
 
 from __future__ import annotations
