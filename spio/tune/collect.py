@@ -113,9 +113,9 @@ def collect(
         if not todo:
             continue
         _precompile(kdef, params, todo, dev)
-        rows = []
-        timed = []  # the config of each row
-        after_pause = []  # rows timed right after a pause
+        rows: list[Sample] = []
+        timed: list[Any] = []  # the config of each row
+        after_pause: list[int] = []  # rows timed right after a pause
         left = 0  # how many of the next rows are still "right after a pause"
         pause = True  # the compile above
         for cfg in todo:
