@@ -11,6 +11,7 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 
 def _default_cache_dir() -> str:
@@ -221,7 +222,7 @@ def _default(knob: Knob) -> object:
 def settings() -> Settings:
     """Reads every SPIO_* variable now. Call at use time, never at import."""
     env = os.environ
-    values = {}
+    values: dict[str, Any] = {}  # each value has its knob's kind, the type of its Settings field
     for knob in KNOBS:
         raw = env.get(knob.env)
         values[knob.field] = _default(knob) if raw is None or raw == "" else _parse(knob, raw)

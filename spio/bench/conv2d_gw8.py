@@ -131,10 +131,10 @@ def _cudnn(pt: _Point, which: str) -> tuple[Callable[[], object], Callable[[], t
     groups = p.c // 8
     if which == "fprop":
 
-        def run():
+        def forward():
             return torch.nn.functional.conv2d(pt.x, pt.w, pt.b, padding=p.padding, groups=groups)
 
-        return run, run
+        return forward, forward
     mask = [which == "dgrad", which == "wgrad", which == "wgrad"]
 
     def run():

@@ -288,7 +288,7 @@ def sweep_reduce(dtype: torch.dtype) -> None:
             cfg: bench(make_reduce_runner(p, cfg), reps=300, flush_l2=False).median_ms * 1e3
             for cfg in k.BWD_REDUCE.configs(p, dev)
         }
-        best = min(us, key=us.get)
+        best = min(us, key=us.__getitem__)
         print(f"\n  reduce C{c}@{hw}x{hw} parts={parts}: reduce_config {pick} {us[pick]:.2f} us, "
               f"fastest {best} {us[best]:.2f} us")  # fmt: skip
         for cfg, t in sorted(us.items(), key=lambda kv: kv[1]):

@@ -135,7 +135,7 @@ def sweep(size: int, dtype_name: str, reps: int) -> list[dict]:
     stream = torch.cuda.current_stream(dev).cuda_stream
     flops = 2 * size**3
     cublas = bench(lambda: torch.matmul(a, b), reps=reps, device=dev).tflops(flops)
-    rows = []
+    rows: list[dict] = []
     with override(assert_no_compile=True):
         for cfg in cfgs:
 

@@ -43,13 +43,15 @@ def _gpu_lines() -> list[str]:
             return [
                 "  GPUs: none (no CUDA driver or no device); kernels compile, ops use fallbacks"
             ]
-        major, minor = driver_version()
-        lines = [f"  CUDA driver: {major}.{minor}"]
+        version = driver_version()  # None if the driver went away since device_count()
+        driver = "unknown" if version is None else f"{version[0]}.{version[1]}"
+        lines = [f"  CUDA driver: {driver}"]
         for i in range(count):
             d = device_attributes(i)
             lines.append(
                 f"  GPU {i}: {d.name} ({d.arch}), {d.sm_count} SMs, "
-                f"L2 {d.l2_bytes // 2**20} MiB, smem/block opt-in {d.max_smem_per_block_optin // 1024} KiB"
+                f"L2 {d.l2_bytes // 2**20} MiB, "
+                f"smem/block opt-in {d.max_smem_per_block_optin // 1024} KiB"
             )
         return lines
     except Exception as e:  # a missing driver is a normal state for `spio info`

@@ -125,8 +125,8 @@ def cache_key(
         generated if generated is not None else "\0none",
         f"headers={len(headers or {})}",
     ]
-    for hname in sorted(headers or {}):
-        parts += [hname, headers[hname]]
+    for hname, text in sorted((headers or {}).items()):
+        parts += [hname, text]
     h = hashlib.sha256()
     for part in parts:
         data = part.encode()

@@ -17,8 +17,8 @@ def _capability(index: int) -> tuple[int, int]:
     return torch.cuda.get_device_capability(index)
 
 
-def fallback_reason(*tensors: torch.Tensor) -> str | None:
-    """Why spio's kernel can't run on these tensors, or None when it can."""
+def fallback_reason(*tensors: torch.Tensor | None) -> str | None:
+    """Why spio's kernel can't run on these tensors (None entries skipped), or None when it can."""
     for t in tensors:
         if t is None:
             continue
@@ -30,7 +30,7 @@ def fallback_reason(*tensors: torch.Tensor) -> str | None:
     return None
 
 
-def use_fallback(op: str, *tensors: torch.Tensor) -> bool:
+def use_fallback(op: str, *tensors: torch.Tensor | None) -> bool:
     """True when `op` must run PyTorch's implementation; raises when SPIO_DISABLE_FALLBACK=1."""
     reason = fallback_reason(*tensors)
     if reason is None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+import torch.nn.grad
 
 from spio.kernels.conv2d_gw8_params import GROUP_WIDTH
 

@@ -78,10 +78,10 @@ def _row_specs(p: LayerNorm2dParams, cfg: LayerNorm2dConfig, backward: bool) -> 
             dtype.uint4 if cfg.vec_bytes == 16 else dtype.int64,
         ),
         "STATS": Tensor((row(MAX_ROWS),), dtype.float),
-        "AFFINE": Tensor((c(p.c),), dtype_spec(p.wdtype)),
+        "AFFINE": Tensor((c(p.c),), dtype_spec(p.weight_dtype)),
         "THREAD": CompoundIndex(*thread_dims),
         "DATA": Type(dtype_spec(p.dtype)),
-        "WEIGHT": Type(dtype_spec(p.wdtype)),
+        "WEIGHT": Type(dtype_spec(p.weight_dtype)),
         "CHANNELS": Constant(p.c),
         "VEC": Constant(g.vec),
         "ROW_VECS": Constant(g.row_vecs),
@@ -283,7 +283,7 @@ def make_runner(p: LayerNorm2dParams, cfg: LayerNorm2dConfig, backward: bool = F
     from spio.kernels.loader import default_function_cache
 
     dev = device_attributes(torch.cuda.current_device())
-    dt, wdt = getattr(torch, p.dtype), getattr(torch, p.wdtype)
+    dt, wdt = getattr(torch, p.dtype), getattr(torch, p.weight_dtype)
     x = (3 + torch.randn(p.m, p.c, device="cuda")).to(dt)
     w = torch.randn(p.c, device="cuda").to(wdt) if p.has_weight else None
     b = torch.randn(p.c, device="cuda").to(wdt) if p.has_bias else None

@@ -114,8 +114,13 @@ class LayerNorm2dParams:
         return ELEM_BYTES[self.dtype]
 
     @property
+    def weight_dtype(self) -> str:
+        """wdtype as a str: __post_init__ replaced None by dtype, which the field type can't say."""
+        return self.wdtype if self.wdtype is not None else self.dtype
+
+    @property
     def welem_bytes(self) -> int:
-        return ELEM_BYTES[self.wdtype]
+        return ELEM_BYTES[self.weight_dtype]
 
     def static(self) -> LayerNorm2dParams:
         """The params with m zeroed: what the compiled kernel depends on (its cache key)."""

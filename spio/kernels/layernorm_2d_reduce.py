@@ -92,12 +92,12 @@ def reduce_spec(p: LayerNorm2dParams, cfg: ReduceConfig, dev: Any) -> KernelSpec
             "C": c,
             "CV": cv,
             "PARTIALS": Tensor((part(MAX_ROWS // p.c), cv(p.c // 4)), dtype.uint4),
-            "OUT": Tensor((c(p.c),), dtype_spec(p.wdtype)),
+            "OUT": Tensor((c(p.c),), dtype_spec(p.weight_dtype)),
             "SPLIT": split,
             "LANE": lane,
             "THREAD": CompoundIndex(split(cfg.splits), lane(cfg.lanes)),
             "COLUMN": cv / cfg.lanes,
-            "WEIGHT": Type(dtype_spec(p.wdtype)),
+            "WEIGHT": Type(dtype_spec(p.weight_dtype)),
             "CHANNELS": Constant(p.c),
             "COLS": Constant(cfg.cols),
             "THREADS": Constant(cfg.threads),
@@ -213,7 +213,7 @@ def make_reduce_runner(p: LayerNorm2dParams, cfg: ReduceConfig):
     bwd_cfg = k.BWD.heuristic(p, dev)
     n = k.parts(cache.get(k.BWD, p.static(), bwd_cfg, dev), p, bwd_cfg, dev)
     loaded = cache.get(BWD_REDUCE, p.static(), cfg, dev)
-    wdt = getattr(torch, p.wdtype)
+    wdt = getattr(torch, p.weight_dtype)
     dwp = torch.randn(n, p.c, device="cuda") if p.has_weight else None
     dbp = torch.randn(n, p.c, device="cuda") if p.has_bias else None
     dw = torch.empty(p.c, device="cuda", dtype=wdt) if p.has_weight else None

@@ -66,7 +66,8 @@ class Selector:
 
         model = find_model(kdef.name, device.name, device.arch)
         if model is not None:
-            return rank(kdef, params, device, model)
+            predicted: list[tuple[Any, float | None]] = list(rank(kdef, params, device, model))
+            return predicted
         first = kdef.heuristic(params, device)
         rest = [c for c in kdef.configs(params, device) if c != first]
         return [(first, None)] + [(c, None) for c in rest]

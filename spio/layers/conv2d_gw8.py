@@ -124,6 +124,7 @@ class Conv2dGw8(nn.Module):
         out.channels = c
         out.kernel_size = (r, s)
         out.padding = (int(conv.padding[0]), int(conv.padding[1]))
-        out.weight = conv.weight
-        out.bias = conv.bias
+        # torch annotates _ConvNd.weight/bias as Tensor; registered, they are Parameters (or None)
+        out.weight = conv.weight  # type: ignore[assignment]
+        out.bias = conv.bias  # type: ignore[assignment]
         return out

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TypeGuard
 
 import torch.nn as nn
 
@@ -23,7 +24,7 @@ class TransformReport:
         return "\n".join(lines)
 
 
-def _is_grouped_conv_candidate(m: nn.Module) -> bool:
+def _is_grouped_conv_candidate(m: nn.Module) -> TypeGuard[nn.Conv2d]:
     return isinstance(m, nn.Conv2d) and m.groups > 1
 
 

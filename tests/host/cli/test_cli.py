@@ -60,3 +60,20 @@ def test_help_lists_commands():
     assert out.returncode == 0
     for cmd in ("info", "compile", "bench", "tune"):
         assert cmd in out.stdout
+
+
+@pytest.mark.parametrize(("version", "shown"), [((12, 4), "12.4"), (None, "unknown")])
+def test_info_gpu_lines_with_and_without_driver_version(monkeypatch, version, shown):
+    # driver_version() is None when the driver reports no GPU; info prints "unknown" rather than
+    # failing to unpack it and hiding the GPUs it did find.
+    import spio.cuda
+    from spio.cli.info import _gpu_lines
+
+    h100 = spio.cuda.known_device("H100")
+    monkeypatch.setattr(spio.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(spio.cuda, "driver_version", lambda: version)
+    monkeypatch.setattr(spio.cuda, "device_attributes", lambda i: h100)
+    lines = _gpu_lines()
+    assert lines[0] == f"  CUDA driver: {shown}", lines
+    assert lines[1].startswith(f"  GPU 0: {h100.name} ({h100.arch}), {h100.sm_count} SMs"), lines
+    assert "smem/block opt-in" in lines[1], lines
