@@ -1,4 +1,5 @@
-"""spio's mma.sync matmul vs cuBLAS: `python benchmarks/bench_matmul.py [--quick] [--csv F] [--plot F]`.
+"""spio's mma.sync matmul vs cuBLAS:
+`python benchmarks/bench_matmul.py [--quick] [--csv F] [--plot F]`.
 
 The same as `spio bench matmul`; see spio/bench/matmul.py for the shapes, method and targets.
 """

@@ -135,7 +135,9 @@ def main(argv: list[str] | None = None) -> int:
                 "mma_sync_tflops": best["tflops"],
                 "cublas_8192_tflops": ref,
                 "pct_cublas": best["pct_cublas"],
-                "best_point": f"acc={best['acc']} warps={best['warps']} bps={best['blocks_per_sm']}",
+                "best_point": (
+                    f"acc={best['acc']} warps={best['warps']} bps={best['blocks_per_sm']}"
+                ),
             }
         )
     print(f"device: {dev.name} ({arch}, {dev.sm_count} SMs)")

@@ -16,9 +16,10 @@ on torch's current stream (the legacy default stream unless the caller set one) 
 stream. `bench` holds each timed call behind a GPU spin longer than the call's host time, so
 "launch" and "op" measure GPU time (with PDL, the gap between the two kernels) and should read
 close to "graph"; the numbers recorded before that hold (docs/ops/layernorm_2d.md, third GPU
-session) included host time. PDL is switched with SPIO_PDL (read when a kernel is loaded, so the loaded-kernel cache
-is cleared at each switch). The `pdl` column says whether the reduce kernels were loaded with
-PDL (False on GPUs below sm_90 or drivers below CUDA 12.3: then on and off are the same launch).
+session) included host time. PDL is switched with SPIO_PDL (read when a kernel is loaded, so
+the loaded-kernel cache is cleared at each switch). The `pdl` column says whether the reduce
+kernels were loaded with PDL (False on GPUs below sm_90 or drivers below CUDA 12.3: then on and
+off are the same launch).
 """
 
 from __future__ import annotations

@@ -7,8 +7,9 @@ the same transposed view). fp16 and bf16, fp32 accumulation, output in the opera
 Method: spio.bench.timing.bench (CUDA events, time-based warm-up, L2 flushed before every rep,
 median and p20/p80). spio's column times the kernel launch of the config the op would pick
 (the performance model, else the heuristic), with arguments prepared once, so Python dispatch
-is not in the number; cuBLAS times `torch.matmul` on the same tensors. Compiles happen in a warm-up pass; the timed pass runs under
-SPIO_ASSERT_NO_COMPILE. Each shape is also checked: spio's result against cuBLAS's.
+is not in the number; cuBLAS times `torch.matmul` on the same tensors. Compiles happen in a
+warm-up pass; the timed pass runs under SPIO_ASSERT_NO_COMPILE. Each shape is also checked:
+spio's result against cuBLAS's.
 
 Targets (H100, issue 7): >= 70% of cuBLAS at 8192^3 (fp16 and bf16) and >= 60% on every square
 size >= 2048. cuBLAS uses Hopper's wgmma; mma.sync's own ceiling is lower (benchmarks/mma_probe.py

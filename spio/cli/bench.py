@@ -72,8 +72,9 @@ def _no_gpu(chosen: list[str]) -> int:
 
     ok = check_fallbacks(chosen)
     print(
-        "\nOn a GPU (sm_80+), `spio bench --quick` also loads these cubins through the CUDA driver,\n"
-        "runs them on PyTorch's stream and prints spio's GB/s or TFLOP/s next to PyTorch/cuDNN/cuBLAS\n"
-        "and the device's copy bandwidth. Here the ops ran their documented PyTorch fallback."
+        "\nOn a GPU (sm_80+), `spio bench --quick` also loads these cubins through the CUDA "
+        "driver,\nruns them on PyTorch's stream and prints spio's GB/s or TFLOP/s next to "
+        "PyTorch/cuDNN/cuBLAS\nand the device's copy bandwidth. Here the ops ran their documented "
+        "PyTorch fallback."
     )
     return 0 if ok else 1

@@ -10,9 +10,8 @@ def _report(name: str, got: torch.Tensor, want: torch.Tensor) -> bool:
     err = (got.double() - want.double()).abs().max().item()
     scale = want.double().abs().max().item() or 1.0
     ok = err / scale < 1e-2
-    print(
-        f"  {name:<12} CPU fallback vs PyTorch: max rel err {err / scale:.2e} {'ok' if ok else 'FAIL'}"
-    )
+    verdict = "ok" if ok else "FAIL"
+    print(f"  {name:<12} CPU fallback vs PyTorch: max rel err {err / scale:.2e} {verdict}")
     return ok
 
 

@@ -51,7 +51,7 @@ def disassemble(cubin: bytes) -> str:
 
 
 def instruction_counts(sass: str) -> dict[str, int]:
-    """Opcode -> count over a SASS listing (predicates and modifiers stripped: HMMA.16816 -> HMMA)."""
+    """Opcode -> count over a SASS listing (predicates, modifiers stripped: HMMA.16816 -> HMMA)."""
     counts: dict[str, int] = {}
     for m in re.finditer(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)", sass):
         counts[m.group(1)] = counts.get(m.group(1), 0) + 1

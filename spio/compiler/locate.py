@@ -121,7 +121,7 @@ def toolkit_candidate(home: Path, how: str) -> Candidate:
 
 
 def _nvrtc_files(directory: Path) -> list[Path]:
-    """libnvrtc.so* in a dir (never the builtins), shortest name first (libnvrtc.so.12 over .12.9)."""
+    """libnvrtc.so* in a dir (never the builtins), shortest name first (.so.12 over .so.12.9)."""
     if not directory.is_dir():
         return []
     files = [p for p in directory.glob("libnvrtc.so*") if p.is_file()]

@@ -10,8 +10,8 @@ conv2d_gw8_*.cu) on CUDA GPUs of compute capability 8.0+.
   (`F.conv2d` and `torch.nn.grad.conv2d_{input,weight}`); there float32 is accepted too.
   SPIO_DISABLE_FALLBACK=1 makes the fallback an error.
 - Autograd: the input gradient runs the fprop kernel's dgrad variant on dy, which reads the weights
-  transposed within each 8x8 group and rotated 180 degrees (no separate weight op); the weight and bias
-  gradients run the deterministic wgrad kernel (per-CTA partials + an ordered reduction pass).
+  transposed within each 8x8 group and rotated 180 degrees (no separate weight op); the weight and
+  bias gradients run the deterministic wgrad kernel (per-CTA partials + an ordered reduction pass).
 - Autocast: `conv2d_gw8` casts float32 input, weight and bias to the autocast dtype when CUDA
   autocast is enabled (like F.conv2d, an fp16-listed op); the ops themselves see fp16/bf16 only.
 - torch.compile: the ops have fake implementations, so they trace without graph breaks.

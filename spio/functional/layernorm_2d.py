@@ -10,9 +10,9 @@ Where it runs:
 - spio's kernels (spio/src/layernorm_2d_*.cu) for CUDA tensors on sm_80+ with fp16, bf16 or fp32
   data, C a multiple of 8 in [8, 16384], and weight/bias of the data type or fp32.
 - PyTorch otherwise (the fallback): CPU tensors, older GPUs, fp64 data, or C outside that
-  range (C % 8 != 0 cannot use the 16-byte vector path), or 2**32 elements or more. The fallback computes y with
-  F.layer_norm on the permuted view, exactly as timm does. SPIO_DISABLE_FALLBACK=1 turns every
-  fallback into FallbackDisabledError.
+  range (C % 8 != 0 cannot use the 16-byte vector path), or 2**32 elements or more. The
+  fallback computes y with F.layer_norm on the permuted view, exactly as timm does.
+  SPIO_DISABLE_FALLBACK=1 turns every fallback into FallbackDisabledError.
 
 Layout: the kernels read rows of C contiguous channels, i.e. channels_last. Other inputs (and
 output gradients) are first copied to channels_last, one extra read and write of the tensor.

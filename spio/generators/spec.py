@@ -35,7 +35,7 @@ class Spec(Protocol):
         ...
 
     def emit(self, name: str, names: Names) -> str:
-        """The C++ declaration of this spec under `name` (one or more lines, no trailing newline)."""
+        """The C++ declaration of this spec under `name` (one or more lines, no final newline)."""
         ...
 
     def inline(self, names: Names) -> str:

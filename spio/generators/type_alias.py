@@ -1,4 +1,4 @@
-"""`Type(dtype.half)`: a named element type, `using T = __half;` (kernels select fp16/bf16 by it)."""
+"""`Type(dtype.half)`: a named element type, `using T = __half;` (kernels pick fp16/bf16 by it)."""
 
 from __future__ import annotations
 

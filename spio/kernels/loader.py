@@ -1,7 +1,7 @@
-"""Compiled, loaded kernels: (family, params, config, device) -> launchable function, cached in memory.
+"""Compiled, loaded kernels: (family, params, config, device) -> launchable function, in memory.
 
-The disk cache of cubins lives in the compiler; this is the level above it: one loaded CUfunction per
-device, looked up by frozen dataclasses so a warm launch costs a dict lookup.
+The disk cache of cubins lives in the compiler; this is the level above it: one loaded CUfunction
+per device, looked up by frozen dataclasses so a warm launch costs a dict lookup.
 """
 
 from __future__ import annotations

@@ -46,7 +46,8 @@ class Conv2dGw8(nn.Module):
         super().__init__()
         if not isinstance(channels, int) or channels < GROUP_WIDTH or channels % GROUP_WIDTH:
             raise ValueError(
-                f"Conv2dGw8: channels must be a positive multiple of {GROUP_WIDTH}, got {channels!r}"
+                f"Conv2dGw8: channels must be a positive multiple of {GROUP_WIDTH}, "
+                f"got {channels!r}"
             )
         r, s = _pair(kernel_size, "kernel_size")
         if not (1 <= r <= MAX_KERNEL and 1 <= s <= MAX_KERNEL):

@@ -33,7 +33,8 @@ class Report:
 
     def __str__(self) -> str:
         return (
-            f"{self.kernel} on {self.device}: {self.shapes} held-out shapes, {self.samples} samples\n"
+            f"{self.kernel} on {self.device}: {self.shapes} held-out shapes, "
+            f"{self.samples} samples\n"
             f"  top-1 regret: median {self.regret_median:.3f}x, p90 {self.regret_p90:.3f}x, "
             f"max {self.regret_max:.3f}x;  top-5 hit rate {self.top5_hit_rate:.0%}"
         )

@@ -1,9 +1,9 @@
 """An XGBoost regressor of log latency for one kernel family on one GPU, and its file format.
 
-File (gzipped JSON): {"format": 1, "kernel": ..., "device": ..., "arch": ..., "features": [names...],
-"n_samples": ..., "booster": <XGBoost's own JSON model>}. The feature list is stored so a model
-trained against another version of a family's features is refused instead of mispredicting
-(`ModelFormatError`, defined in `spio.errors`, importable from here).
+File (gzipped JSON): {"format": 1, "kernel": ..., "device": ..., "arch": ...,
+"features": [names...], "n_samples": ..., "booster": <XGBoost's own JSON model>}. The feature
+list is stored so a model trained against another version of a family's features is refused
+instead of mispredicting (`ModelFormatError`, defined in `spio.errors`, importable from here).
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """Where performance models live: shipped in the package, or trained locally into the cache dir.
 
-File names are `<kernel>__<device slug>.json.gz`. Lookup for (kernel, device): a local model for that
-exact GPU, then a shipped one, then (with a log line) a model of another GPU of the same arch.
+File names are `<kernel>__<device slug>.json.gz`. Lookup for (kernel, device): a local model for
+that exact GPU, then a shipped one, then (with a log line) a model of another GPU of the same
+arch.
 """
 
 from __future__ import annotations

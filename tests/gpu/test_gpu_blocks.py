@@ -145,7 +145,8 @@ def test_cp_async_zero_fill(nbytes, n, seed):
     bad = (out != want).any(dim=1).nonzero().flatten()
     assert bad.numel() == 0, (
         f"cp_async_{nbytes} n={n} seed={seed}: chunks {bad[:8].tolist()} wrong "
-        f"(mask {mask[bad[:8]].tolist()}): got {out[bad[:2]].tolist()} want {want[bad[:2]].tolist()}"
+        f"(mask {mask[bad[:8]].tolist()}): got {out[bad[:2]].tolist()} "
+        f"want {want[bad[:2]].tolist()}"
     )
 
 

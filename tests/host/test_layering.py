@@ -1,4 +1,5 @@
-"""The import rules of CLAUDE.md: lower layers never import torch; `import spio` has no side effects."""
+"""The import rules of CLAUDE.md: lower layers never import torch; `import spio` has no side
+effects."""
 
 from __future__ import annotations
 

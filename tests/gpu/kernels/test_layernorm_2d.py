@@ -215,9 +215,17 @@ def test_reduce_every_config(case, cache, seed):
             dbp = torch.randn(parts, p.c, generator=g, device="cuda") if p.has_bias else None
             dwbuf, dw = _guarded((p.c,), wdt)
             dbbuf, db = _guarded((p.c,), wdt)
-            k.launch_reduce(loaded, p, rcfg, dweight_part=dwp, dbias_part=dbp,
-                            dweight=dw if p.has_weight else None,
-                            dbias=db if p.has_bias else None, parts=parts, stream=_stream())  # fmt: skip
+            k.launch_reduce(
+                loaded,
+                p,
+                rcfg,
+                dweight_part=dwp,
+                dbias_part=dbp,
+                dweight=dw if p.has_weight else None,
+                dbias=db if p.has_bias else None,
+                parts=parts,
+                stream=_stream(),
+            )
             torch.cuda.synchronize()
             for part, buf, out, name in ((dwp, dwbuf, dw, "dweight"), (dbp, dbbuf, db, "dbias")):
                 if part is None:

@@ -1,4 +1,4 @@
-"""Finding NVRTC and the CUDA headers: order, explicit settings, and the error when nothing is there."""
+"""Finding NVRTC and the CUDA headers: order, explicit settings, the error when nothing is there."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""@spio blocks through compile(): expansion, scope, #line mapping, caching of the generated header."""
+"""@spio blocks through compile(): expansion, scope, #line mapping, caching of the generated
+header."""
 
 from __future__ import annotations
 

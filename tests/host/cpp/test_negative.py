@@ -99,8 +99,8 @@ CASES = [
     ),
     (
         "tensor_same_stride_fold_and_module",
-        "using T = spio::Tensor<float, spio::Extent<K8, 4>, spio::Extent<spio::Module<K, 4, 8>, 4>>;"
-        " T t(p); (void)t;",
+        "using T = spio::Tensor<float, spio::Extent<K8, 4>, "
+        "spio::Extent<spio::Module<K, 4, 8>, 4>>; T t(p); (void)t;",
         "two extents of one base dim have the same stride",
     ),
     (
@@ -115,14 +115,14 @@ CASES = [
     ),
     (
         "swizzle_dim_not_in_tensor",
-        "using T = spio::Tensor<float, spio::Extent<I, 8>, spio::Extent<K8, 8>, spio::Xor<I, L, 3>>;"
-        " T t(p); (void)t;",
+        "using T = spio::Tensor<float, spio::Extent<I, 8>, spio::Extent<K8, 8>, "
+        "spio::Xor<I, L, 3>>; T t(p); (void)t;",
         "needs extents whose dims are exactly",
     ),
     (
         "swizzle_too_many_bits",
-        "using T = spio::Tensor<float, spio::Extent<I, 8>, spio::Extent<K8, 4>, spio::Xor<I, K8, 3>>;"
-        " T t(p); (void)t;",
+        "using T = spio::Tensor<float, spio::Extent<I, 8>, spio::Extent<K8, 4>, "
+        "spio::Xor<I, K8, 3>>; T t(p); (void)t;",
         "must be a multiple of 2\\^Bits",
     ),
     (

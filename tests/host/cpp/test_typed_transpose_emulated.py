@@ -33,7 +33,8 @@ int main(int argc, char** argv) {
     for (int r = 0; r < rows; ++r)
         for (int c = 0; c < cols; ++c)
             if (y[c * rows + r] != x[r * cols + c] && bad++ < 8)
-                std::printf("y[%d, %d] = %g, expected %g\n", c, r, y[c * rows + r], x[r * cols + c]);
+                std::printf("y[%d, %d] = %g, expected %g\n", c, r, y[c * rows + r],
+                            x[r * cols + c]);
     for (int g = 0; g < guard; ++g)
         if (y[rows * cols + g] != -12345.0f && bad++ < 8) std::printf("write past the end\n");
     return bad != 0;

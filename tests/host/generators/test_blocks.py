@@ -87,7 +87,10 @@ def test_scope_values_are_visible_and_scope_specs_are_declared(decl):
 
 
 def test_private_names_and_non_specs_are_not_declared():
-    src = "/*@spio\nimport math\n_J = Dim()\nI = Dim()\nn = math.prod([2, 3])\nrows = I(n)\nT = Tensor((rows, _J(2)), dtype.float)\n@spio*/"
+    src = (
+        "/*@spio\nimport math\n_J = Dim()\nI = Dim()\nn = math.prod([2, 3])\nrows = I(n)\n"
+        "T = Tensor((rows, _J(2)), dtype.float)\n@spio*/"
+    )
     with pytest.raises(GeneratorError, match="'T' uses a Dim that is not among the specs") as e:
         expand(src, name="p.cu")
     assert (e.value.file, e.value.line) == ("p.cu", 7)  # the line that binds T
@@ -157,7 +160,10 @@ def test_generator_error_pickles():
 
 
 def test_messages_call_unnamed_dims_by_their_block_names():
-    src = "/*@spio\nI = Dim()\nK = Dim()\nB = Tensor((I(16), K(32)), dtype.float, strides={J: 5})\n@spio*/"
+    src = (
+        "/*@spio\nI = Dim()\nK = Dim()\n"
+        "B = Tensor((I(16), K(32)), dtype.float, strides={J: 5})\n@spio*/"
+    )
     with pytest.raises(GeneratorError, match=r"J is not one of the tensor's dims \(I, K\)"):
         expand(src, scope={"J": Dim()})
     # outside a block the same Dim has no name to be called by

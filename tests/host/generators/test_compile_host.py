@@ -28,7 +28,7 @@ pytestmark = pytest.mark.skipif(
 
 
 def _index(dim, value: int) -> int:
-    """The index of a tensor dim for a logical value of its base (the coarsest fold is not wrapped)."""
+    """The index of a tensor dim for a logical value of its base (the coarsest fold not wrapped)."""
     if isinstance(dim, Module):
         return (value // dim.stride) % dim.size
     return value // dim.stride

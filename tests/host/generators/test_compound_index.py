@@ -13,7 +13,8 @@ def test_size_and_emitted_type(decl):
     assert idx.size == 12
     text = generate({"P": p, "Q": q, "P16": p / 16, "Block": idx})
     assert decl(text, "Block") == (
-        "using Block = spio::CompoundIndex<spio::Extent<P16, 4>, spio::Extent<spio::Fold<Q, 16>, 3>>;"
+        "using Block = spio::CompoundIndex<spio::Extent<P16, 4>, "
+        "spio::Extent<spio::Fold<Q, 16>, 3>>;"
     )
 
 

@@ -73,7 +73,8 @@ def test_fprop_layouts(tmp_path):
         "static unsigned y[Output::storage_size()];",
         "static unsigned short wt[Weight::storage_size()];",
         "const SmemInput smem_input(s_in); const SmemOutput smem_output(s_out);",
-        "const Input input(x); const Output output(y); const Weight weight(wt); const Bias bias(wt);",
+        "const Input input(x); const Output output(y); "
+        "const Weight weight(wt); const Bias bias(wt);",
         f"const BlockIdx block({blk});",
         _print("block.get<PB>().unfold().get()"),
         _print("block.get<QB>().unfold().get()"),

@@ -1,12 +1,13 @@
 """The conv2d_gw8 wgrad kernel's dead-work skips, emulated lane by lane on the host.
 
-Replays spio/src/conv2d_gw8_wgrad.cu in numpy the way tests/host/kernels/test_conv2d_gw8_emulation.py
-does (m16n8k8 and ldmatrix.trans fragment tables of the PTX ISA), including what the kernel now
-leaves out: column chunks at or past OUT_Q, dy rows past OUT_P, x rows that are padding (whose
-dy row still feeds the bias), and the copies of rows nobody reads. Shared memory starts as NaN and
-a skipped copy leaves the slot as it was, so reading a row the kernel no longer loads shows up as
-NaN in the result. Every mma is counted and checked against the number of (x row, dy row, column
-chunk) products that are not identically zero, counted independently from the dy side.
+Replays spio/src/conv2d_gw8_wgrad.cu in numpy the way
+tests/host/kernels/test_conv2d_gw8_emulation.py does (m16n8k8 and ldmatrix.trans fragment tables
+of the PTX ISA), including what the kernel now leaves out: column chunks at or past OUT_Q, dy rows
+past OUT_P, x rows that are padding (whose dy row still feeds the bias), and the copies of rows
+nobody reads. Shared memory starts as NaN and a skipped copy leaves the slot as it was, so reading
+a row the kernel no longer loads shows up as NaN in the result. Every mma is counted and checked
+against the number of (x row, dy row, column chunk) products that are not identically zero,
+counted independently from the dy side.
 """
 
 from __future__ import annotations

@@ -50,9 +50,10 @@ CXX = shutil.which("g++") or shutil.which("clang++")
 HOST_DIR = Path(__file__).resolve().parents[2] / "host" / "cpp"  # cuda_emulation.h
 SRC_DIR = Path(k.__file__).resolve().parents[1] / "src"  # the .cu files and their header
 
-# Just enough of the CUDA device API for layernorm_2d.cu / layernorm_2d_bwd.cu on fp32 and fp16 data (__half is the
-# compiler's _Float16, rounding to nearest even like __float2half_rn): shuffles go through a
-# block-wide slot array between two barriers (every thread of the kernel calls them uniformly).
+# Just enough of the CUDA device API for layernorm_2d.cu / layernorm_2d_bwd.cu on fp32 and fp16
+# data (__half is the compiler's _Float16, rounding to nearest even like __float2half_rn):
+# shuffles go through a block-wide slot array between two barriers (every thread of the kernel
+# calls them uniformly).
 EMULATION = r"""
 #include <cmath>
 #include <cstdio>
@@ -71,7 +72,9 @@ struct float2 { float x, y; };
 struct __half { _Float16 v; };
 struct __half2 { _Float16 x, y; };  // x in the low 16 bits, as on the GPU
 inline float __half2float(__half h) { return static_cast<float>(h.v); }
-inline float2 __half22float2(__half2 h) { return {static_cast<float>(h.x), static_cast<float>(h.y)}; }
+inline float2 __half22float2(__half2 h) {
+    return {static_cast<float>(h.x), static_cast<float>(h.y)};
+}
 inline __half2 __floats2half2_rn(float a, float b) {
     return {static_cast<_Float16>(a), static_cast<_Float16>(b)};
 }
@@ -195,9 +198,9 @@ def _emulate(tmp_path, p, cfg, backward, m, grid, arrays, acc="smem"):
     for name, t in arrays.items():
         t.float().contiguous().numpy().tofile(tmp_path / f"{name}.bin")
     exe = tmp_path / "emulated"
-    cmd = [CXX, "-std=c++20", "-O1", "-pthread", f"-DEMULATE_BACKWARD={int(backward)}",
-           "-I", str(HOST_DIR), "-I", str(tmp_path), "-I", str(SRC_DIR),  # layernorm_2d_common.h
-           "-I", str(SRC_DIR.parent / "include"), str(tmp_path / "main.cpp"), "-o", str(exe)]  # fmt: skip
+    cmd = [CXX, "-std=c++20", "-O1", "-pthread", f"-DEMULATE_BACKWARD={int(backward)}"]
+    cmd += ["-I", str(HOST_DIR), "-I", str(tmp_path), "-I", str(SRC_DIR)]  # layernorm_2d_common.h
+    cmd += ["-I", str(SRC_DIR.parent / "include"), str(tmp_path / "main.cpp"), "-o", str(exe)]
     build = subprocess.run(cmd, capture_output=True, text=True)
     assert build.returncode == 0, build.stderr[-4000:]
     run = subprocess.run([str(exe), str(m), str(grid)], cwd=tmp_path, capture_output=True)
@@ -214,8 +217,9 @@ def _emulate(tmp_path, p, cfg, backward, m, grid, arrays, acc="smem"):
 @pytest.mark.skipif(CXX is None, reason="needs a host C++20 compiler (g++ or clang++)")
 @pytest.mark.parametrize("case", EMULATED, ids=str)
 def test_kernel_logic_emulated(case, tmp_path, seed):
-    """Forward and backward (layernorm_2d.cu, layernorm_2d_bwd.cu; fp32) run on the host: every row's y, mean, rstd,
-    dx and the per-CTA dweight/dbias partials against fp64, NaN-poisoned outputs."""
+    """Forward and backward (layernorm_2d.cu, layernorm_2d_bwd.cu; fp32) run on the host: every
+    row's y, mean, rstd, dx and the per-CTA dweight/dbias partials against fp64, NaN-poisoned
+    outputs."""
     from spio.testing import assert_close, tolerance
 
     c, t, r, vb, hw, hb, m, grid, dtype, wdtype, pf, acc = case
@@ -298,10 +302,15 @@ int main(int argc, char** argv) {
 
 
 @pytest.mark.skipif(CXX is None, reason="needs a host C++20 compiler (g++ or clang++)")
-@pytest.mark.parametrize("c, cols, threads, parts, hw, hb", [(96, 8, 256, 37, True, True),
-                                                            (40, 16, 128, 3, False, True),
-                                                            (64, 32, 128, 100, True, False),
-                                                            (24, 8, 1024, 700, True, True)])  # fmt: skip
+@pytest.mark.parametrize(
+    "c, cols, threads, parts, hw, hb",
+    [
+        (96, 8, 256, 37, True, True),
+        (40, 16, 128, 3, False, True),
+        (64, 32, 128, 100, True, False),
+        (24, 8, 1024, 700, True, True),
+    ],
+)
 def test_reduce_logic_emulated(c, cols, threads, parts, hw, hb, tmp_path, seed):
     """layernorm_2d_bwd_reduce.cu (fp32) on the host: column sums of the partials against fp64
     and bitwise against the documented fixed order; C not a multiple of the column, fewer
@@ -320,8 +329,8 @@ def test_reduce_logic_emulated(c, cols, threads, parts, hw, hb, tmp_path, seed):
     dwp, dbp = torch.randn(parts, c, generator=g), torch.randn(parts, c, generator=g)
     torch.cat([dwp.flatten(), dbp.flatten()]).numpy().tofile(tmp_path / "parts.bin")
     exe = tmp_path / "emulated"
-    cmd = [CXX, "-std=c++20", "-O1", "-pthread", "-I", str(HOST_DIR), "-I", str(tmp_path),
-           "-I", str(SRC_DIR.parent / "include"), str(tmp_path / "main.cpp"), "-o", str(exe)]  # fmt: skip
+    cmd = [CXX, "-std=c++20", "-O1", "-pthread", "-I", str(HOST_DIR), "-I", str(tmp_path)]
+    cmd += ["-I", str(SRC_DIR.parent / "include"), str(tmp_path / "main.cpp"), "-o", str(exe)]
     build = subprocess.run(cmd, capture_output=True, text=True)
     assert build.returncode == 0, build.stderr[-4000:]
     run = subprocess.run([str(exe), str(parts)], cwd=tmp_path, capture_output=True)

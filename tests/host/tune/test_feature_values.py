@@ -4,9 +4,9 @@ The shipped models (spio/tune/models) were trained on these features: a family w
 code is restructured (for speed) must still produce the same names, in the same order, with the
 same values. `data/feature_digests.json` holds, per family and device, a few layers (every
 family's examples plus sampled shapes) with up to MAX_CONFIGS of the configs that were valid for
-them when the file was written, and a SHA-256 of the feature rows of those configs. Params and configs are stored
-rather than regenerated, so a change of a family's examples or config space doesn't disturb this
-test; only a change of the features themselves does.
+them when the file was written, and a SHA-256 of the feature rows of those configs. Params and
+configs are stored rather than regenerated, so a change of a family's examples or config space
+doesn't disturb this test; only a change of the features themselves does.
 
 A deliberate feature change (which needs the models retrained) rewrites the digests of the
 families named (all when none is):
