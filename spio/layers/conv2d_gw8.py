@@ -19,6 +19,14 @@ def _pair(v, what: str) -> tuple[int, int]:
     raise TypeError(f"Conv2dGw8: {what} must be an int or a pair of ints, got {v!r}")
 
 
+def _not_a_parameter(name: str, t: object) -> str:
+    return (
+        f"Conv2dGw8.from_conv2d: conv.{name} must be an nn.Parameter to be shared, got a computed "
+        f"{type(t).__name__} (a parametrization such as weight_norm?); remove it first "
+        "(torch.nn.utils.parametrize.remove_parametrizations) or keep the nn.Conv2d"
+    )
+
+
 class Conv2dGw8(nn.Module):
     """Conv2d with groups = channels / 8, stride 1: a drop-in for such an nn.Conv2d.
 
@@ -84,7 +92,8 @@ class Conv2dGw8(nn.Module):
         """A Conv2dGw8 computing what `conv` computes, sharing its weight and bias Parameters.
 
         Eligible: in_channels == out_channels == 8 * groups, stride 1, dilation 1, kernel
-        1..7, numeric (not "same"/"valid" string) zero padding. Raises ValueError/TypeError
+        1..7, numeric (not "same"/"valid" string) zero padding, weight and bias plain Parameters
+        (not computed by a parametrization such as weight_norm). Raises ValueError/TypeError
         naming the first rule `conv` breaks.
         """
         if not isinstance(conv, nn.Conv2d):
@@ -120,12 +129,16 @@ class Conv2dGw8(nn.Module):
             raise ValueError(
                 f"Conv2dGw8.from_conv2d: kernel_size must be 1..{MAX_KERNEL}, got {(r, s)}"
             )
+        weight, bias = conv.weight, conv.bias
+        if not isinstance(weight, nn.Parameter):
+            raise TypeError(_not_a_parameter("weight", weight))
+        if bias is not None and not isinstance(bias, nn.Parameter):
+            raise TypeError(_not_a_parameter("bias", bias))
         out = cls.__new__(cls)
         nn.Module.__init__(out)
         out.channels = c
         out.kernel_size = (r, s)
         out.padding = (int(conv.padding[0]), int(conv.padding[1]))
-        # torch annotates _ConvNd.weight/bias as Tensor; registered, they are Parameters (or None)
-        out.weight = conv.weight  # type: ignore[assignment]
-        out.bias = conv.bias  # type: ignore[assignment]
+        out.weight = weight
+        out.bias = bias
         return out

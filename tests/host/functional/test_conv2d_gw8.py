@@ -172,3 +172,17 @@ def test_from_conv2d_rejects(conv, message):
 def test_from_conv2d_rejects_non_conv():
     with pytest.raises(TypeError, match="expected nn.Conv2d"):
         Conv2dGw8.from_conv2d(nn.Linear(8, 8))
+
+
+def test_from_conv2d_rejects_a_parametrized_weight():
+    # weight_norm makes conv.weight a Tensor computed at each forward from weight_g/weight_v;
+    # sharing that snapshot would freeze the weight (it is no Parameter of the new layer).
+    conv = nn.utils.parametrizations.weight_norm(nn.Conv2d(16, 16, 3, padding=1, groups=2))
+    with pytest.raises(TypeError, match="conv.weight must be an nn.Parameter"):
+        Conv2dGw8.from_conv2d(conv)
+    from spio.layers import transform
+
+    model = nn.Sequential(conv)
+    report = transform(model)
+    assert report.skipped and "weight_norm" in report.skipped[0][1], report
+    assert model[0] is conv
