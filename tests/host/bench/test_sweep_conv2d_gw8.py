@@ -1,0 +1,49 @@
+"""benchmarks/sweep_conv2d_gw8.py on the host: argument parsing and the no-GPU exit."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+SCRIPT = Path(__file__).parents[3] / "benchmarks" / "sweep_conv2d_gw8.py"
+
+
+@pytest.fixture(scope="module")
+def sweep():
+    spec = importlib.util.spec_from_file_location("sweep_conv2d_gw8", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    yield module
+    del sys.modules[spec.name]
+
+
+def test_points_and_passes_parse(sweep):
+    assert sweep.parse_points("64,56,3,128; 512,7,7,8") == [(64, 56, 3, 128), (512, 7, 7, 8)]
+    assert sweep.parse_points(sweep.DEFAULT_POINTS)[0] == (64, 56, 3, 128)
+    assert sweep.parse_passes("fprop, wgrad") == ["fprop", "wgrad"]
+
+
+@pytest.mark.parametrize("bad", ["64,56,3", "64,56,3,x", "", "64;56"])
+def test_bad_points_name_the_rule(sweep, bad):
+    with pytest.raises(ValueError, match="C,HW,K,N"):
+        sweep.parse_points(bad)
+
+
+def test_bad_pass_is_an_error(sweep, capsys):
+    with pytest.raises(ValueError, match="fprop"):
+        sweep.parse_passes("forward")
+    with pytest.raises(SystemExit):
+        sweep.main(["--kernel", "forward"])
+    assert "--kernel" in capsys.readouterr().err
+
+
+def test_without_gpu_says_so(sweep, capsys):
+    if torch.cuda.is_available():
+        pytest.skip("checks the no-GPU message; this machine has a CUDA GPU")
+    assert sweep.main(["--kernel", "fprop", "--points", "8,7,3,1"]) == 2
+    assert "needs a CUDA GPU" in capsys.readouterr().out
