@@ -4,6 +4,7 @@
 #   scripts/gpu-session.sh test            GPU suite (JUnit + log)
 #   scripts/gpu-session.sh bench           quick benchmarks of every family + launch overhead
 #   scripts/gpu-session.sh tune MINUTES    collect samples for every family, train, eval
+#   scripts/gpu-session.sh sweep           every conv2d_gw8 fprop/dgrad config at the 3x3 and 7x7 points
 # Stages combine: scripts/gpu-session.sh test bench
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -19,8 +20,16 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noh
 while [ $# -gt 0 ]; do
   case "$1" in
     test)
+      # The timing test alone first: other xdist workers on the same GPU would disturb it.
+      python3 -m pytest -q -s -p no:xdist -p no:cacheprovider tests/gpu/test_timing.py 2>&1 \
+          | tee "$OUT/test-timing.log" | tail -15
       python3 -m pytest -q -m "gpu and not slow" -n 4 -p no:cacheprovider --timeout 600 \
-          --junitxml="$OUT/junit.xml" tests ${SPIO_PYTEST_ARGS:-} 2>&1 | tee "$OUT/test.log" | tail -60
+          --ignore tests/gpu/test_timing.py --junitxml="$OUT/junit.xml" tests \
+          ${SPIO_PYTEST_ARGS:-} 2>&1 | tee "$OUT/test.log" | tail -60
+      ;;
+    sweep)
+      python3 benchmarks/sweep_conv2d_gw8.py --kernel fprop,dgrad --csv "$OUT/sweep.csv" 2>&1 \
+          | tee "$OUT/sweep.log"
       ;;
     bench)
       python3 benchmarks/launch_overhead.py 2>&1 | tee "$OUT/launch.log"
