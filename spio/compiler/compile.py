@@ -260,7 +260,8 @@ def _expand(source: str, name: str, scope: Mapping[str, Any] | None) -> str | No
     return expand(source, name, dict(scope or {}))
 
 
-def _check_args(source, arch, options, headers, name, scope) -> None:
+def _check_args(source: Any, arch: Any, options: Any, headers: Any, name: Any, scope: Any) -> None:
+    """TypeError for an argument of the wrong type (they come from users: anything goes in)."""
     if not isinstance(source, str):
         raise TypeError(
             f"compile: source must be str (the CUDA C++ text), got {type(source).__name__}"

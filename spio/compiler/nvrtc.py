@@ -63,7 +63,7 @@ _SIGNATURES: dict[str, list] = {
 }
 
 
-def _strings(items: Sequence[str]):
+def _strings(items: Sequence[str]) -> ctypes.Array[ctypes.c_char_p]:
     arr = (ctypes.c_char_p * max(1, len(items)))()
     for i, s in enumerate(items):
         arr[i] = s.encode()

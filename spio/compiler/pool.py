@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import multiprocessing
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from typing import Any
@@ -91,7 +91,7 @@ def compile_many(
         else:
             misses.setdefault(p.key, []).append(i)
     if not misses:
-        return results  # type: ignore[return-value]
+        return _filled(results)
     todo = [prepared[idx[0]] for idx in misses.values()]
     forbid_compile(todo[0])
 
@@ -123,10 +123,20 @@ def compile_many(
                 "compile_many: %d of %d jobs failed; raising the first", len(failed), len(jobs)
             )
         raise first
-    return results  # type: ignore[return-value]
+    return _filled(results)
 
 
-def _run(todo: list[Prepared], n_workers: int, show: bool):
+def _filled(results: list[bytes | None]) -> list[bytes]:
+    """The images once every job has one (a None left would be a bug of compile_many)."""
+    images = [r for r in results if r is not None]
+    if len(images) != len(results):
+        raise RuntimeError(f"compile_many: {len(results) - len(images)} jobs got no image")
+    return images
+
+
+def _run(
+    todo: list[Prepared], n_workers: int, show: bool
+) -> Iterator[tuple[Prepared, bytes | BaseException]]:
     """Yields (prepared, image or exception) as compiles finish."""
     bar = _progress_bar(len(todo)) if show else None
     try:
@@ -156,7 +166,7 @@ def _try_build(p: Prepared) -> bytes | BaseException:
         return e
 
 
-def _progress_bar(total: int):
+def _progress_bar(total: int) -> Any:  # a tqdm bar
     from tqdm import tqdm
 
     return tqdm(total=total, desc="spio: compiling kernels", unit="kernel", leave=False)

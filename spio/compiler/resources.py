@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import re
 import struct
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 _EIATTR_FRAME_SIZE = 0x11
@@ -112,7 +113,7 @@ def parse_ptxas_log(log: str) -> dict[str, PtxasReport]:
         if m := _PTXAS_FUNC.search(line):
             current, frame = m.group(1), (0, 0, 0)
         elif current and (m := _PTXAS_FRAME.search(line)):
-            frame = tuple(int(g) for g in m.groups())  # type: ignore[assignment]
+            frame = (int(m.group(1)), int(m.group(2)), int(m.group(3)))
         elif current and (m := _PTXAS_USED.search(line)):
             out[current] = PtxasReport(
                 registers=int(m.group(1)),
@@ -142,7 +143,7 @@ def _sections(data: bytes) -> list[tuple[str, int, int, int, int]]:
     return [(_cstr(data, strtab + s[0]), s[1], s[4], s[5], s[6]) for s in raw]
 
 
-def _symbol_names(data: bytes, sections) -> list[str]:
+def _symbol_names(data: bytes, sections: list[tuple[str, int, int, int, int]]) -> list[str]:
     symtab = next((s for s in sections if s[1] == _SHT_SYMTAB), None)
     if symtab is None:
         return []
@@ -154,7 +155,7 @@ def _symbol_names(data: bytes, sections) -> list[str]:
     ]
 
 
-def _attributes(blob: bytes):
+def _attributes(blob: bytes) -> Iterator[tuple[int, bytes]]:
     """Yields (attribute, payload) of a .nv.info section; payload is b"" for inline values."""
     pos = 0
     while pos + 4 <= len(blob):

@@ -62,7 +62,7 @@ class Dim(_DimOps):
     name: str | None = None
     section: ClassVar[Section] = "dims"
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if self.name is not None:
             check_identifier(self.name, "Dim name")
 
@@ -123,7 +123,7 @@ class Fold(_DimOps):
     stride: int
     section: ClassVar[Section] = "folds"
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if not isinstance(self.base, Dim):
             raise TypeError(
                 f"Fold.base must be a Dim, got {type(self.base).__name__}; write K / 8, which also "
@@ -170,7 +170,7 @@ class Module(_DimOps):
     stride: int
     section: ClassVar[Section] = "folds"
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if not isinstance(self.base, Dim):
             raise TypeError(
                 f"Module.base must be a Dim, got {type(self.base).__name__}; write K % 8 or "
@@ -231,7 +231,7 @@ class SizedDim:
     dim: DimLike
     size: int
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if not isinstance(self.dim, Dim | Fold | Module):
             raise TypeError(
                 f"SizedDim.dim must be a Dim, fold or module, got {type(self.dim).__name__}"

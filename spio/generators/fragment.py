@@ -41,7 +41,7 @@ class _Operand:
     section: ClassVar[Section] = "fragments"
     template: ClassVar[str] = ""  # the C++ template, also the name in messages
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         who = self.template
         d = as_dtype(self.dtype, f"{who} dtype")
         if d not in _INPUTS:
@@ -89,7 +89,7 @@ class MmaC:
     col: DimLike
     section: ClassVar[Section] = "fragments"
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         _dim(self.row, "MmaC row")
         _dim(self.col, "MmaC col")
 

@@ -17,7 +17,7 @@ Naming rules:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import TypeGuard
 
 from spio.generators.compound_index import CompoundIndex
@@ -163,8 +163,8 @@ def _walk(spec: Spec) -> list[Spec]:
     return out
 
 
-def _includes(specs) -> set[str]:
-    found = set()
+def _includes(specs: Iterable[Spec]) -> set[str]:
+    found: set[str] = set()
     for spec in specs:
         if isinstance(spec, Tensor | Type | Constant) and spec.dtype.include is not None:
             found.add(spec.dtype.include)

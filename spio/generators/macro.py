@@ -19,7 +19,7 @@ class Macro:
     value: int | bool | str
     section: ClassVar[Section] = "constants"
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if isinstance(self.value, str):
             if "\n" in self.value or "\r" in self.value:
                 raise ValueError("Macro value must be one line; split it into several macros")

@@ -32,7 +32,7 @@ class Xor:
     bits: int
     shift: int = 0
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         for what, d in (("row", self.row), ("col", self.col)):
             if not isinstance(d, Dim | Fold | Module):
                 raise TypeError(

@@ -20,7 +20,7 @@ class Type:
     dtype: Dtype
     section: ClassVar[Section] = "constants"
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if not isinstance(self.dtype, Dtype):
             raise TypeError(
                 f"Type(dtype): dtype must be a spio.generators.dtype value such as dtype.half, got "
