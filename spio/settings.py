@@ -132,7 +132,8 @@ KNOBS: tuple[Knob, ...] = (
         "log_level",
         str,
         "WARNING",
-        "Level of the 'spio' logger: DEBUG, INFO, WARNING, ERROR.",
+        "Level of the 'spio' logger: DEBUG, INFO, WARNING, ERROR (below WARNING, spio prints "
+        "to stderr itself unless the application configured logging).",
     ),
     Knob(
         "SPIO_PROGRESS",

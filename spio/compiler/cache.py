@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import logging
 import os
 import struct
 import tempfile
@@ -27,9 +26,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from spio.logs import logger
 from spio.settings import settings
-
-log = logging.getLogger("spio.compiler")
 
 # Bump when the key recipe, the entry format or the compile pipeline changes meaning.
 FORMAT_VERSION = "spio-nvrtc-cache-1"
@@ -70,7 +68,7 @@ def tree_fingerprint(root: Path) -> str:
     for dirpath, _, names in os.walk(root):
         files += [os.path.join(dirpath, n) for n in names]
         if len(files) > _MAX_FINGERPRINT_FILES:
-            log.warning(
+            logger("spio.compiler").warning(
                 "spio cache: %s has over %d files; keying on its path only",
                 root,
                 _MAX_FINGERPRINT_FILES,
@@ -196,12 +194,14 @@ class DiskCache:
             self._count("misses", count)
             return None
         except OSError as e:
-            log.warning("spio cache: cannot read %s (%s); recompiling", path, e)
+            logger("spio.compiler").warning("spio cache: cannot read %s (%s); recompiling", path, e)
             self._count("misses", count)
             return None
         payload = decode_entry(data)
         if payload is None:
-            log.warning("spio cache: %s is truncated or corrupted; discarding it", path)
+            logger("spio.compiler").warning(
+                "spio cache: %s is truncated or corrupted; discarding it", path
+            )
             self._count("corrupt")
             self._count("misses", count)
             try:

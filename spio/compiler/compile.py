@@ -14,7 +14,6 @@ the caller passes `--use_fast_math`.
 
 from __future__ import annotations
 
-import logging
 import re
 import time
 from collections.abc import Mapping, Sequence
@@ -35,9 +34,8 @@ from spio.compiler.cache import (
 from spio.compiler.disasm import write_sass
 from spio.compiler.toolchain import toolchain
 from spio.errors import CompileError, CompileForbiddenError
+from spio.logs import logger
 from spio.settings import settings
-
-log = logging.getLogger("spio.compiler")
 
 GENERATED_HEADER = "spio_generated.h"
 _ARCH = re.compile(r"^sm_(\d+)([af]?)$")
@@ -115,7 +113,9 @@ def compile_prepared(p: Prepared, disk: DiskCache | None) -> bytes:
         guard = FileLock(str(lock))
         guard.acquire()  # one process compiles a key; the others then read its entry
     except OSError as e:
-        log.warning("spio cache: %s is not usable (%s); compiling without it", disk.root, e)
+        logger("spio.compiler").warning(
+            "spio cache: %s is not usable (%s); compiling without it", disk.root, e
+        )
         return build(p)
     try:
         image = disk.get(p.key, p.ptx, count=False)
@@ -218,7 +218,9 @@ def build(p: Prepared) -> bytes:
     )
     if not result.ok or result.image is None:
         raise CompileError(result.log, p.source, p.options, p.name)
-    log.debug("compiled %s for %s in %.2f s", p.name, p.arch, time.perf_counter() - start)
+    logger("spio.compiler").debug(
+        "compiled %s for %s in %.2f s", p.name, p.arch, time.perf_counter() - start
+    )
     return result.image
 
 
@@ -228,7 +230,9 @@ def store(p: Prepared, image: bytes, disk: DiskCache) -> None:
     try:
         disk.put(p.key, image, p.ptx)
     except OSError as e:
-        log.warning("spio cache: could not write %s (%s)", disk.path(p.key, p.ptx), e)
+        logger("spio.compiler").warning(
+            "spio cache: could not write %s (%s)", disk.path(p.key, p.ptx), e
+        )
         return
     s = settings()
     if s.cache_save_source:

@@ -6,7 +6,6 @@ extra installs them) or a toolkit; `locate.find_tool` says where they are search
 
 from __future__ import annotations
 
-import logging
 import re
 import subprocess
 import tempfile
@@ -15,8 +14,7 @@ from pathlib import Path
 from spio.compiler.cache import atomic_write
 from spio.compiler.locate import find_tool
 from spio.errors import LibraryNotFoundError
-
-log = logging.getLogger("spio.compiler")
+from spio.logs import logger
 
 _TOOLS = (("cuobjdump", ("-sass",)), ("nvdisasm", ("-c",)))
 
@@ -64,7 +62,9 @@ def write_sass(cubin: bytes, out: Path) -> bool:
         atomic_write(out, disassemble(cubin).encode())
         return True
     except LibraryNotFoundError:
-        log.warning("SPIO_DISASM=1 but neither cuobjdump nor nvdisasm was found; no SASS written")
+        logger("spio.compiler").warning(
+            "SPIO_DISASM=1 but neither cuobjdump nor nvdisasm was found; no SASS written"
+        )
     except RuntimeError as e:
-        log.warning("SPIO_DISASM=1: %s", e)
+        logger("spio.compiler").warning("SPIO_DISASM=1: %s", e)
     return False

@@ -12,7 +12,6 @@ As with any spawn pool, a script that calls compile_many at top level needs the 
 
 from __future__ import annotations
 
-import logging
 import multiprocessing
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor, as_completed
@@ -22,9 +21,8 @@ from typing import Any
 from spio.compiler.cache import DiskCache, default_cache
 from spio.compiler.compile import _UNSET, Prepared, build, forbid_compile, lookup, prepare, store
 from spio.errors import CompileError
+from spio.logs import logger
 from spio.settings import settings
-
-log = logging.getLogger("spio.compiler")
 
 PROGRESS_MIN_JOBS = 4  # fewer compiles than this finish too fast for a progress bar to help
 
@@ -111,7 +109,7 @@ def compile_many(
     if errors:
         failed = [i for i, p in enumerate(prepared) if p.key in errors]
         for i in failed[1:]:
-            log.error(
+            logger("spio.compiler").error(
                 "compile_many: job %d (%s) failed too: %s",
                 i,
                 prepared[i].name,
@@ -119,7 +117,7 @@ def compile_many(
             )
         first = errors[prepared[failed[0]].key]
         if len(failed) > 1 and isinstance(first, CompileError):
-            log.error(
+            logger("spio.compiler").error(
                 "compile_many: %d of %d jobs failed; raising the first", len(failed), len(jobs)
             )
         raise first

@@ -10,15 +10,14 @@ from __future__ import annotations
 
 import functools
 import json
-import logging
 import threading
 from pathlib import Path
 from typing import Any
 
 from spio.kernels.kernel_def import KernelDef
+from spio.logs import logger
 from spio.settings import settings
 
-log = logging.getLogger("spio")
 TOP_K = 5
 
 
@@ -101,10 +100,13 @@ class Selector:
             return rank(kdef, params, device, model)[0][0], "model"
         if (kdef.name, device.name) not in self._warned:
             self._warned.add((kdef.name, device.name))
-            log.info(
-                "spio: no performance model for %s on %s; using its heuristic config",
+            logger().warning(
+                "spio: no performance model for %s on %s (%s); using its heuristic config "
+                "(`spio tune collect` + `spio tune train` make one; SPIO_AUTOTUNE=1 measures "
+                "the candidates instead)",
                 kdef.name,
                 device.name,
+                device.arch,
             )
         return kdef.heuristic(params, device), "heuristic"
 
@@ -117,7 +119,7 @@ class Selector:
             raise ValueError(f"{kdef.name}: none of the top-{k} configs ran for {params}")
         best, us = timed[0]
         self._persist(kdef, params, device, best)
-        log.info(
+        logger().info(
             "spio: autotuned %s %s on %s: %s (%.1f us)", kdef.name, params, device.name, best, us
         )
         return best

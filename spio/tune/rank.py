@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 import numpy as np
 
 from spio.kernels.kernel_def import KernelDef
+from spio.logs import logger
 from spio.tune.features import feature_matrix, features
 from spio.tune.model import PerfModel
-
-log = logging.getLogger("spio")
 
 
 def rank(kdef: KernelDef, params: Any, device: Any, model: PerfModel) -> list[tuple[Any, float]]:
@@ -43,7 +41,7 @@ def measure(kdef: KernelDef, params: Any, configs: list[Any]) -> list[tuple[Any,
         try:
             run = kdef.make_runner(params, cfg)
         except OutOfResources as e:
-            log.info("spio: skipping %s %s: %s", kdef.name, cfg, e)
+            logger().info("spio: skipping %s %s: %s", kdef.name, cfg, e)
             continue
         timed.append((cfg, bench(run).median_ms * 1e3))
     timed.sort(key=lambda t: t[1])

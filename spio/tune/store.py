@@ -9,17 +9,16 @@ from __future__ import annotations
 
 import functools
 import json
-import logging
 import re
 from pathlib import Path
 
 from spio.errors import ModelFormatError
+from spio.logs import logger
 from spio.settings import settings
 from spio.tune.model import PerfModel, read_text
 
 PACKAGE_MODELS = Path(__file__).resolve().parent / "models"
 SUFFIX = ".json.gz"
-log = logging.getLogger("spio")
 
 
 def slug(device_name: str) -> str:
@@ -70,7 +69,7 @@ def find_model(kernel: str, device_name: str, arch: str) -> PerfModel | None:
         for p in sorted(d.glob(f"{kernel}__*{SUFFIX}")):
             model = _try_load(p)
             if model is not None and model.arch == arch:
-                log.info(
+                logger().info(
                     "spio: no %s model for %s; using the one trained on %s (same arch %s)",
                     kernel,
                     device_name,
@@ -85,5 +84,5 @@ def _try_load(path: Path) -> PerfModel | None:
     try:
         return _load(path, path.stat().st_mtime)
     except (ModelFormatError, OSError, ValueError) as e:
-        log.warning("spio: ignoring performance model %s: %s", path, e)
+        logger().warning("spio: ignoring performance model %s: %s", path, e)
         return None

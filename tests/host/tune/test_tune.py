@@ -174,13 +174,17 @@ def test_model_file_round_trip_and_format_check(tmp_path: Path):
         back.predict_us([{"n": 1.0}])
 
 
-def test_selector_without_model_uses_heuristic_and_caches(tmp_path: Path):
+def test_selector_without_model_uses_heuristic_and_caches(tmp_path: Path, caplog):
     with override(cache_dir=tmp_path):
         sel = Selector(store_dir=tmp_path / "sel")
         p = P(1000, 32)
         assert sel.select(KDEF, p, Dev()) == Cfg(32, 4)
         assert sel.sources[("synthetic", p, Dev().name)] == "heuristic"
         assert sel.ranked(KDEF, p, Dev())[0] == (Cfg(32, 4), None)
+        sel.select(KDEF, P(2000, 32), Dev())
+    # One warning per family and GPU, shown at the default level.
+    said = [r for r in caplog.records if "no performance model for synthetic" in r.getMessage()]
+    assert len(said) == 1 and said[0].levelname == "WARNING"
 
 
 def test_selector_uses_model_when_one_exists(tmp_path: Path, seed):
