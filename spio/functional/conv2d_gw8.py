@@ -227,12 +227,25 @@ def _nhwc(t: torch.Tensor) -> torch.Tensor:
     return t if t.data_ptr() % 16 == 0 else t.clone(memory_format=_CL)
 
 
-def _kernel(kdef, p: Conv2dGw8Params, index: int):
-    from spio.kernels.loader import default_function_cache
+def config_for(kdef, p: Conv2dGw8Params, dev):
+    """The config the op runs for layer p on dev. fprop and dgrad reuse the config chosen for the
+    layer's first batch size (the batch is a launch argument: a new batch size compiles nothing).
+    wgrad selects for the exact shape: its config fixes how many partial sums there are and the
+    order they are added in, so sharing would make the bits of dweight depend on which batch
+    size this process happened to see first; per shape they depend on the inputs only (and the
+    GPU and its performance model; with SPIO_AUTOTUNE=1, on the measured winner)."""
+    from spio.kernels.conv2d_gw8_wgrad import WGRAD
     from spio.kernels.select import default_selector
 
+    share = None if kdef is WGRAD else p.variant()
+    return default_selector().select(kdef, p, dev, share=share)
+
+
+def _kernel(kdef, p: Conv2dGw8Params, index: int):
+    from spio.kernels.loader import default_function_cache
+
     dev = _device(index)
-    cfg = default_selector().select(kdef, p, dev, share=p.variant())
+    cfg = config_for(kdef, p, dev)
     return dev, cfg, default_function_cache().get(kdef, p.variant(), cfg, dev)
 
 

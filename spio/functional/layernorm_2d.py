@@ -25,6 +25,7 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import replace
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -32,7 +33,13 @@ from torch import Tensor
 
 from spio.errors import FallbackDisabledError
 from spio.functional._dispatch import stream_of, use_fallback
-from spio.kernels.layernorm_2d_params import C_MULTIPLE, MAX_C, MAX_ELEMENTS, MIN_C
+from spio.kernels.layernorm_2d_params import (
+    C_MULTIPLE,
+    MAX_C,
+    MAX_ELEMENTS,
+    MIN_C,
+    LayerNorm2dParams,
+)
 from spio.settings import settings
 
 OP = "spio::layernorm_2d"
@@ -140,9 +147,17 @@ def _device(index: int):
     return device_attributes(index)
 
 
-def _launch_setup(x: Tensor, weight: Tensor | None, bias: Tensor | None):
-    from spio.kernels.layernorm_2d_params import LayerNorm2dParams
+def backward_config(p: LayerNorm2dParams, dev: Any) -> Any:
+    """The backward's config for rows p.m, selected for the exact row count, not shared across
+    M as the forward's is: it fixes how many dweight/dbias partial sums there are and their order,
+    so sharing would make their bits depend on which M this process saw first."""
+    from spio.kernels import layernorm_2d as k
+    from spio.kernels.select import default_selector
 
+    return default_selector().select(k.BWD, p, dev)
+
+
+def _launch_setup(x: Tensor, weight: Tensor | None, bias: Tensor | None):
     p = LayerNorm2dParams.from_tensors(x, weight, bias)
     dev = _device(x.device.index if x.device.index is not None else torch.cuda.current_device())
     return p, dev
@@ -248,7 +263,6 @@ def _backward_fallback(grad, input, mean, rstd, weight, bias):
 def _backward_spio(grad, input, mean, rstd, weight, bias):
     from spio.kernels import layernorm_2d as k
     from spio.kernels.loader import default_function_cache
-    from spio.kernels.select import default_selector
 
     x, g = _rows(input), _rows(grad)
     weight = _aligned(weight)
@@ -263,8 +277,8 @@ def _backward_spio(grad, input, mean, rstd, weight, bias):
             dweight.zero_()
             dbias.zero_()
             return dx, dweight, dbias
-        cache, selector = default_function_cache(), default_selector()
-        cfg = selector.select(k.BWD, p, dev, share=replace(p, m=1))
+        cache = default_function_cache()
+        cfg = backward_config(p, dev)
         loaded = cache.get(k.BWD, p.static(), cfg, dev)
         # The reduce variant is derived inside launch_backward from the real parts count (not
         # selected); None: without weight and bias there is nothing to reduce.
