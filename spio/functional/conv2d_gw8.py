@@ -4,6 +4,9 @@ Grouped 2-D convolution with group width 8 (groups = C / 8, weight (C, 8, R, S))
 padding, optional bias, fp16/bf16 with fp32 accumulation, on spio's kernels (spio/src/
 conv2d_gw8_*.cu) on CUDA GPUs of compute capability 8.0+.
 
+- Batch: any N >= 0. N = 0 gives an empty output (and zero weight/bias gradients), as F.conv2d
+  does. The GPU kernels run the batch on gridDim.y, so on a GPU N > 65535 is a ValueError (split
+  the batch; the CPU fallback takes any N).
 - Memory format: the kernels read and write channels_last (NHWC). An input in another format is
   converted first (one extra read + write of the activation); the output is channels_last.
 - Fallback (documented): CPU tensors and GPUs below sm_80 run PyTorch's own convolution
@@ -30,6 +33,7 @@ from spio.functional._dispatch import stream_of, use_fallback
 from spio.kernels import conv2d_gw8_reference as ref
 from spio.kernels.conv2d_gw8_params import (
     GROUP_WIDTH,
+    MAX_BATCH,
     MAX_KERNEL,
     Conv2dGw8Params,
     normalize_padding,
@@ -104,9 +108,10 @@ def _validate(x, w, b, padding) -> tuple[int, int]:
             f"spio conv2d_gw8: kernel size {tuple(w.shape[2:])} exceeds {MAX_KERNEL}x{MAX_KERNEL}; "
             "use torch.nn.functional.conv2d"
         )
-    # Shapes, group width, kernel and output size (float32 is checked as if it were fp16).
+    # Shapes, group width, kernel and output size (float32 is checked as if it were fp16). The
+    # batch is checked where the op runs: the fallback takes any N, the GPU kernels N <= 65535.
     shape_dtype = "float16" if x.dtype == torch.float32 else None
-    Conv2dGw8Params.from_tensors(x, w, b, pads, dtype=shape_dtype)
+    Conv2dGw8Params.from_tensors(x, w, b, pads, dtype=shape_dtype, batch=1)
     return pads
 
 
@@ -253,9 +258,24 @@ def _index(t: torch.Tensor) -> int:
     return t.device.index if t.device.index is not None else torch.cuda.current_device()
 
 
+def _gpu_batch(op: str, n: int) -> bool:
+    """Whether the GPU path has work for a batch of n (False: n = 0, an empty result); raises
+    ValueError above MAX_BATCH (the kernels' gridDim.y limit)."""
+    if n > MAX_BATCH:
+        raise ValueError(
+            f"spio {op}: batch N = {n} exceeds {MAX_BATCH} on the GPU (the kernels run the batch "
+            f"on gridDim.y, whose limit is {MAX_BATCH}); split the batch, e.g. torch.cat("
+            f"[conv2d_gw8(x, weight, bias, padding) for x in input.split({MAX_BATCH})])"
+        )
+    return n > 0
+
+
 def _run_fprop(x, w, b, pads) -> torch.Tensor:
     from spio.kernels.conv2d_gw8_fprop import FPROP, launch
 
+    if not _gpu_batch("conv2d_gw8", int(x.shape[0])):
+        p = Conv2dGw8Params.from_tensors(x, w, b, pads, batch=1)  # shape checks, output size
+        return torch.empty((0, p.c, p.p, p.q), dtype=x.dtype, device=x.device, memory_format=_CL)
     x = _nhwc(x)
     w = w.contiguous()
     b = b.contiguous() if b is not None else None
@@ -270,8 +290,12 @@ def _run_fprop(x, w, b, pads) -> torch.Tensor:
 def _run_dgrad(dy, w, hw, pads) -> torch.Tensor:
     from spio.kernels.conv2d_gw8_fprop import DGRAD, dgrad_launch
 
+    n, c = (int(v) for v in dy.shape[:2])
+    if not _gpu_batch("conv2d_gw8_dgrad", n):
+        return torch.empty(
+            (0, c, hw[0], hw[1]), dtype=dy.dtype, device=dy.device, memory_format=_CL
+        )
     dy = _nhwc(dy)
-    n, c = dy.shape[:2]
     p = Conv2dGw8Params(
         n=n,
         c=c,
@@ -297,6 +321,10 @@ def _run_wgrad(x, dy, rs, pads, with_bias) -> tuple[torch.Tensor, torch.Tensor]:
     from spio.kernels import conv2d_gw8_wgrad_reduce as rd
     from spio.kernels.loader import default_function_cache
 
+    if not _gpu_batch("conv2d_gw8_wgrad", int(x.shape[0])):
+        c = int(x.shape[1])  # the gradients of an empty batch are zero
+        gw = x.new_zeros((c, GROUP_WIDTH, rs[0], rs[1]))
+        return gw, x.new_zeros((c,) if with_bias else (0,))
     x, dy = _nhwc(x), _nhwc(dy)
     n, c, h, w = x.shape
     p = Conv2dGw8Params(

@@ -50,10 +50,16 @@ class Conv2dGw8Params:
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool):
                 raise TypeError(f"Conv2dGw8Params.{name} must be an int, got {type(v).__name__}")
+        if not isinstance(self.has_bias, bool):
+            raise TypeError(
+                f"Conv2dGw8Params.has_bias must be a bool, got {type(self.has_bias).__name__} "
+                f"{self.has_bias!r}"
+            )
         if not 1 <= self.n <= MAX_BATCH:
             raise ValueError(
-                f"Conv2dGw8Params.n (batch) must be in 1..{MAX_BATCH}, got {self.n}; "
-                "split larger batches into chunks"
+                f"Conv2dGw8Params.n (batch) must be in 1..{MAX_BATCH} (the kernels run the batch "
+                f"on gridDim.y), got {self.n}; split larger batches into chunks of at most "
+                f"{MAX_BATCH} (an empty batch launches nothing: the op returns an empty output)"
             )
         if self.c < GROUP_WIDTH or self.c % GROUP_WIDTH:
             raise ValueError(
@@ -147,10 +153,13 @@ class Conv2dGw8Params:
         bias: Any = None,
         padding: int | tuple[int, int] | None = None,
         dtype: str | None = None,
+        batch: int | None = None,
     ) -> Conv2dGw8Params:
         """Params of conv2d_gw8(x, weight, bias, padding); raises on anything unsupported.
 
-        `dtype` overrides x's dtype (the CPU fallback checks float32 shapes with it).
+        `dtype` overrides x's dtype (the CPU fallback checks float32 shapes with it); `batch`
+        overrides x's batch size (the op checks a layer's shape with batch=1, so an empty batch or
+        one above MAX_BATCH, which only the GPU kernels cannot take, passes).
         """
         if x.dim() != 4:
             raise ValueError(
@@ -161,6 +170,7 @@ class Conv2dGw8Params:
                 f"conv2d_gw8: weight must be 4-D (C, 8, R, S), got shape {tuple(weight.shape)}"
             )
         n, c, h, w = (int(v) for v in x.shape)
+        n = n if batch is None else batch
         k, cg, r, s = (int(v) for v in weight.shape)
         if cg != GROUP_WIDTH:
             raise ValueError(

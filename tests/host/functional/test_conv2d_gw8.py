@@ -217,3 +217,86 @@ def test_wgrad_config_does_not_depend_on_the_first_batch_size():
         assert config_for(WGRAD, layer(1), dev) != fresh
     finally:
         default_selector().clear()
+
+
+# ---- batch sizes: N = 0 and N above the GPU kernels' gridDim.y limit ---------------------------
+
+
+def _gpu_path(monkeypatch):
+    """Routes the ops to their kernel path although the tensors are on the CPU: the batch checks
+    (empty batch, N > 65535) come before anything touches a GPU, so they run here."""
+    import sys
+
+    mod = sys.modules["spio.functional.conv2d_gw8"]  # spio.functional.conv2d_gw8 is the function
+    monkeypatch.setattr(mod, "use_fallback", lambda *tensors: False)
+
+
+def _grads(f, x, wt, b, g):
+    args = [t.clone().requires_grad_() for t in (x, wt, b)]
+    y = f(*args)
+    y.backward(g)
+    return y, [a.grad for a in args]
+
+
+@pytest.mark.parametrize("path", ["fallback", "kernel"])
+def test_empty_batch_gives_empty_output_and_zero_grads(path, seed, monkeypatch):
+    # F.conv2d returns an empty output for N = 0 and zero weight/bias gradients; so does spio, on
+    # the CPU fallback and on the kernel path (which launches nothing).
+    if path == "kernel":
+        _gpu_path(monkeypatch)
+    dtype = torch.bfloat16 if path == "kernel" else torch.float32
+    x, wt, b = _inputs(seed, n=0, c=16, h=6, w=5, r=3, s=5, dtype=dtype)
+    g = torch.randn(0, 16, 6, 3).to(dtype)
+    y, (gx, gw, gb) = _grads(lambda x, w, b: conv2d_gw8(x, w, b, (1, 1)), x, wt, b, g)
+    want, (wgx, wgw, wgb) = _grads(
+        lambda x, w, b: F.conv2d(x, w, b, padding=(1, 1), groups=2), x, wt, b, g
+    )
+    assert y.shape == want.shape == (0, 16, 6, 3) and y.dtype == dtype
+    assert y.is_contiguous(memory_format=CL)
+    assert gx.shape == wgx.shape == x.shape
+    assert torch.equal(gw, torch.zeros_like(wt)) and torch.equal(wgw, gw)
+    assert torch.equal(gb, torch.zeros_like(b)) and torch.equal(wgb, gb)
+
+
+def test_empty_batch_kernel_path_agrees_with_the_fake(seed, monkeypatch):
+    # opcheck runs the real op next to its fake implementation (shapes, strides, dtypes) and
+    # through autograd; with the kernel path forced, the real op is the empty-batch early return.
+    _gpu_path(monkeypatch)
+    x, wt, b = _inputs(seed, n=0, dtype=torch.bfloat16)
+    x = x.to(memory_format=CL).requires_grad_()
+    wt.requires_grad_()
+    b.requires_grad_()
+    torch.library.opcheck(torch.ops.spio.conv2d_gw8.default, (x, wt, b, [1, 1]))
+    dy = torch.randn(0, 16, 9, 7).to(torch.bfloat16).to(memory_format=CL)
+    torch.library.opcheck(
+        torch.ops.spio.conv2d_gw8_dgrad.default, (dy, wt.detach(), [9, 7], [1, 1])
+    )
+    for with_bias in (True, False):
+        torch.library.opcheck(
+            torch.ops.spio.conv2d_gw8_wgrad.default, (x.detach(), dy, [3, 3], [1, 1], with_bias)
+        )
+
+
+def test_batch_above_the_gpu_limit_runs_on_the_cpu_fallback(seed):
+    # 65536 images exceed the kernels' gridDim.y limit; PyTorch's convolution has no such limit,
+    # so the fallback takes them (it used to raise before deciding where to run).
+    x, wt, b = _inputs(seed, n=65536, c=8, h=2, w=2, r=1, s=1, dtype=torch.float32)
+    y = conv2d_gw8(x, wt, b)
+    want = F.conv2d(x.double(), wt.double(), b.double(), groups=1)
+    assert_close(y, want, tolerance(torch.float32, depth=8), where=f"N=65536 seed={seed}")
+
+
+def test_batch_above_the_gpu_limit_is_a_clear_error_on_the_kernel_path(seed, monkeypatch):
+    _gpu_path(monkeypatch)
+    x, wt, b = _inputs(seed, n=65536, c=8, h=2, w=2, r=1, s=1, dtype=torch.float16)
+    with pytest.raises(ValueError, match=r"N = 65536 exceeds 65535 .*gridDim\.y.*split the batch"):
+        conv2d_gw8(x, wt, b)
+    dy = torch.randn_like(x)
+    with pytest.raises(ValueError, match="conv2d_gw8_dgrad: batch N = 65536 exceeds 65535"):
+        torch.ops.spio.conv2d_gw8_dgrad(dy, wt, [2, 2], [0, 0])
+    with pytest.raises(ValueError, match="conv2d_gw8_wgrad: batch N = 65536 exceeds 65535"):
+        torch.ops.spio.conv2d_gw8_wgrad(x, dy, [1, 1], [0, 0], True)
+    # At the limit the batch check passes (the kernel path then needs a GPU: not run here).
+    from spio.functional.conv2d_gw8 import _gpu_batch
+
+    assert _gpu_batch("conv2d_gw8", 65535) and not _gpu_batch("conv2d_gw8", 0)
