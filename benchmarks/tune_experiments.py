@@ -1,7 +1,9 @@
 """Held-out regret of performance-model training recipes, on the datasets in benchmarks/data/tune.
 
-CPU only. Same split as `spio tune eval` (5 folds by layer shape, no shape in both train and
-test), but averaged over several training seeds: one seed's max regret swings by 2-20x on these
+CPU only. Same split as `spio tune eval` (5 folds by layer: the params' integer dimensions without
+the batch-like one, so no layer is in both train and test at any batch size, dtype or layout;
+`--split params` folds by full params, the split before), with regret per full params, but
+averaged over several training seeds: one seed's max regret swings by 2-20x on these
 datasets (a single pick of a mismeasured config decides it), so recipes are compared on the mean
 over seeds of each statistic. `--clean` also reports the regret with *suspect* samples dropped
 from the dataset: measured more than 2x above what a model trained on the other folds predicts,
@@ -15,7 +17,6 @@ prints each family's N worst held-out shapes.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 from collections import defaultdict
 from collections.abc import Callable
@@ -23,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
+from spio.tune.evaluate import SPLITS, Split, fold_of, group_key
 from spio.tune.model import ROUNDS, TRAIN_PARAMS
 
 DATA = Path(__file__).parent / "data" / "tune"
@@ -38,8 +40,8 @@ Scorer = Callable[[np.ndarray], np.ndarray]  # lower = predicted faster
 Recipe = Callable[[np.ndarray, np.ndarray, list[str], list[str], int], Scorer]
 
 
-def load(kernel: str) -> dict:
-    """Feature matrix, latencies, shape keys and configs of a family's dataset."""
+def load(kernel: str, split: Split = "layer") -> dict:
+    """Feature matrix, latencies, shape keys, fold group keys and configs of a family's dataset."""
     from spio.kernels import KERNELS
     from spio.tune.cli import _device_for
     from spio.tune.dataset import read
@@ -52,13 +54,10 @@ def load(kernel: str) -> dict:
         "x": np.asarray([[r[n] for n in names] for r in rows], dtype=np.float32),
         "t": np.asarray([s.latency_us for s in samples]),
         "keys": [s.shape_key() for s in samples],
+        "groups": [group_key(KERNELS[kernel], s, split) for s in samples],
         "configs": [json.dumps(s.config, sort_keys=True) for s in samples],
         "names": names,
     }
-
-
-def _fold(key: str, folds: int) -> int:  # as spio.tune.evaluate
-    return int(hashlib.sha256(key.encode()).hexdigest(), 16) % folds
 
 
 def _groups(keys: list[str]) -> dict[str, list[int]]:
@@ -134,12 +133,13 @@ RECIPES: dict[str, Recipe] = {
 def evaluate(data: dict, recipe: Recipe, seed: int, folds: int = 5) -> tuple[dict, list]:
     x, t, keys = data["x"], data["t"], data["keys"]
     groups = _groups(keys)
-    fold_of = {k: _fold(k, folds) for k in groups}
+    fold = np.array([fold_of(g, folds) for g in data["groups"]])  # by layer (or params)
+    shape_fold = {k: int(fold[idx[0]]) for k, idx in groups.items()}
     regrets, hits, worst = [], 0, []
     for f in range(folds):
-        train = np.array([i for k, idx in groups.items() if fold_of[k] != f for i in idx])
+        train = np.array([i for k, idx in groups.items() if shape_fold[k] != f for i in idx])
         score = recipe(x[train], t[train], [keys[i] for i in train], data["names"], seed)
-        for k in (k for k in groups if fold_of[k] == f):
+        for k in (k for k in groups if shape_fold[k] == f):
             idx = np.array(groups[k])
             order = np.argsort(score(x[idx]), kind="stable")
             measured = t[idx]
@@ -173,10 +173,10 @@ def evaluate(data: dict, recipe: Recipe, seed: int, folds: int = 5) -> tuple[dic
 def suspects(data: dict, ratio: float = 2.0, folds: int = 5) -> np.ndarray:
     """Samples measured > ratio x above an out-of-fold prediction, relative to their shape."""
     x, t, keys = data["x"], data["t"], data["keys"]
-    fold_of = np.array([_fold(k, folds) for k in keys])
+    fold = np.array([fold_of(g, folds) for g in data["groups"]])
     residual = np.zeros(len(t))
     for f in range(folds):
-        train = fold_of != f
+        train = fold != f
         score = RECIPES["baseline"](
             x[train], t[train], [k for k, m in zip(keys, train, strict=True) if m], data["names"], 0
         )
@@ -191,6 +191,7 @@ def _subset(data: dict, keep: np.ndarray) -> dict:
         "x": data["x"][keep],
         "t": data["t"][keep],
         "keys": [k for k, m in zip(data["keys"], keep, strict=True) if m],
+        "groups": [g for g, m in zip(data["groups"], keep, strict=True) if m],
         "configs": [c for c, m in zip(data["configs"], keep, strict=True) if m],
         "names": data["names"],
     }
@@ -204,9 +205,10 @@ def main() -> None:
     ap.add_argument("--clean", action="store_true", help="also without suspect samples")
     ap.add_argument("--suspects", action="store_true", help="with --clean: list them")
     ap.add_argument("--worst", type=int, default=0, help="worst held-out shapes to print")
+    ap.add_argument("--split", default="layer", choices=SPLITS, help="what the folds split on")
     a = ap.parse_args()
     for kernel in a.kernel:
-        data = load(kernel)
+        data = load(kernel, a.split)
         variants = [("raw", data)]
         if a.clean:
             bad = suspects(data)

@@ -1,43 +1,88 @@
-"""Honest evaluation of a performance model: regret of its top-1 pick on layer shapes it never saw.
+"""Honest evaluation of a performance model: regret of its top-1 pick on layers it never saw.
 
-Shapes (params) are split into folds; each fold is predicted by a model trained on the others, so
-no shape is in both train and test. For every held-out shape, the model ranks the configs that
-were measured for it: regret = measured time of its top-1 / best measured time; top-5 hit = the
-best measured config is among its 5 best predictions.
+Samples are split into folds **by layer** (issue 6: "no shape in both train and test"). A layer is
+the params' integer dimensions without the batch-like one (`BATCH_FIELDS`: conv n, layernorm m,
+matmul m, each a launch argument that one layer runs at many values of). So the same layer at
+another batch size, dtype, bias or B layout never trains the model that is tested on it. Each fold
+is predicted by a model trained on the others.
+
+Regret is still measured per full params (a "shape"): the model ranks the configs measured for
+it; regret = measured time of its top-1 / best measured time; top-5 hit = the best measured
+config is among its 5 best predictions. `split="params"` folds by full params instead: the split
+before, where the same layer at another batch size or dtype could be in the training folds.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import statistics
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from spio.kernels.kernel_def import KernelDef
 from spio.tune.dataset import Sample
 from spio.tune.features import features, from_dict
 from spio.tune.model import PerfModel
 
+Split = Literal["layer", "params"]
+SPLITS: tuple[Split, ...] = ("layer", "params")
 
-@dataclass(frozen=True)
+# The batch-like field of each family's params (by params class name): a launch argument, so one
+# layer runs at many values of it. Families not listed fold on all their integer fields.
+BATCH_FIELDS = {"Conv2dGw8Params": "n", "LayerNorm2dParams": "m", "MatmulParams": "m"}
+
+
+@dataclass(frozen=True, slots=True)
 class Report:
     kernel: str
     device: str
-    shapes: int
+    shapes: int  # held-out full params, one regret each
+    groups: int  # what the folds split: layers (split "layer") or full params (split "params")
     samples: int
     regret_median: float
     regret_p90: float
     regret_max: float
     top5_hit_rate: float
+    split: Split = "layer"
 
     def __str__(self) -> str:
+        folds = f"of {self.groups} layers" if self.split == "layer" else "(folded by full params)"
         return (
-            f"{self.kernel} on {self.device}: {self.shapes} held-out shapes, "
+            f"{self.kernel} on {self.device}: {self.shapes} held-out shapes {folds}, "
             f"{self.samples} samples\n"
             f"  top-1 regret: median {self.regret_median:.3f}x, p90 {self.regret_p90:.3f}x, "
             f"max {self.regret_max:.3f}x;  top-5 hit rate {self.top5_hit_rate:.0%}"
         )
+
+
+def layer_key(params: dict[str, Any], batch_field: str | None) -> str:
+    """The layer that `params` (a sample's params dict) describe: its integer dimensions
+    without `batch_field`. dtype, bias and layout flags are left out on purpose: a layer's fp16
+    and bf16 (or biased, or B-transposed) variants time alike, so one in training would leak the
+    other's answer."""
+    dims = {k: v for k, v in params.items() if type(v) is int and k != batch_field}
+    return json.dumps(dims, sort_keys=True)
+
+
+def batch_field(kdef: KernelDef) -> str | None:
+    """The family's batch-like params field (`BATCH_FIELDS`), or None."""
+    return BATCH_FIELDS.get(kdef.params_type.__name__)
+
+
+def group_key(kdef: KernelDef, sample: Sample, split: Split = "layer") -> str:
+    """What the folds split on for `sample`: its layer, or its full params."""
+    if split == "params":
+        return sample.shape_key()
+    if split == "layer":
+        return layer_key(sample.params, batch_field(kdef))
+    raise ValueError(f"evaluate: split={split!r}; expected one of {SPLITS}")
+
+
+def fold_of(key: str, folds: int) -> int:
+    """The fold of a group key: a stable hash, so every run and tool splits alike."""
+    return int(hashlib.sha256(key.encode()).hexdigest(), 16) % folds
 
 
 def feature_rows(kdef: KernelDef, samples: list[Sample], device: Any) -> list[dict[str, float]]:
@@ -53,31 +98,48 @@ def feature_rows(kdef: KernelDef, samples: list[Sample], device: Any) -> list[di
     ]
 
 
-def _fold(shape_key: str, folds: int) -> int:
-    return int(hashlib.sha256(shape_key.encode()).hexdigest(), 16) % folds
+def folds_by_group(
+    kdef: KernelDef, samples: list[Sample], folds: int, split: Split = "layer"
+) -> dict[int, list[str]]:
+    """fold -> the shape keys (full params) tested in it; a group's shapes share one fold."""
+    out: dict[int, list[str]] = defaultdict(list)
+    seen: set[str] = set()
+    for s in samples:
+        k = s.shape_key()
+        if k not in seen:
+            seen.add(k)
+            out[fold_of(group_key(kdef, s, split), folds)].append(k)
+    return dict(out)
 
 
 def evaluate(
-    kdef: KernelDef, samples: list[Sample], device: Any, folds: int = 5, rounds: int | None = None
+    kdef: KernelDef,
+    samples: list[Sample],
+    device: Any,
+    folds: int = 5,
+    rounds: int | None = None,
+    split: Split = "layer",
 ) -> Report:
     if not samples:
         raise ValueError(f"evaluate: no samples for {kdef.name}")
+    groups = {group_key(kdef, s, split) for s in samples}
+    if len(groups) < 2:
+        what = "layers" if split == "layer" else "shapes"
+        raise ValueError(f"evaluate: {kdef.name} needs samples of at least 2 {what}, got 1")
+    folds = min(folds, len(groups))
     rows = feature_rows(kdef, samples, device)
     by_shape: dict[str, list[int]] = defaultdict(list)
     for i, s in enumerate(samples):
         by_shape[s.shape_key()].append(i)
-    if len(by_shape) < 2:
-        raise ValueError(f"evaluate: {kdef.name} needs samples of at least 2 shapes, got 1")
-    folds = min(folds, len(by_shape))
+    tested = folds_by_group(kdef, samples, folds, split)
     regrets: list[float] = []
     hits = 0
     kwargs = {} if rounds is None else {"rounds": rounds}
     for f in range(folds):
-        test_shapes = [k for k in by_shape if _fold(k, folds) == f]
-        if not test_shapes:
-            continue
-        train_idx = [i for k, idx in by_shape.items() if _fold(k, folds) != f for i in idx]
-        if not train_idx:
+        test_shapes = tested.get(f, [])
+        held_out = set(test_shapes)
+        train_idx = [i for k, idx in by_shape.items() if k not in held_out for i in idx]
+        if not test_shapes or not train_idx:
             continue
         model = PerfModel.train(
             kdef.name,
@@ -101,9 +163,11 @@ def evaluate(
         kdef.name,
         samples[0].device,
         len(regrets),
+        len(groups),
         len(samples),
         statistics.median(regrets),
         p90,
         regrets[-1],
         hits / len(regrets),
+        split,
     )

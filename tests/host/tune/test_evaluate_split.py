@@ -1,0 +1,110 @@
+"""`spio tune eval` folds by layer: no layer (params without batch, dtype or flags) is in both the
+training folds and the held-out fold, while regret stays per full params."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+import spio.tune.evaluate as ev
+from spio.kernels import KERNELS
+from spio.tune.dataset import Sample, read
+
+DATA = Path(__file__).resolve().parents[3] / "benchmarks" / "data" / "tune"
+TUNED = [k for k, d in KERNELS.items() if d.sample_params is not None]
+
+
+def _conv(n: int, c: int, dtype: str = "float16", has_bias: bool = False, h: int = 14) -> dict:
+    return {
+        "n": n, "c": c, "h": h, "w": h, "r": 3, "s": 3, "pad_h": 1, "pad_w": 1,
+        "has_bias": has_bias, "dtype": dtype,
+    }  # fmt: skip
+
+
+def test_every_family_declares_its_batch_field():
+    for name, kdef in KERNELS.items():
+        field = ev.batch_field(kdef)
+        assert field is not None, f"{name}: add its params type to evaluate.BATCH_FIELDS"
+        assert field in {f.name for f in dataclasses.fields(kdef.params_type)}, name
+
+
+def test_layer_key_drops_the_batch_dimension_dtype_and_flags():
+    a = ev.layer_key(_conv(1, 64), "n")
+    assert a == ev.layer_key(_conv(256, 64, "bfloat16", has_bias=True), "n")
+    assert a != ev.layer_key(_conv(1, 128), "n")
+    assert a != ev.layer_key(_conv(1, 64, h=28), "n")
+    mm = {"m": 7, "n": 4096, "k": 1024, "dtype": "float16", "out_dtype": "float32",
+          "b_transposed": True, "has_bias": False}  # fmt: skip
+    assert json.loads(ev.layer_key(mm, "m")) == {"n": 4096, "k": 1024}  # m: the tokens
+    ln = {"c": 768, "m": 25088, "dtype": "float16", "wdtype": None, "has_weight": True,
+          "has_bias": True}  # fmt: skip
+    assert json.loads(ev.layer_key(ln, "m")) == {"c": 768}
+
+
+def test_unknown_split_is_refused():
+    s = Sample("conv2d_gw8_fprop", "D", "sm_90", _conv(1, 64), {}, 1.0)
+    with pytest.raises(ValueError, match="split='layers'"):
+        ev.group_key(KERNELS["conv2d_gw8_fprop"], s, "layers")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("kernel", TUNED)
+def test_shipped_datasets_put_each_layer_in_one_fold(kernel):
+    kdef = KERNELS[kernel]
+    samples = read(DATA / f"{kernel}.jsonl", kernel)
+    assert samples, f"no dataset for {kernel} in {DATA}"
+    layer_of = {s.shape_key(): ev.group_key(kdef, s) for s in samples}
+
+    def folds_per_layer(split: ev.Split) -> dict[str, set[int]]:
+        out: dict[str, set[int]] = defaultdict(set)
+        for f, keys in ev.folds_by_group(kdef, samples, 5, split).items():
+            for k in keys:
+                out[layer_of[k]].add(f)
+        return out
+
+    layer = folds_per_layer("layer")
+    assert sum(len(v) for v in layer.values()) == len(layer), "a layer is in two folds"
+    assert sum(map(len, ev.folds_by_group(kdef, samples, 5).values())) == len(layer_of)
+    if kernel in ("conv2d_gw8_fprop", "layernorm_2d_fwd"):  # the old split did leak here
+        assert any(len(v) > 1 for v in folds_per_layer("params").values())
+
+
+def test_evaluate_never_trains_on_a_layer_it_tests(monkeypatch):
+    """The models are fakes that record what they were trained on and asked about."""
+    kdef = KERNELS["conv2d_gw8_fprop"]
+    samples = [
+        Sample(kdef.name, "D", "sm_90", _conv(n, c, dtype, bias), {"cfg": j}, 10.0 + j + n / 64)
+        for c in (16, 32, 48, 64, 96, 128, 192, 256)
+        for n in (1, 8, 64)
+        for dtype in ("float16", "bfloat16")
+        for bias in (False, True)
+        for j in range(3)
+    ]
+    monkeypatch.setattr(ev, "feature_rows", lambda k, ss, d: [{"i": i} for i in range(len(ss))])
+    calls: list[tuple[set[str], set[str]]] = []
+
+    class Fake:
+        def __init__(self, train_layers):
+            self.trained = train_layers
+            calls.append((train_layers, set()))
+
+        def predict_us(self, rows):
+            calls[-1][1].update(ev.group_key(kdef, samples[r["i"]]) for r in rows)
+            return [float(r["i"] % 3) for r in rows]
+
+    def train(name, device, arch, rows, latency, **kw):
+        return Fake({ev.group_key(kdef, samples[r["i"]]) for r in rows})
+
+    monkeypatch.setattr(ev.PerfModel, "train", staticmethod(train))
+    report = ev.evaluate(kdef, samples, None, folds=4)
+    assert report.shapes == 8 * 3 * 2 * 2 and report.groups == 8  # regret per full params
+    assert report.regret_median == 1.0 and report.split == "layer"
+    assert "of 8 layers" in str(report)
+    assert len(calls) == 4
+    for trained, tested in calls:
+        assert tested and not trained & tested
+    tested_all = [t for _, t in calls]
+    assert sorted(x for t in tested_all for x in t) == sorted({x for t in tested_all for x in t})
