@@ -9,21 +9,40 @@ import sys
 import time
 from collections import defaultdict
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from spio.settings import settings
+
+if TYPE_CHECKING:
+    from spio.cuda import DeviceAttributes
 
 
 def _data_path(kernel: str) -> Path:
     return Path(settings().cache_dir) / "tune" / f"{kernel}.jsonl"
 
 
-def _kernels(name: str) -> list[str]:
+def _kernels(name: str, cmd: str) -> list[str]:
+    """The registry names `--kernel name` means for `spio tune cmd`; SystemExit with the choices
+    for an unknown name, or for a family that is not tuned (no sample_params: the reduce passes,
+    whose config is derived from their first pass's, so no model ranks them)."""
     from spio.kernels import KERNELS
 
+    tuned = [k for k, d in KERNELS.items() if d.sample_params is not None]
     if name == "all":
-        return [k for k, d in KERNELS.items() if d.sample_params is not None]
+        return tuned
     if name not in KERNELS:
-        raise SystemExit(f"spio tune: unknown kernel {name!r}; known: {sorted(KERNELS)}")
+        raise SystemExit(
+            f"spio tune {cmd}: unknown kernel {name!r}; tuned kernels: {', '.join(tuned)} "
+            "(or 'all')"
+        )
+    if name not in tuned:
+        parent = name.removesuffix("_reduce")
+        via = f" from {parent}'s config" if parent in tuned else ""
+        raise SystemExit(
+            f"spio tune {cmd}: {name} is not tuned: its config is derived{via} (it has no "
+            "sample_params), so there is nothing to collect, train, evaluate or rank; tuned "
+            f"kernels: {', '.join(tuned)}"
+        )
     return [name]
 
 
@@ -35,26 +54,69 @@ def _samples(kernel: str, data: list[str]) -> list:
     return [s for f in files for s in read(f, kernel)]
 
 
-def _device_for(name: str):
-    """Attributes of a named GPU model: the real one if present, else spio's table."""
+def _device_for(name: str, cmd: str = "") -> DeviceAttributes:
+    """Attributes of a named GPU model: the real one if present, else spio's table; SystemExit
+    listing the known names when it is neither."""
     from spio.cuda import device_attributes, device_count, known_device
 
     for i in range(device_count()):
         if device_attributes(i).name == name:
             return device_attributes(i)
-    return known_device(name)
+    try:
+        return known_device(name)
+    except ValueError as e:
+        where = f"spio tune {cmd}".strip()
+        raise SystemExit(f"{where}: {str(e).removeprefix('known_device: ')}") from None
+
+
+def _collect_ordinals(device: str) -> list[int]:
+    """The GPU ordinals `--device` names for collect; SystemExit saying what is missing when
+    there is no usable GPU (collect times kernels: it needs one; train/eval/select do not)."""
+    import torch
+
+    if not torch.cuda.is_available():
+        build = f"built for CUDA {torch.version.cuda}" if torch.version.cuda else "CPU-only build"
+        raise SystemExit(
+            "spio tune collect: needs a CUDA GPU to time kernels on, and torch sees none "
+            f"(torch {torch.__version__}, {build}). Run collect on a GPU machine with a CUDA "
+            "build of torch; train, eval and select run without a GPU."
+        )
+    count = torch.cuda.device_count()
+    if device == "all":
+        ordinals = list(range(count))
+    else:
+        try:
+            ordinals = [int(device)]
+        except ValueError:
+            ordinals = [-1]
+        if not 0 <= ordinals[0] < count:
+            raise SystemExit(
+                f"spio tune collect: --device must be a GPU ordinal 0..{count - 1} or 'all', "
+                f"got {device!r}"
+            )
+    for i in ordinals:
+        cc = torch.cuda.get_device_capability(i)
+        if cc < (8, 0):
+            raise SystemExit(
+                f"spio tune collect: GPU {i} ({torch.cuda.get_device_name(i)}) has compute "
+                f"capability {cc[0]}.{cc[1]}; spio's kernels need 8.0 or newer"
+                + (" (pick another with --device)" if count > 1 else "")
+            )
+    return ordinals
 
 
 def cmd_collect(a: argparse.Namespace) -> int:
     from spio.kernels import KERNELS
     from spio.tune.collect import collect, collect_all_gpus
 
-    for k in _kernels(a.kernel):
+    kernels = _kernels(a.kernel, "collect")
+    ordinals = _collect_ordinals(a.device)
+    for k in kernels:
         out = Path(a.out) if a.out else _data_path(k)
         if a.device == "all":
             n = collect_all_gpus(k, a.minutes, out, a.seed, a.max_configs)
         else:
-            n = collect(KERNELS[k], a.minutes, out, int(a.device), a.seed, a.max_configs)
+            n = collect(KERNELS[k], a.minutes, out, ordinals[0], a.seed, a.max_configs)
         print(f"{k}: {n} new samples -> {out}")
     return 0
 
@@ -66,7 +128,7 @@ def cmd_train(a: argparse.Namespace) -> int:
     from spio.tune.store import PACKAGE_MODELS, local_models_dir, model_path
 
     out_dir = PACKAGE_MODELS if a.ship else Path(a.out) if a.out else local_models_dir()
-    for k in _kernels(a.kernel):
+    for k in _kernels(a.kernel, "train"):
         by_device = defaultdict(list)
         for s in _samples(k, a.data):
             by_device[s.device].append(s)
@@ -74,7 +136,7 @@ def cmd_train(a: argparse.Namespace) -> int:
             print(f"{k}: no samples (run `spio tune collect --kernel {k}` on a GPU first)")
             continue
         for device_name, samples in sorted(by_device.items()):
-            dev = _device_for(device_name)
+            dev = _device_for(device_name, "train")
             model = PerfModel.train(
                 k,
                 device_name,
@@ -92,12 +154,14 @@ def cmd_eval(a: argparse.Namespace) -> int:
     from spio.kernels import KERNELS
     from spio.tune.evaluate import evaluate
 
-    for k in _kernels(a.kernel):
+    for k in _kernels(a.kernel, "eval"):
         by_device = defaultdict(list)
         for s in _samples(k, a.data):
             by_device[s.device].append(s)
+        if not by_device:
+            print(f"{k}: no samples (run `spio tune collect --kernel {k}` on a GPU first)")
         for device_name, samples in sorted(by_device.items()):
-            print(evaluate(KERNELS[k], samples, _device_for(device_name), folds=a.folds))
+            print(evaluate(KERNELS[k], samples, _device_for(device_name, "eval"), folds=a.folds))
     return 0
 
 
@@ -106,7 +170,9 @@ def cmd_select(a: argparse.Namespace) -> int:
     from spio.kernels.select import Selector
     from spio.tune.features import from_dict
 
-    kdef = KERNELS[_kernels(a.kernel)[0]]
+    if a.kernel == "all":
+        raise SystemExit("spio tune select: --kernel needs one kernel's name, not 'all'")
+    kdef = KERNELS[_kernels(a.kernel, "select")[0]]
     try:
         params = from_dict(kdef.params_type, json.loads(a.params))
     except (TypeError, ValueError) as e:
@@ -114,7 +180,7 @@ def cmd_select(a: argparse.Namespace) -> int:
         raise SystemExit(
             f"spio tune select: --params for {kdef.name} needs the fields {fields}: {e}"
         ) from None
-    dev = _device_for(a.device)
+    dev = _device_for(a.device, "select")
     start = time.perf_counter()
     ranked = Selector().ranked(kdef, params, dev)
     ms = (time.perf_counter() - start) * 1e3
