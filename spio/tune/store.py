@@ -54,6 +54,25 @@ def list_models() -> list[str]:
     return out
 
 
+def model_files(kernel: str) -> list[Path]:
+    """Every model file `find_model` may read for `kernel`, in lookup order (none is opened)."""
+    return [p for d in _dirs() for p in sorted(d.glob(f"{kernel}__*{SUFFIX}"))]
+
+
+def model_identity(kernel: str) -> list[str]:
+    """'path|size|mtime_ns' of each of `model_files(kernel)`: what `find_model`'s answer for
+    `kernel` on any GPU depends on, read without loading a model or XGBoost. Retraining, replacing,
+    adding or removing a model file changes it (persisted selections key on it)."""
+    out = []
+    for p in model_files(kernel):
+        try:
+            st = p.stat()
+        except OSError:
+            continue  # removed since the glob
+        out.append(f"{p}|{st.st_size}|{st.st_mtime_ns}")
+    return out
+
+
 @functools.cache
 def _load(path: Path, mtime: float) -> PerfModel:
     return PerfModel.load(path)
