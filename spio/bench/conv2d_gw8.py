@@ -36,7 +36,8 @@ from typing import Any
 
 import torch
 
-from spio.bench.report import plot, print_table, write_csv
+from spio.bench.progress import progress
+from spio.bench.report import parse_args, plot, print_table, write_csv
 from spio.bench.timing import bench, copy_bandwidth_gbps
 from spio.settings import settings
 
@@ -279,14 +280,26 @@ def _write_rows(rows: list[dict], path: Path) -> None:
     write_csv([{key: r.get(key, "") for key in all_keys} for r in rows], path)
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="spio bench conv2d-gw8", description=__doc__.split("\n")[0])
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(
+        prog="spio bench conv2d-gw8",
+        description=__doc__.split("\n")[0]
+        + " Grid: C 64-512 at 56x56-7x7, kernels 3/5/7, N 1-256 (BASELINE.md).",
+    )
     ap.add_argument("--quick", action="store_true", help="a handful of grid points")
-    ap.add_argument("--csv", type=Path, help="write the rows to this CSV file")
-    ap.add_argument("--plot", type=Path, help="PNG path; one plot per pass (suffix _<pass>)")
-    ap.add_argument("--kernel", choices=(*PASSES, "all"), default="all")
-    ap.add_argument("--dtype", choices=("fp16", "bf16"), default="fp16")
-    args = ap.parse_args(argv)
+    ap.add_argument("--csv", type=Path, help="write the rows to this CSV file (after every point)")
+    ap.add_argument(
+        "--plot", type=Path, help="PNG path; one plot per pass (suffix _<pass>); needs matplotlib"
+    )
+    ap.add_argument(
+        "--kernel", choices=(*PASSES, "all"), default="all", help="which pass(es) (default all)"
+    )
+    ap.add_argument("--dtype", choices=("fp16", "bf16"), default="fp16", help="default fp16")
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(build_parser(), argv)
     if not torch.cuda.is_available():
         print("spio bench conv2d-gw8: needs a CUDA GPU")
         return 2
@@ -304,15 +317,7 @@ def main(argv: list[str] | None = None) -> int:
         progress=settings().progress,
     )
     rows: list[dict] = []
-    points_iter = points
-    if settings().progress:  # SPIO_PROGRESS=0 hides the bar (logs of scripted runs)
-        try:
-            from tqdm import tqdm
-
-            points_iter = tqdm(points, desc="conv2d_gw8", unit="shape")
-        except ImportError:
-            pass
-    for c, hw, k, n in points_iter:
+    for c, hw, k, n in progress(points, "conv2d_gw8", "shape"):
         rows += measure(c, hw, k, n, passes, copy_gbps, dtype)
         if args.csv:  # after every point: an interrupted run keeps what it measured
             _write_rows(rows, args.csv)

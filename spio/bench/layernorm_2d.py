@@ -41,7 +41,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from spio.bench.report import plot, print_table, write_csv
+from spio.bench.progress import progress
+from spio.bench.report import parse_args, plot, print_table, write_csv
 from spio.bench.timing import bench, copy_bandwidth_gbps
 
 BASELINE = ((64, 56), (128, 28), (256, 14), (512, 7))
@@ -247,7 +248,7 @@ def sweep_backward(dtype: torch.dtype, reps: int, copy_gbps: float) -> None:
         cfgs = k.BWD.configs(p, dev)
         compile_specs([k.BWD.spec(p, cfg, dev) for cfg in cfgs], dev.arch)  # parallel, disk cache
         timed = []
-        for cfg in cfgs:
+        for cfg in progress(cfgs, f"C{c}@{s}x{s} backward", "config", leave=False):
             try:
                 timed.append(
                     (bench(k.make_runner(p, cfg, backward=True), reps=reps).median_ms, cfg)
@@ -284,9 +285,10 @@ def sweep_reduce(dtype: torch.dtype) -> None:
             default_function_cache().get(k.BWD, p.static(), bwd_cfg, dev), p, bwd_cfg, dev
         )
         pick = k.reduce_config(p, parts, dev)
+        cfgs = k.BWD_REDUCE.configs(p, dev)
         us = {
             cfg: bench(make_reduce_runner(p, cfg), reps=300, flush_l2=False).median_ms * 1e3
-            for cfg in k.BWD_REDUCE.configs(p, dev)
+            for cfg in progress(cfgs, f"C{c}@{hw}x{hw} reduce", "config", leave=False)
         }
         best = min(us, key=us.__getitem__)
         print(f"\n  reduce C{c}@{hw}x{hw} parts={parts}: reduce_config {pick} {us[pick]:.2f} us, "
@@ -295,17 +297,31 @@ def sweep_reduce(dtype: torch.dtype) -> None:
             print(f"    {cfg}: {t:6.2f} us{'  <- reduce_config' if cfg == pick else ''}")
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="spio bench layernorm2d", description=__doc__.split("\n")[0])
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(
+        prog="spio bench layernorm2d",
+        description=__doc__.split("\n")[0]
+        + " Shapes: the BASELINE stages and ConvNeXt widths up to C=1024, N=128.",
+    )
     ap.add_argument("--quick", action="store_true", help="the four BASELINE shapes, fewer reps")
     ap.add_argument("--csv", type=Path, default=None, help="write the table as CSV")
-    ap.add_argument("--plot", type=Path, default=None, help="write a PNG bar chart")
-    ap.add_argument("--dtype", choices=tuple(DTYPES), default="fp16")
+    ap.add_argument(
+        "--plot", type=Path, default=None, help="write a PNG bar chart (needs matplotlib)"
+    )
+    ap.add_argument("--dtype", choices=tuple(DTYPES), default="fp16", help="default fp16")
     ap.add_argument(
         "--sweep-bwd", action="store_true", help="also time every backward config (BASELINE)"
     )
-    ap.add_argument("--sweep-reduce", action="store_true", help="time every backward-reduce config")
-    args = ap.parse_args(argv)
+    ap.add_argument(
+        "--sweep-reduce",
+        action="store_true",
+        help="also time every backward-reduce config (C256@14x14, C512@7x7)",
+    )
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(build_parser(), argv)
     if not torch.cuda.is_available():
         print("spio bench layernorm2d: needs a CUDA GPU (torch.cuda.is_available() is False)")
         return 2

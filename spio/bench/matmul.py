@@ -26,7 +26,8 @@ from pathlib import Path
 
 import torch
 
-from spio.bench.report import plot, print_table, write_csv
+from spio.bench.progress import progress
+from spio.bench.report import parse_args, plot, print_table, write_csv
 from spio.bench.timing import bench
 
 SQUARE = (1024, 2048, 4096, 8192)
@@ -138,7 +139,7 @@ def sweep(size: int, dtype_name: str, reps: int) -> list[dict]:
     cublas = bench(lambda: torch.matmul(a, b), reps=reps, device=dev).tflops(flops)
     rows: list[dict] = []
     with override(assert_no_compile=True):
-        for cfg in cfgs:
+        for cfg in progress(cfgs, f"matmul {size}^3 {dtype_name}", "config"):
 
             def run(cfg=cfg):
                 mm.launch(p, cfg, c, a, b, stream=stream, device=attrs)
@@ -153,12 +154,20 @@ def sweep(size: int, dtype_name: str, reps: int) -> list[dict]:
     return rows
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="spio bench matmul", description=__doc__.split("\n")[0])
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(
+        prog="spio bench matmul",
+        description=__doc__.split("\n")[0]
+        + " Shapes: squares 1024-8192 and LLM projections (M tokens x 4096 x 4096/11008).",
+    )
     ap.add_argument("--quick", action="store_true", help="a few shapes, fewer reps")
     ap.add_argument("--csv", type=Path, default=None, help="write the table as CSV")
-    ap.add_argument("--plot", type=Path, default=None, help="write a PNG bar chart")
-    ap.add_argument("--dtype", choices=("fp16", "bf16", "both"), default="both")
+    ap.add_argument(
+        "--plot", type=Path, default=None, help="write a PNG bar chart (needs matplotlib)"
+    )
+    ap.add_argument(
+        "--dtype", choices=("fp16", "bf16", "both"), default="both", help="default both"
+    )
     ap.add_argument(
         "--sweep",
         type=int,
@@ -166,7 +175,16 @@ def main(argv: list[str] | None = None) -> int:
         metavar="SIZE",
         help="time every config at SIZE^3 (first dtype) and list them fastest first",
     )
-    args = ap.parse_args(argv)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = build_parser()
+    args = parse_args(ap, argv)
+    if args.sweep and args.plot:
+        ap.error(
+            "--plot draws the shape table; --sweep prints its configs (use --csv to keep them)"
+        )
     if not torch.cuda.is_available():
         print("spio bench matmul: needs a CUDA GPU (torch.cuda.is_available() is False)")
         return 2

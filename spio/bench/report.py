@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import csv
 import os
 from collections.abc import Sequence
@@ -42,6 +43,29 @@ def write_csv(rows: Sequence[dict], path: Path) -> None:
     os.replace(tmp, path)
 
 
+def plotting_unavailable() -> str | None:
+    """Why `--plot` cannot write a PNG here (matplotlib, the `bench` extra, is missing), or None.
+    The benchmarks check it when parsing their arguments, before measuring anything."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return (
+            "--plot needs matplotlib, which is not installed here: pip install 'spio[bench]' "
+            "(or pip install matplotlib), or leave out --plot"
+        )
+    return None
+
+
+def parse_args(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace:
+    """A benchmark's `parser.parse_args(argv)`, refusing `--plot` (usage error, exit 2) when it
+    could not be honoured, so a long run does not end without its plot."""
+    args = parser.parse_args(argv)
+    why = plotting_unavailable() if getattr(args, "plot", None) else None
+    if why:
+        parser.error(why)
+    return args
+
+
 def plot(
     rows: Sequence[dict],
     x: str,
@@ -55,7 +79,8 @@ def plot(
 ) -> bool:
     """Grouped bars of `series` per row labelled by `x`, with an optional horizontal roofline.
 
-    Returns False (and writes nothing) when matplotlib is not installed.
+    Returns False (and writes nothing) when matplotlib is not installed; the benchmarks refuse
+    `--plot` up front in that case (`plotting_unavailable`).
     """
     try:
         import matplotlib

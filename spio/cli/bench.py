@@ -1,13 +1,18 @@
 """`spio bench`: spio's kernels next to PyTorch on a GPU; without one, compile + fallback checks.
 
+usage: spio bench [FAMILY ...] [OPTIONS]   FAMILY: conv2d-gw8, layernorm2d, matmul (default all)
+       spio bench FAMILY --help           that benchmark's options (--quick, --csv, --plot, ...)
+
 With a GPU each family's benchmark (`spio.bench.<family>.main`) runs: CUDA events, L2 flushed,
-median, spio vs PyTorch in the same run. With no GPU spio still compiles every kernel family for
-sm_90 with NVRTC (the JIT path a GPU run takes) and runs each op's documented PyTorch fallback on
-the CPU, then says what a GPU adds.
+median, spio vs PyTorch in the same run. The options go to every chosen family's own parser,
+which checks them before anything is measured. With no GPU spio still compiles every kernel
+family for sm_90 with NVRTC (the JIT path a GPU run takes) and runs each op's documented PyTorch
+fallback on the CPU, then says what a GPU adds.
 """
 
 from __future__ import annotations
 
+import argparse
 import importlib
 import sys
 import time
@@ -26,25 +31,65 @@ def _has_gpu() -> bool:
     return torch.cuda.is_available() and torch.cuda.get_device_capability(0) >= (8, 0)
 
 
-def run_bench(families: list[str], quick: bool, extra: list[str]) -> int:
+def family_parser(family: str) -> argparse.ArgumentParser:
+    """The argument parser of one family's benchmark (its --help is `spio bench FAMILY --help`)."""
+    return importlib.import_module(FAMILIES[family]).build_parser()
+
+
+def split_args(tokens: list[str]) -> tuple[list[str], list[str]]:
+    """(families, options) of `spio bench TOKENS`: family names anywhere, plus the words before
+    the first option (so a misspelt family is reported, not passed on as an option value)."""
+    families: list[str] = []
+    options: list[str] = []
+    for t in tokens:
+        if t in FAMILIES or (not options and not t.startswith("-")):
+            families.append(t)
+        elif t != "--":
+            options.append(t)
+    return families, options
+
+
+def usage(families: list[str]) -> str:
+    """`spio bench --help`: the command's usage, then each chosen family's options."""
+    text = [__doc__.split("\n\n")[1], ""]
+    for family in families or list(FAMILIES):
+        text += [f"== {family} ==", family_parser(family).format_help()]
+    return "\n".join(text)
+
+
+def main(tokens: list[str]) -> int:
+    """`spio bench TOKENS`; returns the exit status."""
+    families, options = split_args(tokens)
     unknown = [f for f in families if f not in FAMILIES]
     if unknown:
         print(
-            f"spio bench: unknown family {unknown}; choose from {sorted(FAMILIES)}", file=sys.stderr
+            f"spio bench: unknown family {unknown}; choose from {sorted(FAMILIES)} "
+            "(options go after the families; `spio bench --help` lists them)",
+            file=sys.stderr,
         )
         return 2
+    if "-h" in options or "--help" in options:
+        print(usage(families))
+        return 0
+    return run_bench(families, options)
+
+
+def run_bench(families: list[str], options: list[str]) -> int:
+    from spio.bench.report import parse_args
+
     chosen = families or list(FAMILIES)
+    for family in chosen:  # usage errors (exit 2) before a minute of compiling or measuring
+        parse_args(family_parser(family), options)
     if not _has_gpu():
-        return _no_gpu(chosen)
-    args = (["--quick"] if quick else []) + list(extra)
+        return _no_gpu(chosen, options)
     status = 0
     for family in chosen:
         print(f"\n== spio bench {family} ==", flush=True)
-        status |= importlib.import_module(FAMILIES[family]).main(args)
+        status |= importlib.import_module(FAMILIES[family]).main(options)
     return status
 
 
-def _no_gpu(chosen: list[str]) -> int:
+def _no_gpu(chosen: list[str], options: list[str]) -> int:
     from spio.cuda import known_device
     from spio.kernels import KERNELS
     from spio.kernels.loader import compile_spec
@@ -77,4 +122,6 @@ def _no_gpu(chosen: list[str]) -> int:
         "PyTorch/cuDNN/cuBLAS\nand the device's copy bandwidth. Here the ops ran their documented "
         "PyTorch fallback."
     )
+    if [o for o in options if o != "--quick"]:
+        print(f"(The options {options} apply to the GPU benchmarks; nothing was measured here.)")
     return 0 if ok else 1

@@ -2,7 +2,7 @@
 
 spio info                         versions, NVRTC, driver, GPUs, cache, performance models
 spio compile FILE.cu [--arch sm_90] [-I DIR] [-o OUT.cubin] [--ptx]
-spio bench [--quick] [FAMILY ...] [options of the family's benchmark, e.g. --csv F --plot F]
+spio bench [FAMILY ...] [--quick] [the family's options: spio bench FAMILY --help]
 spio tune {collect,train,eval,select} ...
 """
 
@@ -26,9 +26,9 @@ def _cmd_compile(args: argparse.Namespace) -> int:
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
-    from spio.cli.bench import run_bench
+    from spio.cli.bench import main as bench_main
 
-    return run_bench(args.families, quick=args.quick, extra=args.extra)
+    return bench_main(args.tokens)
 
 
 def _cmd_tune(args: argparse.Namespace) -> int:
@@ -53,10 +53,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ptx", action="store_true", help="emit PTX instead of a cubin")
     p.set_defaults(func=_cmd_compile)
 
-    p = sub.add_parser("bench", help="benchmark spio's kernels against PyTorch")
-    p.add_argument("families", nargs="*", help="conv2d-gw8, layernorm2d, matmul (default: all)")
-    p.add_argument("--quick", action="store_true", help="a few shapes per family")
-    p.set_defaults(func=_cmd_bench, extra=[])
+    # Listed for `spio --help`; `main` hands everything after "bench" to spio.cli.bench, whose
+    # families parse their own options (`spio bench FAMILY --help`).
+    p = sub.add_parser(
+        "bench", help="benchmark spio's kernels against PyTorch (spio bench FAMILY --help)"
+    )
+    p.add_argument("tokens", nargs=argparse.REMAINDER, help="[FAMILY ...] [OPTIONS]")
+    p.set_defaults(func=_cmd_bench)
 
     p = sub.add_parser("tune", help="performance models: collect, train, eval, select")
     p.add_argument("rest", nargs=argparse.REMAINDER, help="collect|train|eval|select ...")
@@ -65,13 +68,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args, unknown = parser.parse_known_args(argv)
-    if unknown:
-        if args.command != "bench":
-            parser.error(f"unrecognized arguments: {' '.join(unknown)}")
-        # Other options go to the family's own benchmark (e.g. --csv, --plot, --sweep 8192).
-        args.extra = [a for a in unknown if a != "--"]
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["bench"]:
+        # Everything after "bench" (families, --help, the families' options such as --csv F,
+        # --sweep 8192) is spio.cli.bench's to parse: argparse would take an option's value
+        # for a family name, or answer --help itself.
+        args = argparse.Namespace(command="bench", func=_cmd_bench, tokens=argv[1:])
+    else:
+        args = build_parser().parse_args(argv)
     from spio.errors import SpioError
 
     try:

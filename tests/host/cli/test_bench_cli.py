@@ -1,0 +1,138 @@
+"""`spio bench`'s command line on a machine with no GPU: each family's own options are reachable
+(`spio bench FAMILY --help`), checked before anything runs, and `--plot` without matplotlib is a
+clear usage error; the benchmarks' long loops have progress bars that SPIO_PROGRESS=0 hides."""
+
+from __future__ import annotations
+
+import importlib
+import subprocess
+import sys
+
+import pytest
+
+from spio.cli import bench as cli_bench
+from spio.cli.main import main
+from spio.settings import override
+
+FLAGS = {
+    "conv2d-gw8": ("--quick", "--csv", "--plot", "--kernel", "--dtype", "fprop,dgrad,wgrad"),
+    "layernorm2d": ("--quick", "--csv", "--plot", "--dtype", "--sweep-bwd", "--sweep-reduce"),
+    "matmul": ("--quick", "--csv", "--plot", "--dtype", "--sweep SIZE"),
+}
+
+
+@pytest.mark.parametrize("family", sorted(FLAGS))
+def test_family_help_shows_the_benchmarks_own_options(family, capsys):
+    assert main(["bench", family, "--help"]) == 0
+    out = capsys.readouterr().out
+    assert f"usage: spio bench {family}" in out, out
+    for flag in FLAGS[family]:
+        assert flag in out, (flag, out)
+    others = [f for f in FLAGS if f != family]
+    assert not any(f"== {f} ==" in out for f in others), out  # only the family asked about
+
+
+def test_bench_help_lists_every_familys_options(capsys):
+    assert main(["bench", "-h"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("usage: spio bench [FAMILY ...]"), out
+    for family, flags in FLAGS.items():
+        assert f"usage: spio bench {family}" in out
+        assert all(flag in out for flag in flags), (family, out)
+
+
+def test_family_help_from_the_spio_command():
+    out = subprocess.run(
+        [sys.executable, "-m", "spio.cli.main", "bench", "conv2d-gw8", "--help"],
+        capture_output=True,
+        text=True,
+    )
+    assert out.returncode == 0, out.stderr
+    assert "--csv" in out.stdout and "--kernel" in out.stdout and "--plot" in out.stdout
+
+
+@pytest.mark.parametrize(
+    "tokens, families, options",
+    [
+        (["--quick", "conv2d-gw8"], ["conv2d-gw8"], ["--quick"]),
+        (["matmul", "--sweep", "8192", "--csv", "m.csv"], ["matmul"], ["--sweep", "8192", "--csv", "m.csv"]),
+        (["--csv", "o.csv", "matmul", "layernorm2d"], ["matmul", "layernorm2d"], ["--csv", "o.csv"]),
+        (["conv3d", "--quick"], ["conv3d"], ["--quick"]),  # reported as an unknown family
+        (["conv2d-gw8", "--kernel", "fprop", "--", "--quick"], ["conv2d-gw8"], ["--kernel", "fprop", "--quick"]),
+    ],
+)  # fmt: skip
+def test_split_args(tokens, families, options):
+    assert cli_bench.split_args(tokens) == (families, options)
+
+
+@pytest.fixture
+def no_run(monkeypatch):
+    """Fails the test if a benchmark (or the no-GPU compile check) would start."""
+
+    def must_not_run(*args, **kwargs):
+        raise AssertionError("the benchmark ran although its arguments were wrong")
+
+    monkeypatch.setattr(cli_bench, "_has_gpu", must_not_run)
+    return monkeypatch
+
+
+def test_unknown_option_is_a_usage_error_before_anything_runs(no_run, capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["bench", "matmul", "--bogus"])
+    assert e.value.code == 2
+    assert "spio bench matmul: error: unrecognized arguments: --bogus" in capsys.readouterr().err
+
+
+def test_option_of_another_family_is_a_usage_error(no_run, capsys):
+    # --sweep is matmul's; with every family chosen, conv2d-gw8's parser refuses it up front.
+    with pytest.raises(SystemExit) as e:
+        main(["bench", "--sweep", "8192"])
+    assert e.value.code == 2
+    assert "unrecognized arguments: --sweep 8192" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("family", sorted(FLAGS))
+def test_plot_without_matplotlib_is_a_clear_error(family, no_run, capsys):
+    no_run.setitem(sys.modules, "matplotlib", None)  # `import matplotlib` raises ImportError
+    with pytest.raises(SystemExit) as e:
+        main(["bench", family, "--plot", "out.png"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert "--plot needs matplotlib" in err and "spio[bench]" in err, err
+    # The benchmark module's own entry point (benchmarks/bench_*.py) refuses it the same way.
+    with pytest.raises(SystemExit):
+        importlib.import_module(cli_bench.FAMILIES[family]).main(["--plot", "out.png"])
+
+
+def test_matmul_sweep_refuses_plot(no_run, capsys):
+    with pytest.raises(SystemExit) as e:
+        importlib.import_module("spio.bench.matmul").main(["--sweep", "1024", "--plot", "p.png"])
+    assert e.value.code == 2 and "--sweep prints its configs" in capsys.readouterr().err
+
+
+def test_options_reach_each_chosen_familys_benchmark(monkeypatch):
+    seen = {}
+    monkeypatch.setattr(cli_bench, "_has_gpu", lambda: True)
+    for family, module in cli_bench.FAMILIES.items():
+        mod = importlib.import_module(module)
+        monkeypatch.setattr(
+            mod, "main", lambda argv, family=family: seen.setdefault(family, argv) and 0
+        )
+    assert main(["bench", "--quick", "matmul", "--dtype", "bf16", "layernorm2d"]) == 0
+    assert seen == {
+        "matmul": ["--quick", "--dtype", "bf16"],
+        "layernorm2d": ["--quick", "--dtype", "bf16"],
+    }
+
+
+def test_progress_bar_honours_spio_progress(capsys):
+    from spio.bench.progress import progress
+
+    items = [1, 2, 3]
+    with override(progress=False):
+        assert progress(items, "sweep", "config") is items
+    with override(progress=True):
+        assert list(progress(items, "sweep", "config")) == items
+    captured = capsys.readouterr()
+    assert "sweep" in captured.err and "3/3" in captured.err, captured.err  # tqdm on stderr
+    assert captured.out == ""
