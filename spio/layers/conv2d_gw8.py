@@ -27,6 +27,28 @@ def _not_a_parameter(name: str, t: object) -> str:
     )
 
 
+def _numeric_padding(padding: str | tuple[int, ...], r: int, s: int) -> tuple[int, int]:
+    """nn.Conv2d's padding as (pad_h, pad_w) for stride 1: "valid" is 0, "same" is k // 2 for an
+    odd kernel; "same" with an even kernel (asymmetric in PyTorch) is a ValueError."""
+    if padding == "valid":
+        return (0, 0)
+    if padding == "same":
+        even = [f"{name}={k}" for name, k in (("R", r), ("S", s)) if k % 2 == 0]
+        if even:
+            raise ValueError(
+                f"Conv2dGw8.from_conv2d: padding='same' with an even kernel ({', '.join(even)}) "
+                "pads one side more than the other, and spio pads both sides equally; use an odd "
+                "kernel or keep the nn.Conv2d"
+            )
+        return (r // 2, s // 2)
+    if isinstance(padding, str):
+        raise ValueError(
+            f"Conv2dGw8.from_conv2d: padding={padding!r} is not supported; use 'same', 'valid' "
+            "or numbers"
+        )
+    return (int(padding[0]), int(padding[1]))
+
+
 class Conv2dGw8(nn.Module):
     """Conv2d with groups = channels / 8, stride 1: a drop-in for such an nn.Conv2d.
 
@@ -92,9 +114,10 @@ class Conv2dGw8(nn.Module):
         """A Conv2dGw8 computing what `conv` computes, sharing its weight and bias Parameters.
 
         Eligible: in_channels == out_channels == 8 * groups, stride 1, dilation 1, kernel
-        1..7, numeric (not "same"/"valid" string) zero padding, weight and bias plain Parameters
-        (not computed by a parametrization such as weight_norm). Raises ValueError/TypeError
-        naming the first rule `conv` breaks.
+        1..7, zero padding: numeric, "valid" (0) or "same" with an odd kernel (k // 2; PyTorch
+        pads an even kernel's "same" asymmetrically, which spio's symmetric padding cannot
+        express), weight and bias plain Parameters (not computed by a parametrization such as
+        weight_norm). Raises ValueError/TypeError naming the first rule `conv` breaks.
         """
         if not isinstance(conv, nn.Conv2d):
             raise TypeError(f"Conv2dGw8.from_conv2d: expected nn.Conv2d, got {type(conv).__name__}")
@@ -115,11 +138,6 @@ class Conv2dGw8(nn.Module):
             raise ValueError(
                 f"Conv2dGw8.from_conv2d: dilation must be 1, got {tuple(conv.dilation)}"
             )
-        if isinstance(conv.padding, str):
-            raise ValueError(
-                f"Conv2dGw8.from_conv2d: padding={conv.padding!r} (a string) is not supported; "
-                "use numeric padding"
-            )
         if conv.padding_mode != "zeros":
             raise ValueError(
                 f"Conv2dGw8.from_conv2d: padding_mode must be 'zeros', got {conv.padding_mode!r}"
@@ -129,6 +147,7 @@ class Conv2dGw8(nn.Module):
             raise ValueError(
                 f"Conv2dGw8.from_conv2d: kernel_size must be 1..{MAX_KERNEL}, got {(r, s)}"
             )
+        padding = _numeric_padding(conv.padding, r, s)
         weight, bias = conv.weight, conv.bias
         if not isinstance(weight, nn.Parameter):
             raise TypeError(_not_a_parameter("weight", weight))
@@ -138,7 +157,7 @@ class Conv2dGw8(nn.Module):
         nn.Module.__init__(out)
         out.channels = c
         out.kernel_size = (r, s)
-        out.padding = (int(conv.padding[0]), int(conv.padding[1]))
+        out.padding = padding
         out.weight = weight
         out.bias = bias
         return out

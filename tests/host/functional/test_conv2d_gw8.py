@@ -160,7 +160,7 @@ def test_layer_constructor():
         (nn.Conv2d(16, 16, 3, stride=2, groups=2), "stride must be 1"),
         (nn.Conv2d(16, 16, 3, dilation=2, groups=2), "dilation must be 1"),
         (nn.Conv2d(16, 16, 9, groups=2), "kernel_size"),
-        (nn.Conv2d(16, 16, 3, padding="same", groups=2), "string"),
+        (nn.Conv2d(16, 16, 4, padding="same", groups=2), "even kernel"),
         (nn.Conv2d(16, 16, 3, padding=1, padding_mode="reflect", groups=2), "padding_mode"),
     ],
 )
@@ -300,3 +300,13 @@ def test_batch_above_the_gpu_limit_is_a_clear_error_on_the_kernel_path(seed, mon
     from spio.functional.conv2d_gw8 import _gpu_batch
 
     assert _gpu_batch("conv2d_gw8", 65535) and not _gpu_batch("conv2d_gw8", 0)
+
+
+def test_params_has_bias_must_be_a_bool():
+    from spio.kernels.conv2d_gw8_params import Conv2dGw8Params
+
+    with pytest.raises(TypeError, match="has_bias must be a bool, got str 'yes'"):
+        Conv2dGw8Params(n=1, c=8, h=4, w=4, has_bias="yes")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="has_bias must be a bool, got int"):
+        Conv2dGw8Params(n=1, c=8, h=4, w=4, has_bias=1)  # type: ignore[arg-type]
+    assert Conv2dGw8Params(n=1, c=8, h=4, w=4, has_bias=True).has_bias is True

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -60,3 +61,47 @@ def test_transform_shares_parameters():
     w = model[0].weight
     transform(model)
     assert model[0].weight is w
+
+
+def _one_conv(dtype: torch.dtype) -> nn.Sequential:
+    return nn.Sequential(nn.Conv2d(16, 16, 3, padding=1, groups=2)).to(dtype)
+
+
+def test_float32_conv_is_replaced_with_its_condition(seed):
+    # The mixed-precision setup (float32 weights, autocast) is the main use, so float32 convs are
+    # replaced; the report says what they need on CUDA instead of an unconditional "replaced".
+    from spio.layers.transform import FLOAT32_CONDITION
+
+    torch.manual_seed(seed)
+    model = _one_conv(torch.float32)
+    report = transform(model)
+    assert report.replaced == [("0", "Conv2dGw8")] and report.conditions == {"0": FLOAT32_CONDITION}
+    text = str(report)
+    assert "replaced 1 modules (1 with a condition)" in text, text
+    assert "replaced 0 -> Conv2dGw8 [float32 weights: on CUDA run it under torch.autocast" in text
+    # The condition is the op's rule: float32 runs on the CPU fallback ...
+    x = torch.randn(1, 16, 5, 5)
+    assert model(x).shape == (1, 16, 5, 5)
+    # ... and off the CPU (meta tensors take the GPU path's dtype rules) only under autocast.
+    with pytest.raises(TypeError, match="run under torch.autocast"):
+        model.to("meta")(x.to("meta"))
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_conv_is_replaced_unconditionally(dtype):
+    model = _one_conv(dtype)
+    report = transform(model)
+    assert report.replaced == [("0", "Conv2dGw8")] and not report.conditions
+    assert str(report).splitlines()[1] == "  replaced 0 -> Conv2dGw8"
+
+
+def test_float64_conv_is_kept_with_the_reason():
+    model = _one_conv(torch.float64)
+    conv = model[0]
+    # Replacing it would raise at every forward (float64 is no dtype of conv2d_gw8) ...
+    with pytest.raises(TypeError, match="input dtype"):
+        Conv2dGw8.from_conv2d(conv)(torch.randn(1, 16, 5, 5, dtype=torch.float64))
+    # ... so the transform keeps the nn.Conv2d and says why.
+    report = transform(model)
+    assert model[0] is conv and not report.replaced
+    assert report.skipped[0][0] == "0" and "weight dtype torch.float64" in report.skipped[0][1]
