@@ -34,6 +34,7 @@ def _block() -> nn.Sequential:
     )
 
 
+@pytest.mark.smoke
 def test_transform_swaps_eligible_modules_and_keeps_outputs(seed):
     torch.manual_seed(seed)
     model = _block().eval()
