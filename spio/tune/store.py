@@ -2,7 +2,8 @@
 
 File names are `<kernel>__<device slug>.json.gz`. Lookup for (kernel, device): a local model for
 that exact GPU, then a shipped one, then (with a log line) a model of another GPU of the same
-arch.
+arch. `model_identity(kernel)` describes the files that lookup may read (path, size, mtime)
+without opening them: persisted selections (`spio.kernels.select`) key on it.
 """
 
 from __future__ import annotations
