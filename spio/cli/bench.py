@@ -64,7 +64,7 @@ def main(tokens: list[str]) -> int:
     if unknown:
         print(
             f"spio bench: unknown family {unknown}; choose from {sorted(FAMILIES)} "
-            "(options go after the families; `spio bench --help` lists them)",
+            "(`spio bench --help` lists each family's options)",
             file=sys.stderr,
         )
         return 2

@@ -74,6 +74,8 @@ def main(argv: list[str] | None = None) -> int:
         # --sweep 8192) is spio.cli.bench's to parse: argparse would take an option's value
         # for a family name, or answer --help itself.
         args = argparse.Namespace(command="bench", func=_cmd_bench, tokens=argv[1:])
+    elif argv[:1] == ["tune"]:  # likewise: `spio tune --help` lists tune's subcommands
+        args = argparse.Namespace(command="tune", func=_cmd_tune, rest=argv[1:])
     else:
         args = build_parser().parse_args(argv)
     from spio.errors import SpioError

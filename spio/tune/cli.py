@@ -196,32 +196,41 @@ def cmd_select(a: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="spio tune", description="performance models")
+    p = argparse.ArgumentParser(
+        prog="spio tune",
+        description="performance models: measure samples on a GPU (collect), fit one XGBoost "
+        "model per kernel and GPU (train), check it on held-out shapes (eval), rank a layer's "
+        "configs (select). See docs/tuning.md.",
+    )
     sub = p.add_subparsers(dest="cmd", required=True)
     c = sub.add_parser("collect", help="measure samples on a GPU")
     c.add_argument("--kernel", required=True, help="registry name, or 'all'")
-    c.add_argument("--minutes", type=float, default=10.0)
+    c.add_argument("--minutes", type=float, default=10.0, help="time budget (default 10)")
     c.add_argument("--device", default="0", help="GPU ordinal, or 'all' (one worker per GPU)")
     c.add_argument("--out", help="dataset file (default: <cache dir>/tune/<kernel>.jsonl)")
-    c.add_argument("--seed", type=int, default=0)
+    c.add_argument("--seed", type=int, default=0, help="shape sampling seed (default 0)")
     c.add_argument("--max-configs", type=int, default=None, help="configs sampled per shape")
     c.set_defaults(func=cmd_collect)
     t = sub.add_parser("train", help="fit one model per kernel and GPU")
-    t.add_argument("--kernel", required=True)
+    t.add_argument("--kernel", required=True, help="registry name, or 'all'")
     t.add_argument("--data", action="append", default=[], help="dataset file(s)")
     t.add_argument("--out", help="model directory (default: <cache dir>/models)")
     t.add_argument("--ship", action="store_true", help="write into the package (spio/tune/models)")
     t.set_defaults(func=cmd_train)
     e = sub.add_parser("eval", help="regret of the top-1 pick on held-out shapes")
-    e.add_argument("--kernel", required=True)
-    e.add_argument("--data", action="append", default=[])
-    e.add_argument("--folds", type=int, default=5)
+    e.add_argument("--kernel", required=True, help="registry name, or 'all'")
+    e.add_argument("--data", action="append", default=[], help="dataset file(s)")
+    e.add_argument("--folds", type=int, default=5, help="cross-validation folds (default 5)")
     e.set_defaults(func=cmd_eval)
     s = sub.add_parser("select", help="ranked configs for a layer (no GPU needed)")
-    s.add_argument("--kernel", required=True)
+    s.add_argument("--kernel", required=True, help="registry name, e.g. conv2d_gw8_fprop")
     s.add_argument("--params", required=True, help="params as JSON, e.g. '{\"n\": 8, ...}'")
-    s.add_argument("--device", default="NVIDIA H100 80GB HBM3", help="GPU name or model")
-    s.add_argument("--top", type=int, default=10)
+    s.add_argument(
+        "--device",
+        default="NVIDIA H100 80GB HBM3",
+        help="GPU name or model (H100, A100, ...) or arch (sm_90); default H100",
+    )
+    s.add_argument("--top", type=int, default=10, help="configs to list (default 10)")
     s.set_defaults(func=cmd_select)
     return p
 

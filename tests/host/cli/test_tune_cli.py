@@ -116,3 +116,14 @@ def test_select_known_device_still_ranks(capsys):
                  "--top", "3"]) == 0  # fmt: skip
     out = capsys.readouterr().out
     assert "conv2d_gw8_fprop" in out and "(sm_90)" in out and "  3. " in out, out
+
+
+def test_tune_help_from_the_spio_command_lists_the_subcommands(capsys):
+    from spio.cli.main import main as spio_main
+
+    with pytest.raises(SystemExit) as e:
+        spio_main(["tune", "--help"])
+    assert e.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith("usage: spio tune"), out
+    assert all(cmd in out for cmd in ("collect", "train", "eval", "select")), out
