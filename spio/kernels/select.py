@@ -50,7 +50,7 @@ class Selector:
         self._lock = threading.Lock()
         self._store_dir = store_dir
         self._warned: set[tuple[str, str]] = set()
-        self._files: dict[Path, tuple[tuple[int, int], dict]] = {}  # parsed, by (size, mtime)
+        self._files: dict[Path, tuple[tuple[int, ...], dict]] = {}  # parsed, by _stamp
         self._complained: set[Path] = set()
         self.sources: dict[tuple, str] = {}  # key -> autotune | model | heuristic | shared
 
@@ -216,12 +216,12 @@ class Selector:
 
     def _read(self, path: Path, parse: Callable[[Any], dict]) -> dict:
         """A store file's content, {} when absent or unreadable (warned once per file); parsed
-        again only when its size or mtime changed."""
+        again only when the file changed (every write replaces it: another inode and mtime)."""
         try:
             st = path.stat()
         except OSError:
             return {}
-        stamp = (st.st_size, st.st_mtime_ns)
+        stamp = (st.st_ino, st.st_size, st.st_mtime_ns)
         cached = self._files.get(path)
         if cached is not None and cached[0] == stamp:
             return cached[1]
@@ -269,18 +269,20 @@ class Selector:
 
         path.parent.mkdir(parents=True, exist_ok=True)
         with FileLock(str(path) + ".lock"):
-            self._files.pop(path, None)
-            content = change(self._read(path, parse))
-            self._files.pop(path, None)
+            content = change(self._read(path, parse))  # re-read if another process wrote it
+            text = json.dumps(content, separators=(",", ":"))  # compact: the C encoder
             fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
             try:
                 with os.fdopen(fd, "w") as f:
-                    json.dump(content, f, indent=1)
+                    f.write(text)
                 os.chmod(tmp, 0o644)  # mkstemp makes it owner-only; a cache file is not secret
+                st = os.stat(tmp)  # rename keeps inode, size and mtime: what _read compares
                 os.replace(tmp, path)
             except BaseException:
+                self._files.pop(path, None)
                 Path(tmp).unlink(missing_ok=True)
                 raise
+            self._files[path] = ((st.st_ino, st.st_size, st.st_mtime_ns), parse(content))
 
     def _complain(self, path: Path, message: str) -> None:
         if path not in self._complained:
