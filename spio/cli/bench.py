@@ -16,6 +16,7 @@ import argparse
 import importlib
 import sys
 import time
+from pathlib import Path
 
 # CLI family name -> module under spio.bench
 FAMILIES: dict[str, str] = {
@@ -78,15 +79,41 @@ def run_bench(families: list[str], options: list[str]) -> int:
     from spio.bench.report import parse_args
 
     chosen = families or list(FAMILIES)
+    per_family = {f: per_family_outputs(options, f) if len(chosen) > 1 else options for f in chosen}
     for family in chosen:  # usage errors (exit 2) before a minute of compiling or measuring
-        parse_args(family_parser(family), options)
+        parse_args(family_parser(family), per_family[family])
     if not _has_gpu():
         return _no_gpu(chosen, options)
     status = 0
     for family in chosen:
         print(f"\n== spio bench {family} ==", flush=True)
-        status |= importlib.import_module(FAMILIES[family]).main(options)
+        status |= importlib.import_module(FAMILIES[family]).main(per_family[family])
     return status
+
+
+OUTPUT_OPTIONS = ("--csv", "--plot")
+
+
+def per_family_outputs(options: list[str], family: str) -> list[str]:
+    """options with each --csv / --plot path given the family's name (out.csv becomes
+    out_matmul.csv), so several families in one run do not overwrite each other's files."""
+
+    def renamed(value: str) -> str:
+        path = Path(value)
+        return str(path.with_name(f"{path.stem}_{family}{path.suffix}"))
+
+    out: list[str] = []
+    rename_next = False
+    for t in options:
+        name, eq, value = t.partition("=")
+        if rename_next:
+            out.append(renamed(t))
+        elif eq and name in OUTPUT_OPTIONS:
+            out.append(f"{name}={renamed(value)}")
+        else:
+            out.append(t)
+        rename_next = not rename_next and t in OUTPUT_OPTIONS
+    return out
 
 
 def _no_gpu(chosen: list[str], options: list[str]) -> int:

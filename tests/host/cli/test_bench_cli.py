@@ -136,3 +136,24 @@ def test_progress_bar_honours_spio_progress(capsys):
     captured = capsys.readouterr()
     assert "sweep" in captured.err and "3/3" in captured.err, captured.err  # tqdm on stderr
     assert captured.out == ""
+
+
+def test_output_files_get_the_family_name_when_several_families_run(monkeypatch, tmp_path):
+    # Every family writes its own table: one --csv path for three families would keep only the
+    # last one's rows.
+    seen = {}
+    monkeypatch.setattr(cli_bench, "_has_gpu", lambda: True)
+    for family, module in cli_bench.FAMILIES.items():
+        mod = importlib.import_module(module)
+        monkeypatch.setattr(
+            mod, "main", lambda argv, family=family: seen.setdefault(family, argv) and 0
+        )
+    csv = tmp_path / "out.csv"
+    assert main(["bench", "--quick", "--csv", str(csv), f"--plot={tmp_path / 'p.png'}"]) == 0
+    assert seen["matmul"] == ["--quick", "--csv", str(tmp_path / "out_matmul.csv"),
+                              f"--plot={tmp_path / 'p_matmul.png'}"]  # fmt: skip
+    assert seen["conv2d-gw8"][2] == str(tmp_path / "out_conv2d-gw8.csv")
+    # One family: the paths are the user's own.
+    seen.clear()
+    assert main(["bench", "layernorm2d", "--csv", str(csv)]) == 0
+    assert seen == {"layernorm2d": ["--csv", str(csv)]}
