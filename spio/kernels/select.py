@@ -9,11 +9,12 @@ On disk, under `<cache dir>/selections/` (or `store_dir`), per family and GPU na
 - `<family>__<gpu>.json`: autotune winners, `{params: config}`;
 - `<family>__<gpu>.picks.json`: model and heuristic picks, `{"format": 1, "bases": {basis:
   {params: {"config": ..., "source": "model" | "heuristic"}}}}`. The basis is a digest of what a
-  pick depends on, read without loading a model or XGBoost: the spio version, the family's
-  modules (path, size, mtime), the device's attributes and every model file the lookup may read
-  (path, size, mtime; `spio.tune.store.model_identity`). A retrained or added model, another
-  spio version or an edited family therefore never reuses a stale pick, and a new process answers
-  from disk without loading the model. The `MAX_BASES` most recently written bases are kept.
+  pick depends on, read without loading a model or XGBoost: the spio version, the code (path,
+  size, mtime of spio.kernels' modules and the family's), the device's attributes and every
+  model file the lookup may read (path, size, mtime; `spio.tune.store.model_identity`). A
+  retrained or added model, another spio version or edited code therefore never reuses a stale
+  pick, and a new process answers from disk without loading the model. The `MAX_BASES` most
+  recently written bases are kept.
 Writes take a file lock and replace the file atomically, so concurrent processes lose no entry;
 an unreadable file is ignored with a warning (and rewritten by the next pick).
 """
@@ -309,19 +310,26 @@ def _picks(data: Any) -> dict:
 
 
 def _code_identity(kdef: KernelDef) -> list[str]:
-    """'path|size|mtime_ns' of the modules defining the family's configs, heuristic and
-    features: an edited family (in a development tree the spio version stays) changes it."""
-    out = set()
+    """'path|size|mtime_ns' of the code a pick depends on: the modules defining the family's
+    configs, heuristic and features, every module of `spio.kernels` (params, helpers) and the
+    feature and ranking code of `spio.tune`. In a development tree, where the spio version
+    stays, an edit there changes it; in an installed spio these files never change."""
+    kernels = Path(__file__).parent
+    paths = set(kernels.glob("*.py"))
+    paths.update(kernels.parent / "tune" / f for f in ("features.py", "rank.py", "model.py"))
     for fn in (kdef.configs, kdef.heuristic, kdef.features):
         module = sys.modules.get(getattr(fn, "__module__", None) or "")
         path = getattr(module, "__file__", None)
         if path:
-            try:
-                st = os.stat(path)
-            except OSError:
-                continue
-            out.add(f"{path}|{st.st_size}|{st.st_mtime_ns}")
-    return sorted(out)
+            paths.add(Path(path))
+    out = []
+    for path in sorted(paths):
+        try:
+            st = path.stat()
+        except OSError:
+            continue
+        out.append(f"{path}|{st.st_size}|{st.st_mtime_ns}")
+    return out
 
 
 def _device_identity(device: Any) -> str:
