@@ -144,8 +144,10 @@ def test_model_finds_the_known_best_config_on_unseen_shapes(seed):
 
 
 def test_evaluation_splits_by_shape_and_reports_regret(seed):
-    report = evaluate(KDEF, _dataset(30, seed), Dev(), folds=5)
-    assert report.shapes == 30
+    samples = _dataset(30, seed)
+    report = evaluate(KDEF, samples, Dev(), folds=5)
+    # One regret per distinct shape: 30 draws repeat a shape for ~2% of seeds (1328219272).
+    assert report.shapes == len({s.shape_key() for s in samples}) >= 25
     assert 1.0 <= report.regret_median <= report.regret_p90 <= report.regret_max
     assert report.regret_median < 1.1, str(report)
     assert 0.0 <= report.top5_hit_rate <= 1.0
