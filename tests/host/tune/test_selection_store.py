@@ -286,3 +286,39 @@ def test_concurrent_processes_lose_no_pick(tmp_path: Path):
     (picks,) = json.loads(_picks_file(tmp_path / "sel").read_text())["bases"].values()
     assert len(picks) == workers * count
     assert not list((tmp_path / "sel").glob("*.tmp"))  # no temporary file left behind
+
+
+_NEW_PROCESS = """
+import json, sys
+from spio.cuda import known_device
+from spio.kernels import KERNELS
+from spio.kernels.select import Selector
+from spio.kernels.conv2d_gw8_params import Conv2dGw8Params
+sel = Selector()
+p = Conv2dGw8Params(n=8, c=256, h=14, w=14, r=3, s=3, pad_h=1, pad_w=1)
+cfg = sel.select(KERNELS["conv2d_gw8_fprop"], p, known_device("H100"))
+source = sel.sources[("conv2d_gw8_fprop", p, "NVIDIA H100 80GB HBM3")]
+print(json.dumps([repr(cfg), source, "xgboost" in sys.modules]))
+"""
+
+
+def test_a_new_process_selects_from_disk_without_importing_xgboost(tmp_path: Path):
+    """The shipped conv2d_gw8_fprop model, in two real processes sharing a cache dir."""
+    import subprocess
+    import sys
+
+    pytest.importorskip("xgboost", reason="the first process ranks with the shipped model")
+    if not store.model_files("conv2d_gw8_fprop"):
+        pytest.skip("no conv2d_gw8_fprop model ships in this checkout")
+    env = {**os.environ, "SPIO_CACHE_DIR": str(tmp_path)}
+
+    def run() -> list:
+        out = subprocess.run(
+            [sys.executable, "-c", _NEW_PROCESS], env=env, capture_output=True, text=True
+        )
+        assert out.returncode == 0, out.stderr
+        return json.loads(out.stdout.splitlines()[-1])
+
+    first, second = run(), run()
+    assert first[1:] == ["model", True]  # ranked with the model
+    assert second == [first[0], "model", False]  # the same pick, read from disk
