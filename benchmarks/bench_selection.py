@@ -10,7 +10,9 @@ from __future__ import annotations
 import argparse
 import random
 import statistics
+import tempfile
 import time
+from pathlib import Path
 
 from spio.cuda import known_device
 from spio.kernels import KERNELS
@@ -30,7 +32,9 @@ def main(argv: list[str] | None = None) -> int:
             continue
         rng = random.Random(0)
         source = "model" if find_model(name, dev.name, dev.arch) else "heuristic"
-        sel = Selector()
+        # A fresh, empty pick store: "new shape" times the model's ranking (plus writing the
+        # pick), not a pick an earlier run saved on disk.
+        sel = Selector(store_dir=Path(tempfile.mkdtemp(prefix="spio-bench-selection-")))
         new_ms, cached_us, n_cfg = [], [], []
         for _ in range(args.shapes):
             p = kdef.sample_params(rng)

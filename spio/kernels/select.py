@@ -309,11 +309,23 @@ def _picks(data: Any) -> dict:
     return bases
 
 
-def _code_identity(kdef: KernelDef) -> list[str]:
+_code_identities: dict[str, tuple[str, ...]] = {}
+
+
+def _code_identity(kdef: KernelDef) -> tuple[str, ...]:
     """'path|size|mtime_ns' of the code a pick depends on: the modules defining the family's
     configs, heuristic and features, every module of `spio.kernels` (params, helpers) and the
     feature and ranking code of `spio.tune`. In a development tree, where the spio version
-    stays, an edit there changes it; in an installed spio these files never change."""
+    stays, an edit there changes it; in an installed spio these files never change. Taken once
+    per process and family: the code that runs is the code imported, whatever happens to the
+    files later (and the stats cost ~1 ms per new-shape selection otherwise)."""
+    known = _code_identities.get(kdef.name)
+    if known is None:
+        known = _code_identities[kdef.name] = tuple(_stat_code(kdef))
+    return known
+
+
+def _stat_code(kdef: KernelDef) -> list[str]:
     kernels = Path(__file__).parent
     paths = set(kernels.glob("*.py"))
     paths.update(kernels.parent / "tune" / f for f in ("features.py", "rank.py", "model.py"))
