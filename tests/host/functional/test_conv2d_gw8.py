@@ -188,7 +188,7 @@ def test_from_conv2d_rejects_a_parametrized_weight():
     assert model[0] is conv
 
 
-def test_wgrad_config_does_not_depend_on_the_first_batch_size():
+def test_wgrad_config_does_not_depend_on_the_first_batch_size(tmp_path):
     """dweight's bits follow from the wgrad config (partial-sum count and order), so the op must
     pick it from the shape alone: a process that saw N=1 first runs N=128 with the config a fresh
     process picks for N=128. fprop keeps the first batch size's config (no compile per batch)."""
@@ -198,28 +198,29 @@ def test_wgrad_config_does_not_depend_on_the_first_batch_size():
     from spio.kernels.conv2d_gw8_params import Conv2dGw8Params
     from spio.kernels.conv2d_gw8_wgrad import WGRAD
     from spio.kernels.select import default_selector
+    from spio.settings import override
 
     dev = known_device("H100")
 
     def layer(n):
         return Conv2dGw8Params(n=n, c=256, h=14, w=14, r=3, s=3, pad_h=1, pad_w=1, has_bias=True)
 
-    default_selector().clear()
-    try:
-        fresh = config_for(WGRAD, layer(128), dev)
+    with override(cache_dir=tmp_path):  # picks persist: keep them out of the user's cache
         default_selector().clear()
-        config_for(WGRAD, layer(1), dev)
-        assert config_for(WGRAD, layer(128), dev) == fresh
-        first = config_for(FPROP, layer(1), dev)
-        assert config_for(FPROP, layer(128), dev) == first  # shared across batch sizes
-        # The check can fail: for this layer the space's choice differs between N=1 and N=128.
-        default_selector().clear()
-        assert config_for(WGRAD, layer(1), dev) != fresh
-    finally:
-        default_selector().clear()
+        try:
+            fresh = config_for(WGRAD, layer(128), dev)
+            default_selector().clear()
+            config_for(WGRAD, layer(1), dev)
+            assert config_for(WGRAD, layer(128), dev) == fresh
+            first = config_for(FPROP, layer(1), dev)
+            assert config_for(FPROP, layer(128), dev) == first  # shared across batch sizes
+            # The check can fail: for this layer the space's choice differs between N=1 and N=128.
+            default_selector().clear()
+            assert config_for(WGRAD, layer(1), dev) != fresh
+        finally:
+            default_selector().clear()
 
-
-# ---- batch sizes: N = 0 and N above the GPU kernels' gridDim.y limit ---------------------------
+    # ---- batch sizes: N = 0 and N above the GPU kernels' gridDim.y limit ---------------------------
 
 
 def _gpu_path(monkeypatch):

@@ -212,7 +212,7 @@ def test_kernel_limits_documented():
     assert "float64" in _kernel_limit(torch.empty(1, 16, 2, 2, dtype=torch.float64))
 
 
-def test_backward_config_does_not_depend_on_the_first_row_count():
+def test_backward_config_does_not_depend_on_the_first_row_count(tmp_path):
     """dweight/dbias bits follow from the backward config (partial-sum count and order), so it is
     picked from the shape alone: after M = 196 the op runs M = 25088 with the config a fresh
     process picks for 25088."""
@@ -220,15 +220,17 @@ def test_backward_config_does_not_depend_on_the_first_row_count():
     from spio.functional.layernorm_2d import backward_config
     from spio.kernels.layernorm_2d_params import LayerNorm2dParams
     from spio.kernels.select import default_selector
+    from spio.settings import override
 
     dev = known_device("H100")
     small, large = LayerNorm2dParams(c=256, m=196), LayerNorm2dParams(c=256, m=25088)
-    default_selector().clear()
-    try:
-        fresh = backward_config(large, dev)
+    with override(cache_dir=tmp_path):  # picks persist: keep them out of the user's cache
         default_selector().clear()
-        first = backward_config(small, dev)
-        assert backward_config(large, dev) == fresh
-        assert first != fresh  # the check can fail: the two row counts choose differently
-    finally:
-        default_selector().clear()
+        try:
+            fresh = backward_config(large, dev)
+            default_selector().clear()
+            first = backward_config(small, dev)
+            assert backward_config(large, dev) == fresh
+            assert first != fresh  # the check can fail: the two row counts choose differently
+        finally:
+            default_selector().clear()
