@@ -180,11 +180,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     ap = build_parser()
-    args = parse_args(ap, argv)
-    if args.sweep and args.plot:
+    args = ap.parse_args(argv)
+    if args.sweep and args.plot:  # before the matplotlib check: leaving out --plot fixes both
         ap.error(
             "--plot draws the shape table; --sweep prints its configs (use --csv to keep them)"
         )
+    args = parse_args(ap, argv)
     if not torch.cuda.is_available():
         print("spio bench matmul: needs a CUDA GPU (torch.cuda.is_available() is False)")
         return 2

@@ -148,6 +148,8 @@ def test_output_files_get_the_family_name_when_several_families_run(monkeypatch,
         monkeypatch.setattr(
             mod, "main", lambda argv, family=family: seen.setdefault(family, argv) and 0
         )
+    # (with or without matplotlib here: its absence is a usage error tested on its own)
+    monkeypatch.setattr("spio.bench.report.plotting_unavailable", lambda: None)
     csv = tmp_path / "out.csv"
     assert main(["bench", "--quick", "--csv", str(csv), f"--plot={tmp_path / 'p.png'}"]) == 0
     assert seen["matmul"] == ["--quick", "--csv", str(tmp_path / "out_matmul.csv"),
