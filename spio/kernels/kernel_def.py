@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -76,7 +76,7 @@ class KernelDef:
     spec: Callable[[Any, Any, Any], KernelSpec]
     heuristic: Callable[[Any, Any], Any]
     stats: Callable[[Any], KernelStats]
-    features: Callable[[Any, Any, Any], dict[str, float]] = field(default=None)  # type: ignore[assignment]
-    examples: Callable[[], list[Any]] = field(default=None)  # type: ignore[assignment]
-    sample_params: Callable[[Any], Any] = field(default=None)  # type: ignore[assignment]
-    make_runner: Callable[[Any, Any], Callable[[], None]] = field(default=None)  # type: ignore[assignment]
+    features: Callable[[Any, Any, Any], dict[str, float]] | None = None
+    examples: Callable[[], list[Any]] | None = None
+    sample_params: Callable[[Any], Any] | None = None
+    make_runner: Callable[[Any, Any], Callable[[], None]] | None = None

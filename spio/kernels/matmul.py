@@ -44,8 +44,9 @@ def configs(p: MatmulParams, dev: Any) -> list[MatmulConfig]:
     split evenly over the threads and its shared memory (pipeline ring, or the C staging tile of
     p.out_dtype) fits the device's opt-in limit. 64 x 64 warp tiles take block_k 64 only in
     8-warp CTAs (128 x 256, 256 x 128): the kernel keeps two k16 steps of fragments live, which
-    fits 255 registers there in every variant, but not in every variant of the smaller CTAs. The shape does not restrict the space (shapes
-    are runtime arguments); the heuristic and the model weigh it.
+    fits 255 registers there in every variant, but not in every variant of the smaller CTAs. The
+    shape does not restrict the space (shapes are runtime arguments); the heuristic and the model
+    weigh it.
     """
     out: list[MatmulConfig] = []
     limit = dev.max_smem_per_block_optin

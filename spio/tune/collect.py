@@ -90,7 +90,8 @@ def collect(
     from spio.errors import OutOfResources
     from spio.timing import bench
 
-    if kdef.sample_params is None or kdef.make_runner is None:
+    sample_params, make_runner = kdef.sample_params, kdef.make_runner
+    if sample_params is None or make_runner is None:
         raise ValueError(f"{kdef.name}: the family defines no sample_params/make_runner to collect")
     torch.cuda.set_device(ordinal)
     dev = device_attributes(ordinal)
@@ -100,7 +101,7 @@ def collect(
     written = 0
     bar = _bar(minutes, progress, f"{kdef.name} on GPU {ordinal}")
     while time.monotonic() < deadline:
-        params = kdef.sample_params(rng)
+        params = sample_params(rng)
         configs = kdef.configs(params, dev)
         if max_configs is not None and len(configs) > max_configs:
             configs = rng.sample(configs, max_configs)
@@ -121,7 +122,7 @@ def collect(
         for cfg in todo:
             t0 = time.perf_counter()
             try:
-                run = kdef.make_runner(params, cfg)
+                run = make_runner(params, cfg)
             except OutOfResources:
                 continue
             if pause or time.perf_counter() - t0 > PAUSE_S:
@@ -139,7 +140,7 @@ def collect(
         retimed: set[int] = set()
 
         def remeasure(i: int, params=params, timed=timed, retimed=retimed) -> float:
-            run = kdef.make_runner(params, timed[i])
+            run = make_runner(params, timed[i])
             us = bench(run, warmup_ms=WARMUP_MS, reps=REPS).median_ms * 1e3
             retimed.add(i)
             return us

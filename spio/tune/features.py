@@ -46,7 +46,7 @@ def feature_matrix(
         return np.empty((0, len(names)), dtype=np.float32)
     f = kdef.features
     first = f(params, configs[0], device) if f is not None else None
-    if first is None or tuple(first) != names:
+    if f is None or first is None or tuple(first) != names:
         rows = [features(kdef, params, c, device) for c in configs]
         return np.asarray(
             [[r.get(n, math.nan) for n in names] for r in rows], dtype=np.float64

@@ -55,10 +55,22 @@ def test_family_help_from_the_spio_command():
     "tokens, families, options",
     [
         (["--quick", "conv2d-gw8"], ["conv2d-gw8"], ["--quick"]),
-        (["matmul", "--sweep", "8192", "--csv", "m.csv"], ["matmul"], ["--sweep", "8192", "--csv", "m.csv"]),
-        (["--csv", "o.csv", "matmul", "layernorm2d"], ["matmul", "layernorm2d"], ["--csv", "o.csv"]),
+        (
+            ["matmul", "--sweep", "8192", "--csv", "m.csv"],
+            ["matmul"],
+            ["--sweep", "8192", "--csv", "m.csv"],
+        ),
+        (
+            ["--csv", "o.csv", "matmul", "layernorm2d"],
+            ["matmul", "layernorm2d"],
+            ["--csv", "o.csv"],
+        ),
         (["conv3d", "--quick"], ["conv3d"], ["--quick"]),  # reported as an unknown family
-        (["conv2d-gw8", "--kernel", "fprop", "--", "--quick"], ["conv2d-gw8"], ["--kernel", "fprop", "--quick"]),
+        (
+            ["conv2d-gw8", "--kernel", "fprop", "--", "--quick"],
+            ["conv2d-gw8"],
+            ["--kernel", "fprop", "--quick"],
+        ),
     ],
 )  # fmt: skip
 def test_split_args(tokens, families, options):

@@ -220,7 +220,7 @@ def test_wgrad_config_does_not_depend_on_the_first_batch_size(tmp_path):
         finally:
             default_selector().clear()
 
-    # ---- batch sizes: N = 0 and N above the GPU kernels' gridDim.y limit ---------------------------
+    # ---- batch sizes: N = 0 and N above the GPU kernels' gridDim.y limit -------------------------
 
 
 def _gpu_path(monkeypatch):
