@@ -178,14 +178,17 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = build_parser()
-    args = ap.parse_args(argv)
-    if args.sweep and args.plot:  # before the matplotlib check: leaving out --plot fixes both
+def check_args(ap: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Option combinations the parser cannot express (a usage error, before anything runs)."""
+    if args.sweep and args.plot:
         ap.error(
             "--plot draws the shape table; --sweep prints its configs (use --csv to keep them)"
         )
-    args = parse_args(ap, argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = build_parser()
+    args = parse_args(ap, argv, check_args)
     if not torch.cuda.is_available():
         print("spio bench matmul: needs a CUDA GPU (torch.cuda.is_available() is False)")
         return 2

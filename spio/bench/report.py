@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import csv
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 
@@ -56,10 +56,17 @@ def plotting_unavailable() -> str | None:
     return None
 
 
-def parse_args(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace:
-    """A benchmark's `parser.parse_args(argv)`, refusing `--plot` (usage error, exit 2) when it
-    could not be honoured, so a long run does not end without its plot."""
+def parse_args(
+    parser: argparse.ArgumentParser,
+    argv: Sequence[str] | None,
+    check: Callable[[argparse.ArgumentParser, argparse.Namespace], None] | None = None,
+) -> argparse.Namespace:
+    """A benchmark's `parser.parse_args(argv)`, then its own `check` of option combinations
+    (which calls `parser.error`), then a refusal of `--plot` (usage error, exit 2) when it could
+    not be honoured, so a long run does not end without its plot."""
     args = parser.parse_args(argv)
+    if check is not None:
+        check(parser, args)
     why = plotting_unavailable() if getattr(args, "plot", None) else None
     if why:
         parser.error(why)

@@ -81,7 +81,8 @@ def run_bench(families: list[str], options: list[str]) -> int:
     chosen = families or list(FAMILIES)
     per_family = {f: per_family_outputs(options, f) if len(chosen) > 1 else options for f in chosen}
     for family in chosen:  # usage errors (exit 2) before a minute of compiling or measuring
-        parse_args(family_parser(family), per_family[family])
+        module = importlib.import_module(FAMILIES[family])
+        parse_args(module.build_parser(), per_family[family], getattr(module, "check_args", None))
     if not _has_gpu():
         return _no_gpu(chosen, options)
     status = 0

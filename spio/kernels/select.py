@@ -10,11 +10,11 @@ On disk, under `<cache dir>/selections/` (or `store_dir`), per family and GPU na
 - `<family>__<gpu>.picks.json`: model and heuristic picks, `{"format": 1, "bases": {basis:
   {params: {"config": ..., "source": "model" | "heuristic"}}}}`. The basis is a digest of what a
   pick depends on, read without loading a model or XGBoost: the spio version, the code (path,
-  size, mtime of spio.kernels' modules and the family's), the device's attributes and every
-  model file the lookup may read (path, size, mtime; `spio.tune.store.model_identity`). A
-  retrained or added model, another spio version or edited code therefore never reuses a stale
-  pick, and a new process answers from disk without loading the model. The `MAX_BASES` most
-  recently written bases are kept.
+  size, mtime of spio.kernels' modules, the family's and spio.tune's feature, ranking and model
+  code), the device's attributes and every model file the lookup may read (path, size, mtime;
+  `spio.tune.store.model_identity`). A retrained or added model, another spio version or edited
+  code therefore never reuses a stale pick, and a new process answers from disk without loading
+  the model. The `MAX_BASES` most recently written bases are kept.
 Writes take a file lock and replace the file atomically, so concurrent processes lose no entry;
 an unreadable file is ignored with a warning (and rewritten by the next pick).
 """

@@ -116,10 +116,21 @@ def test_plot_without_matplotlib_is_a_clear_error(family, no_run, capsys):
         importlib.import_module(cli_bench.FAMILIES[family]).main(["--plot", "out.png"])
 
 
-def test_matmul_sweep_refuses_plot(no_run, capsys):
-    with pytest.raises(SystemExit) as e:
-        importlib.import_module("spio.bench.matmul").main(["--sweep", "1024", "--plot", "p.png"])
-    assert e.value.code == 2 and "--sweep prints its configs" in capsys.readouterr().err
+@pytest.mark.parametrize("matplotlib", ["installed", "missing"])
+def test_matmul_sweep_refuses_plot(no_run, capsys, matplotlib):
+    # The conflict is reported first, with or without matplotlib: leaving out --plot fixes both.
+    if matplotlib == "missing":
+        no_run.setitem(sys.modules, "matplotlib", None)
+    else:
+        no_run.setattr("spio.bench.report.plotting_unavailable", lambda: None)
+    entry_points = (
+        lambda: importlib.import_module("spio.bench.matmul").main(["--sweep", "1024", "--plot=p"]),
+        lambda: main(["bench", "matmul", "--sweep", "1024", "--plot", "p.png"]),
+    )
+    for run in entry_points:
+        with pytest.raises(SystemExit) as e:
+            run()
+        assert e.value.code == 2 and "--sweep prints its configs" in capsys.readouterr().err
 
 
 def test_options_reach_each_chosen_familys_benchmark(monkeypatch):

@@ -188,6 +188,19 @@ def test_from_conv2d_rejects_a_parametrized_weight():
     assert model[0] is conv
 
 
+def test_from_conv2d_rejects_the_older_weight_norm_hook_and_names_its_remover():
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)  # the hook is deprecated in torch
+        conv = nn.utils.weight_norm(nn.Conv2d(16, 16, 3, padding=1, groups=2))
+    with pytest.raises(TypeError, match="conv.weight must be an nn.Parameter") as e:
+        Conv2dGw8.from_conv2d(conv)
+    assert "remove_weight_norm" in str(e.value) and "remove_parametrizations" in str(e.value)
+    nn.utils.remove_weight_norm(conv)  # the fix the message names works
+    assert isinstance(Conv2dGw8.from_conv2d(conv), Conv2dGw8)
+
+
 def test_wgrad_config_does_not_depend_on_the_first_batch_size(tmp_path):
     """dweight's bits follow from the wgrad config (partial-sum count and order), so the op must
     pick it from the shape alone: a process that saw N=1 first runs N=128 with the config a fresh
