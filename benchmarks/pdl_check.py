@@ -26,13 +26,11 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-from dataclasses import replace
 
 import torch
 
 from spio.cuda import device_attributes
 from spio.kernels.loader import default_function_cache
-from spio.kernels.select import default_selector
 from spio.settings import override
 from spio.timing import bench
 
@@ -44,6 +42,7 @@ CONV_CASES = ((128, 64, 56, 56, 3), (8, 512, 7, 7, 7))  # (N, C, H, W, k)
 def _ln(shape):
     """(launch, op) zero-argument callables of the layernorm_2d backward at shape."""
     import spio.functional  # noqa: F401  (registers the ops)
+    from spio.functional.layernorm_2d import backward_config
     from spio.kernels import layernorm_2d as k
     from spio.kernels.layernorm_2d_params import LayerNorm2dParams
 
@@ -53,7 +52,7 @@ def _ln(shape):
     wt, b = torch.randn(c, device="cuda").half(), torch.randn(c, device="cuda").half()
     p = LayerNorm2dParams.from_tensors(x, wt, b)
     dev = device_attributes(torch.cuda.current_device())
-    cfg = default_selector().select(k.BWD, p, dev, share=replace(p, m=1))  # as the op selects
+    cfg = backward_config(p, dev)  # the op's selection (per exact shape)
     _, mean, rstd = torch.ops.spio.layernorm_2d(x, wt, b, 1e-6)
     launch = k.BWD.make_runner(p, cfg)
     return launch, lambda: torch.ops.spio.layernorm_2d_backward(dy, x, mean, rstd, wt, b)
@@ -62,6 +61,7 @@ def _ln(shape):
 def _conv(shape):
     """(launch, op) zero-argument callables of the conv2d_gw8 weight gradient at shape."""
     import spio.functional  # noqa: F401  (registers the ops)
+    from spio.functional.conv2d_gw8 import config_for
     from spio.kernels import conv2d_gw8_wgrad as wg
     from spio.kernels.conv2d_gw8_params import Conv2dGw8Params
     from spio.kernels.conv2d_gw8_tune import make_wgrad_runner
@@ -71,7 +71,7 @@ def _conv(shape):
     p = Conv2dGw8Params(n=n, c=c, h=h, w=w, r=r, s=r, pad_h=pad, pad_w=pad, has_bias=True,
                         dtype="float16")  # fmt: skip
     dev = device_attributes(torch.cuda.current_device())
-    cfg = default_selector().select(wg.WGRAD, p, dev, share=p.variant())  # as the op selects
+    cfg = config_for(wg.WGRAD, p, dev)  # the op's selection (per exact shape)
     x = torch.randn(n, c, h, w, device="cuda").half().contiguous(memory_format=CL)
     dy = torch.randn(n, c, h, w, device="cuda").half().contiguous(memory_format=CL)
     launch = make_wgrad_runner(p, cfg)
