@@ -4,6 +4,7 @@
 #   scripts/gpu-session.sh test            GPU suite (JUnit + log)
 #   scripts/gpu-session.sh bench           quick benchmarks of every family + launch overhead
 #   scripts/gpu-session.sh tune MINUTES    collect samples for every family, train, eval
+#                                          (MINUTES per family: 6 families, plus compiles)
 #   scripts/gpu-session.sh sweep           every conv2d_gw8 fprop/dgrad config at the 3x3 and 7x7 points
 # Stages combine: scripts/gpu-session.sh test bench
 set -uo pipefail

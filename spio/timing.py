@@ -104,12 +104,14 @@ def bench(
 ) -> Timing:
     """Times fn() on the current stream; fn must only enqueue GPU work.
 
-    Warms up for about `warmup_ms`, then times `reps` calls, each preceded (outside its timed
-    region) by zeroing a buffer of twice the L2 size when `flush_l2`, and by a GPU spin longer
-    than fn's host enqueue time (`hold_cycles`, from the longest of 5 warm-up calls; 100 µs at
-    least, 10 ms at most) so that the host has enqueued the whole call before the GPU reaches
-    it: the time is the GPU's, not the host's launch overhead (a CUDA graph replay measures the
-    same), unless a single call's host time exceeds ~5 ms or varies far beyond the warm-up's.
+    Warms up with `warmup_ms` / (one call's GPU time) calls (about `warmup_ms` of GPU work; longer
+    in wall time when a call's host time exceeds its GPU time), then times `reps` calls, each
+    preceded (outside its timed region) by zeroing a buffer of twice the L2 size when `flush_l2`,
+    and by a GPU spin longer than fn's host enqueue time (`hold_cycles`, from the longest of 5
+    warm-up calls; 100 µs at least, 10 ms at most) so that the host has enqueued the whole call
+    before the GPU reaches it: the time is the GPU's, not the host's launch overhead (a CUDA graph
+    replay measures the same), unless a single call's host time exceeds ~5 ms or varies far beyond
+    the warm-up's.
     """
     device = device or torch.device("cuda", torch.cuda.current_device())
     flush = _flush_buffer(device) if flush_l2 else None
