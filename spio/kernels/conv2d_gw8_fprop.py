@@ -381,6 +381,7 @@ FPROP = KernelDef(
     examples=examples,
     sample_params=_tune.sample_params,
     make_runner=_tune.make_fprop_runner,
+    compiled_params=Conv2dGw8Params.variant,
 )
 
 DGRAD = KernelDef(
@@ -395,4 +396,5 @@ DGRAD = KernelDef(
     examples=examples,
     sample_params=_tune.sample_params,
     make_runner=_tune.make_dgrad_runner,
+    compiled_params=Conv2dGw8Params.variant,
 )

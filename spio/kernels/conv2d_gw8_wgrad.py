@@ -345,4 +345,5 @@ WGRAD = KernelDef(
     examples=examples,
     sample_params=_tune.sample_params,
     make_runner=_tune.make_wgrad_runner,
+    compiled_params=Conv2dGw8Params.variant,
 )

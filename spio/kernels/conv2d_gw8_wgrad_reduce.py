@@ -156,5 +156,6 @@ WGRAD_REDUCE = KernelDef(
     heuristic=reduce_heuristic,
     stats=reduce_stats,
     examples=examples,
+    compiled_params=Conv2dGw8Params.variant,
     # No sample_params / make_runner: not tuned on its own (see the module docstring).
 )

@@ -67,6 +67,9 @@ class KernelDef:
             random ones), for collecting performance-model training data.
         make_runner: (params, config) -> a zero-argument callable that launches the variant once
             on inputs it allocated on the current GPU (for timing: collect, autotune).
+        compiled_params: params -> the params a compiled variant depends on, with the run-time
+            launch arguments (batch, rows, matrix sizes) canonicalized: the key under which
+            one loaded kernel serves all of them. None: the params themselves.
     """
 
     name: str
@@ -80,3 +83,4 @@ class KernelDef:
     examples: Callable[[], list[Any]] | None = None
     sample_params: Callable[[Any], Any] | None = None
     make_runner: Callable[[Any, Any], Callable[[], None]] | None = None
+    compiled_params: Callable[[Any], Any] | None = None

@@ -322,6 +322,7 @@ FWD = KernelDef(
     examples=examples,
     sample_params=sample_params,
     make_runner=make_runner,
+    compiled_params=LayerNorm2dParams.static,
 )
 
 BWD = KernelDef(
@@ -336,4 +337,5 @@ BWD = KernelDef(
     examples=examples,
     sample_params=sample_params,
     make_runner=lambda p, cfg: make_runner(p, cfg, backward=True),
+    compiled_params=LayerNorm2dParams.static,
 )

@@ -389,4 +389,5 @@ DEF = KernelDef(
     examples=examples,
     sample_params=sample_params,
     make_runner=make_runner,
+    compiled_params=MatmulParams.variant,
 )
