@@ -233,17 +233,16 @@ def _nhwc(t: torch.Tensor) -> torch.Tensor:
 
 
 def config_for(kdef, p: Conv2dGw8Params, dev):
-    """The config the op runs for layer p on dev. fprop and dgrad reuse the config chosen for the
-    layer's first batch size (the batch is a launch argument: a new batch size compiles nothing).
-    wgrad selects for the exact shape: its config fixes how many partial sums there are and the
-    order they are added in, so sharing would make the bits of dweight depend on which batch
-    size this process happened to see first; per shape they depend on the inputs only (and the
-    GPU and its performance model; with SPIO_AUTOTUNE=1, on the measured winner)."""
-    from spio.kernels.conv2d_gw8_wgrad import WGRAD
-    from spio.kernels.select import default_selector
+    """The config the op runs for layer p on dev (`spio.kernels.select.op_config`). fprop and
+    dgrad reuse the config chosen for the layer's first batch size (the batch is a launch
+    argument: a new batch size compiles nothing). wgrad selects for the exact shape: its config
+    fixes how many partial sums there are and the order they are added in, so sharing would make
+    the bits of dweight depend on which batch size this process happened to see first; per shape
+    they depend on the inputs only (and the GPU and its performance model; with
+    SPIO_AUTOTUNE=1, on the measured winner)."""
+    from spio.kernels.select import op_config
 
-    share = None if kdef is WGRAD else p.variant()
-    return default_selector().select(kdef, p, dev, share=share)
+    return op_config(kdef, p, dev)
 
 
 def _kernel(kdef, p: Conv2dGw8Params, index: int):

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import functools
 import math
-from dataclasses import replace
 from typing import Any
 
 import torch
@@ -152,9 +151,9 @@ def backward_config(p: LayerNorm2dParams, dev: Any) -> Any:
     M as the forward's is: it fixes how many dweight/dbias partial sums there are and their order,
     so sharing would make their bits depend on which M this process saw first."""
     from spio.kernels import layernorm_2d as k
-    from spio.kernels.select import default_selector
+    from spio.kernels.select import op_config
 
-    return default_selector().select(k.BWD, p, dev)
+    return op_config(k.BWD, p, dev)
 
 
 def _launch_setup(x: Tensor, weight: Tensor | None, bias: Tensor | None):
@@ -187,7 +186,7 @@ def _forward_fallback(input, weight, bias, eps):
 def _forward_spio(input, weight, bias, eps):
     from spio.kernels import layernorm_2d as k
     from spio.kernels.loader import default_function_cache
-    from spio.kernels.select import default_selector
+    from spio.kernels.select import op_config
 
     x = _rows(input)
     weight, bias = _aligned(weight), _aligned(bias)
@@ -199,7 +198,7 @@ def _forward_spio(input, weight, bias, eps):
         p, dev = _launch_setup(x, weight, bias)
         if p.m == 0:
             return y, mean, rstd
-        cfg = default_selector().select(k.FWD, p, dev, share=replace(p, m=1))
+        cfg = op_config(k.FWD, p, dev)  # one config per layer, whatever its row count
         loaded = default_function_cache().get(k.FWD, p.static(), cfg, dev)
         k.launch_forward(
             loaded,

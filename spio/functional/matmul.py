@@ -119,7 +119,7 @@ def _aligned(t: torch.Tensor) -> torch.Tensor:
 
 def _run_kernel(a, b, bias, out_dtype, b_transposed) -> torch.Tensor:
     from spio.kernels import matmul as mm
-    from spio.kernels.select import default_selector
+    from spio.kernels.select import op_config
 
     m, k = a.shape
     n = b.shape[0] if b_transposed else b.shape[1]
@@ -143,7 +143,7 @@ def _run_kernel(a, b, bias, out_dtype, b_transposed) -> torch.Tensor:
         has_bias=bias is not None,
     )
     dev = _device(a.device.index if a.device.index is not None else 0)
-    cfg = default_selector().select(mm.DEF, p.bucketed(), dev)
+    cfg = op_config(mm.DEF, p, dev)  # selected for the bucketed token count
     with torch.cuda.device(a.device):
         mm.launch(p, cfg, out, a, b, bias, ldb=b.shape[1], stream=stream_of(a), device=dev)
     return out

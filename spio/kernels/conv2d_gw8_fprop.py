@@ -300,6 +300,13 @@ def features(p: Conv2dGw8Params, cfg: Conv2dGw8Config, dev: Any) -> dict[str, fl
     }
 
 
+def one_config_per_layer(p: Conv2dGw8Params) -> tuple[Conv2dGw8Params, Conv2dGw8Params]:
+    """fprop/dgrad's selection rule (`KernelDef.select_key`): the config chosen for a layer's first
+    batch size serves its other batch sizes (the batch is a launch argument, so a new batch size
+    compiles nothing)."""
+    return p, p.variant()
+
+
 def examples() -> list[Conv2dGw8Params]:
     return [
         Conv2dGw8Params(n=32, c=64, h=56, w=56, r=3, s=3, pad_h=1, pad_w=1, has_bias=True),
@@ -382,6 +389,7 @@ FPROP = KernelDef(
     sample_params=_tune.sample_params,
     make_runner=_tune.make_fprop_runner,
     compiled_params=Conv2dGw8Params.variant,
+    select_key=one_config_per_layer,
 )
 
 DGRAD = KernelDef(
@@ -397,4 +405,5 @@ DGRAD = KernelDef(
     sample_params=_tune.sample_params,
     make_runner=_tune.make_dgrad_runner,
     compiled_params=Conv2dGw8Params.variant,
+    select_key=one_config_per_layer,
 )

@@ -346,4 +346,7 @@ WGRAD = KernelDef(
     sample_params=_tune.sample_params,
     make_runner=_tune.make_wgrad_runner,
     compiled_params=Conv2dGw8Params.variant,
+    # No select_key: selected per exact shape. The config fixes how many partial sums there are
+    # and their order, so sharing one across batch sizes would make dweight's bits depend on the
+    # batch size a process saw first.
 )

@@ -157,5 +157,6 @@ WGRAD_REDUCE = KernelDef(
     stats=reduce_stats,
     examples=examples,
     compiled_params=Conv2dGw8Params.variant,
+    derived_from="conv2d_gw8_wgrad",  # config_for(slices of the wgrad config)
     # No sample_params / make_runner: not tuned on its own (see the module docstring).
 )

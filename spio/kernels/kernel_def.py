@@ -70,6 +70,12 @@ class KernelDef:
         compiled_params: params -> the params a compiled variant depends on, with the run-time
             launch arguments (batch, rows, matrix sizes) canonicalized: the key under which
             one loaded kernel serves all of them. None: the params themselves.
+        select_key: params -> (the params the config is selected for, the `share` key or None):
+            the ops' selection rule (`spio.kernels.select.op_config`), e.g. matmul selects for
+            its bucketed token count, conv fprop shares one config across batch sizes. None:
+            (params, None), every params selected on its own.
+        derived_from: the first pass whose launch derives this family's config (the two
+            reductions); such a family is never selected on its own.
     """
 
     name: str
@@ -84,3 +90,5 @@ class KernelDef:
     sample_params: Callable[[Any], Any] | None = None
     make_runner: Callable[[Any, Any], Callable[[], None]] | None = None
     compiled_params: Callable[[Any], Any] | None = None
+    select_key: Callable[[Any], tuple[Any, Any]] | None = None
+    derived_from: str | None = None

@@ -267,6 +267,7 @@ BWD_REDUCE = KernelDef(
     stats=reduce_stats,
     examples=examples,
     compiled_params=LayerNorm2dParams.static,
+    derived_from="layernorm_2d_bwd",  # reduce_config(the backward's real parts count)
     # No sample_params / make_runner: the config is reduce_config of the real parts count (a
     # pure function), and `spio tune` times the reduce inside layernorm_2d_bwd's runner, so this
     # family has no model of its own (make_reduce_runner times it alone for benchmarks/tests).

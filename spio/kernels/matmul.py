@@ -390,4 +390,6 @@ DEF = KernelDef(
     sample_params=sample_params,
     make_runner=make_runner,
     compiled_params=MatmulParams.variant,
+    # Selected for the token count rounded up to a power of two: a bounded set of selections.
+    select_key=lambda p: (p.bucketed(), None),
 )

@@ -356,6 +356,19 @@ def _device_identity(device: Any) -> str:
     return f"{device.name}|{device.arch}"
 
 
+def op_config(kdef: KernelDef, params: Any, device: Any, selector: Selector | None = None) -> Any:
+    """The config the torch ops run for `params` on `device`: the family's selection rule
+    (`KernelDef.select_key`: which params the config is selected for, and whether one config
+    serves a layer's other batch sizes) applied through `selector` (default: the ops' one)."""
+    if kdef.derived_from is not None:
+        raise ValueError(
+            f"{kdef.name}: its config is derived from the {kdef.derived_from} pass's launch "
+            f"(see {kdef.name}'s module), not selected; pass the config explicitly"
+        )
+    params, share = kdef.select_key(params) if kdef.select_key is not None else (params, None)
+    return (selector or default_selector()).select(kdef, params, device, share=share)
+
+
 @functools.cache
 def default_selector() -> Selector:
     """The process-wide selector the torch ops use; tests may build their own."""

@@ -23,9 +23,9 @@ def _not_a_parameter(name: str, t: object) -> str:
     return (
         f"Conv2dGw8.from_conv2d: conv.{name} must be an nn.Parameter to be shared, got a computed "
         f"{type(t).__name__} (a parametrization such as weight_norm?); remove it first "
-        "(torch.nn.utils.parametrize.remove_parametrizations(conv, name) for "
-        "torch.nn.utils.parametrizations.*, torch.nn.utils.remove_weight_norm(conv) for the "
-        "older torch.nn.utils.weight_norm) or keep the nn.Conv2d"
+        f"(torch.nn.utils.parametrize.remove_parametrizations(conv, {name!r}) for "
+        f"torch.nn.utils.parametrizations.*, torch.nn.utils.remove_weight_norm(conv, {name!r}) "
+        "for the older torch.nn.utils.weight_norm) or keep the nn.Conv2d"
     )
 
 

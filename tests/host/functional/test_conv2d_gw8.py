@@ -196,8 +196,18 @@ def test_from_conv2d_rejects_the_older_weight_norm_hook_and_names_its_remover():
         conv = nn.utils.weight_norm(nn.Conv2d(16, 16, 3, padding=1, groups=2))
     with pytest.raises(TypeError, match="conv.weight must be an nn.Parameter") as e:
         Conv2dGw8.from_conv2d(conv)
-    assert "remove_weight_norm" in str(e.value) and "remove_parametrizations" in str(e.value)
-    nn.utils.remove_weight_norm(conv)  # the fix the message names works
+    assert "remove_weight_norm(conv, 'weight')" in str(e.value)
+    assert "remove_parametrizations(conv, 'weight')" in str(e.value)
+    nn.utils.remove_weight_norm(conv, "weight")  # the fix the message names works
+    assert isinstance(Conv2dGw8.from_conv2d(conv), Conv2dGw8)
+    # The bias: the message names it, and its remover takes that name.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        conv = nn.utils.weight_norm(nn.Conv2d(16, 16, 3, padding=1, groups=2), name="bias")
+    with pytest.raises(TypeError, match="conv.bias must be an nn.Parameter") as e:
+        Conv2dGw8.from_conv2d(conv)
+    assert "remove_weight_norm(conv, 'bias')" in str(e.value)
+    nn.utils.remove_weight_norm(conv, "bias")
     assert isinstance(Conv2dGw8.from_conv2d(conv), Conv2dGw8)
 
 

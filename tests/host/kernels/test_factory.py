@@ -54,8 +54,9 @@ def test_compiled_params_drop_only_what_the_compiled_code_does_not_depend_on(nam
 
 @pytest.fixture
 def compiling_cache(monkeypatch):
-    """A real FunctionCache whose 'load' only compiles (no driver here)."""
+    """A real FunctionCache whose 'load' only compiles (no driver here: the H100 is 'here')."""
     loads = []
+    monkeypatch.setattr(factory, "_require_present", lambda dev: None)
 
     def load(spec, arch):
         loads.append(spec)
@@ -69,9 +70,7 @@ def test_selects_compiles_and_loads_once_per_layer(tmp_path, compiling_cache):
     cache, loads = compiling_cache
     p = Conv2dGw8Params(n=8, c=64, h=28, w=28, r=3, s=3, dtype="float16", has_bias=True)
     with override(cache_dir=tmp_path):
-        selector = Selector(store_dir=tmp_path / "sel")
-        k = factory.kernel("conv2d_gw8_fprop", p, H100, selector=selector, cache=cache)
-        assert k.config == selector.select(KERNELS["conv2d_gw8_fprop"], p, H100)
+        k = factory.kernel("conv2d_gw8_fprop", p, H100, selector=Selector(tmp_path), cache=cache)
         assert k.config in KERNELS["conv2d_gw8_fprop"].configs(p, H100)
         assert k.loaded.function[:4] == b"\x7fELF"  # the compiled cubin stood in for the module
         # Another batch size of the same layer, given that config, reuses the loaded kernel.
@@ -82,12 +81,52 @@ def test_selects_compiles_and_loads_once_per_layer(tmp_path, compiling_cache):
         assert k32.params.n == 32 and k32.device is H100
 
 
+def _fresh(tmp_path, monkeypatch):
+    """One selector for the ops and the factory, as in a process (its store in tmp_path)."""
+    import spio.kernels.select as select
+
+    sel = Selector(store_dir=tmp_path / "sel")
+    monkeypatch.setattr(select, "default_selector", lambda: sel)
+    return sel
+
+
+def test_the_config_is_the_one_the_op_runs(tmp_path, monkeypatch):
+    """Each op's selection rule: conv fprop/dgrad and the layernorm forward keep the config of a
+    layer's first batch size / row count, matmul selects for the bucketed token count, conv wgrad
+    and the layernorm backward select per exact shape."""
+    from spio.functional.conv2d_gw8 import config_for
+    from spio.functional.layernorm_2d import backward_config
+
+    with override(cache_dir=tmp_path):
+        sel = _fresh(tmp_path, monkeypatch)
+        conv = Conv2dGw8Params(n=1, c=256, h=14, w=14, r=3, s=3, dtype="float16")
+        for name in ("conv2d_gw8_fprop", "conv2d_gw8_dgrad"):
+            first = config_for(KERNELS[name], conv, H100)  # the op saw N = 1 first
+            later = factory.select(name, replace(conv, n=256), H100)[1]
+            assert later == first == config_for(KERNELS[name], replace(conv, n=256), H100)
+            assert sel.sources[(name, replace(conv, n=256), H100.name)] == "shared"
+        wgrad = factory.select("conv2d_gw8_wgrad", replace(conv, n=256), H100)[1]
+        assert wgrad == config_for(KERNELS["conv2d_gw8_wgrad"], replace(conv, n=256), H100)
+        assert sel.sources[("conv2d_gw8_wgrad", replace(conv, n=256), H100.name)] != "shared"
+
+        ln = LayerNorm2dParams(c=384, dtype="float16", m=8 * 56 * 56)
+        assert factory.select("layernorm_2d_bwd", ln, H100)[1] == backward_config(ln, H100)
+        fwd = factory.select("layernorm_2d_fwd", ln, H100)[1]
+        assert factory.select("layernorm_2d_fwd", replace(ln, m=7), H100)[1] == fwd
+
+        mm = MatmulParams(300, 11008, 4096)
+        picked = factory.select("matmul", mm, H100)[1]
+        assert (KERNELS["matmul"].name, mm.bucketed(), H100.name) in sel.sources
+        assert (KERNELS["matmul"].name, mm, H100.name) not in sel.sources
+        assert picked == factory.select("matmul", replace(mm, m=512), H100)[1]
+
+
 def test_default_selector_and_cache_are_the_ops(monkeypatch):
     seen = {}
 
     class Recorder:
-        def select(self, kdef, params, dev):
-            seen["select"] = (kdef.name, params, dev)
+        def select(self, kdef, params, dev, share=None):
+            seen["select"] = (kdef.name, params, dev, share)
             return kdef.heuristic(params, dev)
 
         def get(self, kdef, params, config, dev):
@@ -98,22 +137,43 @@ def test_default_selector_and_cache_are_the_ops(monkeypatch):
 
     monkeypatch.setattr(select, "default_selector", lambda: Recorder())
     monkeypatch.setattr(loader, "default_function_cache", lambda: Recorder())
+    monkeypatch.setattr(factory, "_require_present", lambda dev: None)
     p = MatmulParams(1000, 4096, 4096)
     k = factory.kernel("matmul", p, H100)
-    assert seen["select"] == ("matmul", p, H100)
+    assert seen["select"] == ("matmul", p.bucketed(), H100, None)
     assert seen["get"] == ("matmul", p.variant(), k.config, H100) and k.loaded == "loaded"
+
+
+def test_derived_configs_need_an_explicit_config(tmp_path):
+    p = KERNELS["conv2d_gw8_wgrad_reduce"].examples()[0]
+    with pytest.raises(ValueError, match="derived from the conv2d_gw8_wgrad pass"):
+        factory.select("conv2d_gw8_wgrad_reduce", p, H100)
+    cfg = KERNELS["conv2d_gw8_wgrad_reduce"].configs(p, H100)[0]
+    assert factory.select("conv2d_gw8_wgrad_reduce", p, H100, config=cfg)[1] == cfg
+    ln = KERNELS["layernorm_2d_bwd_reduce"].examples()[0]
+    with pytest.raises(ValueError, match="derived from the layernorm_2d_bwd pass"):
+        factory.select("layernorm_2d_bwd_reduce", ln, H100)
+
+
+def test_a_gpu_that_is_not_here_is_refused_for_loading(monkeypatch):
+    import spio.cuda
+
+    monkeypatch.setattr(spio.cuda, "device_attributes", lambda i: known_device("A100"))
+    with pytest.raises(ValueError, match="is not GPU 0 here .*A100.*factory.select"):
+        factory.kernel("matmul", MatmulParams(64, 64, 64), H100)
 
 
 def test_bad_arguments_are_clear_errors():
     p = MatmulParams(64, 64, 64)
     with pytest.raises(ValueError, match="unknown family 'matmull'.*registered: .*matmul"):
-        factory.kernel("matmull", p, H100)
+        factory.select("matmull", p, H100)
+    with pytest.raises(TypeError, match="family must be a registered name"):
+        factory.select(3, p, H100)
     with pytest.raises(TypeError, match="params must be a LayerNorm2dParams, got MatmulParams"):
-        factory.kernel("layernorm_2d_fwd", p, H100)
-    with pytest.raises(TypeError, match="device must be a GPU ordinal"):
-        factory.kernel("matmul", p, "cuda:0")
-    with pytest.raises(TypeError, match="device must be a GPU ordinal"):
-        factory.kernel("matmul", p, True)
+        factory.select("layernorm_2d_fwd", p, H100)
+    for bad in ("cuda:0", True):
+        with pytest.raises(TypeError, match=r"device must be a GPU ordinal .*known_device"):
+            factory.select("matmul", p, bad)
     cfg = KERNELS["matmul"].configs(p, H100)[0]
     wrong = replace(cfg, warps_m=1, warps_n=1)  # one warp: outside the enumerated 2..8
     assert wrong not in KERNELS["matmul"].configs(p, H100)
