@@ -104,8 +104,9 @@ def bench(
 ) -> Timing:
     """Times fn() on the current stream; fn must only enqueue GPU work.
 
-    Warms up with `warmup_ms` / (one call's GPU time) calls (about `warmup_ms` of GPU work; longer
-    in wall time when a call's host time exceeds its GPU time), then times `reps` calls, each
+    Warms up with `warmup_ms` / (one call's event time) calls: that time, taken right after a
+    sync, includes the host's enqueue gaps when the host is slower than the GPU, so the warm-up
+    lasts about `warmup_ms` either way. Then times `reps` calls, each
     preceded (outside its timed region) by zeroing a buffer of twice the L2 size when `flush_l2`,
     and by a GPU spin longer than fn's host enqueue time (`hold_cycles`, from the longest of 5
     warm-up calls; 100 µs at least, 10 ms at most) so that the host has enqueued the whole call

@@ -11,14 +11,12 @@ compile pause. Clocks dropping while the host compiles is a hypothesis (no clock
 clocks span ~6x); host time leaking into timings that had no GPU spin before each call (now
 `spio.timing.bench` has one) is the other explanation. So after every pause (the shape's compile, or
 a `make_runner` call over PAUSE_S, i.e. a reduce variant compiled inside it) the next config first
-runs `spio.timing.bench`'s warm-up with SHAPE_WARMUP_MS: SHAPE_WARMUP_MS divided by one call's GPU
-time calls, so ~50 ms of GPU work for a GPU-bound call, and that many calls' host time when the host
-is slower (a few-µs kernel with 10-20 µs of host time per call: a few hundred ms, the GPU mostly
-idle); after the shape, the RECHECK_FIRST configs timed after each pause and the RECHECK fastest are
-timed again, keeping the lower median (`timings` 2; a re-time out of memory or resources keeps the
-first). The min of two medians reads ~0.5-1.5% low against rows timed once (1-3% noise on a median
-of 15): see docs/tuning.md. On a resumed, partly measured shape only the newly timed configs take
-part.
+runs `spio.timing.bench`'s warm-up for SHAPE_WARMUP_MS (about that much wall time: a host-bound call
+issues calls the whole time, the GPU mostly idle); after the shape, the RECHECK_FIRST configs timed
+after each pause and the RECHECK fastest are timed again, keeping the lower median (`timings` 2; a
+re-time out of memory or resources keeps the first). The min of two medians reads ~0.5-1.5% low
+against rows timed once (1-3% noise on a median of 15): see docs/tuning.md. On a resumed, partly
+measured shape only the newly timed configs take part.
 """
 
 from __future__ import annotations
