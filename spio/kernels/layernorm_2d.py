@@ -273,6 +273,12 @@ def reference_backward(x: Any, dy: Any, weight: Any, eps: float) -> tuple[Any, A
     return grads[0], (grads[2] if wd is not None else None), grads[1]
 
 
+def one_config_per_layer(p: LayerNorm2dParams) -> tuple[LayerNorm2dParams, LayerNorm2dParams]:
+    """The forward's selection rule (`KernelDef.select_key`): the config chosen for a layer's
+    first row count serves its others (M is a launch argument, so a new M compiles nothing)."""
+    return p, replace(p, m=1)
+
+
 def make_runner(p: LayerNorm2dParams, cfg: LayerNorm2dConfig, backward: bool = False):
     """A zero-argument launch of (p, cfg) on fresh inputs on the current GPU (collect, autotune).
 
@@ -324,7 +330,7 @@ FWD = KernelDef(
     sample_params=sample_params,
     make_runner=make_runner,
     compiled_params=LayerNorm2dParams.static,
-    select_key=lambda p: (p, replace(p, m=1)),  # one config per layer: M is a launch argument
+    select_key=one_config_per_layer,
 )
 
 BWD = KernelDef(

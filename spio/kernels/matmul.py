@@ -310,6 +310,12 @@ def reference(a: Any, b: Any, bias: Any = None, b_transposed: bool = False) -> A
     return out + bias.double() if bias is not None else out
 
 
+def select_key(p: MatmulParams) -> tuple[MatmulParams, None]:
+    """The selection rule (`KernelDef.select_key`): a config is selected for the token count
+    rounded up to a power of two, so selections (and their cache) stay a bounded set."""
+    return p.bucketed(), None
+
+
 def examples() -> list[MatmulParams]:
     """Representative problems: a square GEMM, an LLM projection at prefill and at decode."""
     return [
@@ -390,6 +396,5 @@ DEF = KernelDef(
     sample_params=sample_params,
     make_runner=make_runner,
     compiled_params=MatmulParams.variant,
-    # Selected for the token count rounded up to a power of two: a bounded set of selections.
-    select_key=lambda p: (p.bucketed(), None),
+    select_key=select_key,
 )
