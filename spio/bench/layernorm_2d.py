@@ -65,13 +65,13 @@ def _prepared(x, w, b, dy):
     from spio.kernels import layernorm_2d as k
     from spio.kernels.layernorm_2d_params import LayerNorm2dParams
     from spio.kernels.loader import default_function_cache
-    from spio.kernels.select import default_selector
+    from spio.kernels.select import op_config
 
     p = LayerNorm2dParams.from_tensors(x, w, b)
     dev = device_attributes(x.device.index or 0)
-    cache, selector = default_function_cache(), default_selector()
-    fwd_cfg = selector.select(k.FWD, p, dev)
-    bwd_cfg = selector.select(k.BWD, p, dev)
+    cache = default_function_cache()
+    fwd_cfg = op_config(k.FWD, p, dev)  # the configs the op runs (the forward's is per layer)
+    bwd_cfg = op_config(k.BWD, p, dev)
     fwd = cache.get(k.FWD, p.static(), fwd_cfg, dev)
     bwd = cache.get(k.BWD, p.static(), bwd_cfg, dev)
     red = True if k.needs_reduce(p) else None  # launch_backward derives the reduce variant

@@ -117,10 +117,9 @@ def kernel(
         attributes of another GPU are refused: `select` and `compile_spec` serve those).
     selector, cache: default to the ones the torch ops use.
     """
-    dev = _device(device)
+    kdef, config, dev = select(name_or_def, params, device, config=config, selector=selector)
     if not isinstance(device, int):
         _require_present(dev)
-    kdef, config, dev = select(name_or_def, params, dev, config=config, selector=selector)
     if cache is None:
         from spio.kernels.loader import default_function_cache
 

@@ -297,7 +297,7 @@ def launch(
     elif bias is not None:
         raise ValueError("matmul launch: bias given but params say has_bias=False")
     device = device or device_attributes(c.device.index or 0)
-    cache = cache or default_function_cache()
+    cache = cache if cache is not None else default_function_cache()
     kernel = cache.get(DEF, p.variant(), cfg, device)
     bias_arg = bias if bias is not None else c  # never read when has_bias is False
     kernel.launch(grid(p, cfg), (a, b, bias_arg, c, p.m, p.n, p.k, ldb, cfg.raster), stream=stream)

@@ -366,7 +366,8 @@ def op_config(kdef: KernelDef, params: Any, device: Any, selector: Selector | No
             f"(see {kdef.name}'s module), not selected; pass the config explicitly"
         )
     params, share = kdef.select_key(params) if kdef.select_key is not None else (params, None)
-    return (selector or default_selector()).select(kdef, params, device, share=share)
+    chosen_by = selector if selector is not None else default_selector()
+    return chosen_by.select(kdef, params, device, share=share)
 
 
 @functools.cache
