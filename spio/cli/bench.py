@@ -37,6 +37,15 @@ def family_parser(family: str) -> argparse.ArgumentParser:
     return importlib.import_module(FAMILIES[family]).build_parser()
 
 
+def check_family_args(family: str, options: list[str]) -> None:
+    """Parses one family's options as its benchmark will (its option-combination check, then the
+    --plot check); a usage error exits 2."""
+    from spio.bench.report import parse_args
+
+    module = importlib.import_module(FAMILIES[family])
+    parse_args(module.build_parser(), options, getattr(module, "check_args", None))
+
+
 def split_args(tokens: list[str]) -> tuple[list[str], list[str]]:
     """(families, options) of `spio bench TOKENS`: family names anywhere, plus the words before
     the first option (so a misspelt family is reported, not passed on as an option value)."""
@@ -76,13 +85,10 @@ def main(tokens: list[str]) -> int:
 
 
 def run_bench(families: list[str], options: list[str]) -> int:
-    from spio.bench.report import parse_args
-
     chosen = families or list(FAMILIES)
     per_family = {f: per_family_outputs(options, f) if len(chosen) > 1 else options for f in chosen}
     for family in chosen:  # usage errors (exit 2) before a minute of compiling or measuring
-        module = importlib.import_module(FAMILIES[family])
-        parse_args(module.build_parser(), per_family[family], getattr(module, "check_args", None))
+        check_family_args(family, per_family[family])
     if not _has_gpu():
         return _no_gpu(chosen, options)
     status = 0
