@@ -6,7 +6,7 @@
     f.launch(grid, block, (y, x, n, alpha), stream=torch.cuda.current_stream().cuda_stream)
 
 Thin and policy-free (see docs/driver.md): no kernel caching, no heuristics, no torch. Importing
-does nothing: libcuda is opened at first use. `Module`, `Function`, `pack_args`, `synchronize`
+does nothing: libcuda is opened at first use. `Module`, `Function`, `Launch`, `pack_args`, `synchronize`
 and `driver` come from the compiled extensions and are imported on first access, so the pure
 Python parts (DeviceAttributes, known_device) work even where the extensions are not built.
 """
@@ -27,6 +27,7 @@ from spio.cuda.device import (
 _FROM_EXTENSION = {
     "Module": "spio.cuda.module",
     "Function": "spio.cuda.module",
+    "Launch": "spio.cuda.module",
     "pack_args": "spio.cuda.args",
     "synchronize": "spio.cuda.driver",
     "driver": "spio.cuda.driver",
@@ -35,6 +36,7 @@ _FROM_EXTENSION = {
 __all__ = [
     "DeviceAttributes",
     "Function",
+    "Launch",
     "Module",
     "device_attributes",
     "device_count",

@@ -7,7 +7,9 @@
 
 Signatures and argument packing are in spio.cuda.args. A launch packs the arguments on the C
 stack, then releases the GIL for cuCtxGetCurrent + cuLaunchKernel (cuLaunchKernelEx with the
-programmatic-stream-serialization attribute when launch(..., pdl=True)).
+programmatic-stream-serialization attribute when launch(..., pdl=True)), pushing the module's
+context first when another one is current. `f.bind(grid, block, smem)` checks the geometry once
+and returns a `Launch`, called as `bound(args, stream)`: the path of repeated launches.
 """
 
 from cpython.bool cimport PyBool_Check
@@ -25,9 +27,9 @@ from spio.cuda.driver cimport (
 from operator import index as _index
 
 from spio.cuda.args import parse_signature
-from spio.errors import CudaDriverError
 
-CUDA_ERROR_INVALID_CONTEXT = 201
+cdef class Launch  # below: a Function with its geometry bound
+
 
 cdef enum:  # CUfunction_attribute values (cuda.h)
     _FUNC_MAX_THREADS_PER_BLOCK = 0
@@ -133,28 +135,26 @@ cdef class Function:
         `griddepcontrol.wait` (which returns once the previous grid has completed and its
         memory is visible) before it touches anything that grid writes. Whether to ask for it
         is the caller's policy (spio.kernels.loader asks for it only on 9.0+ devices with a
-        CUDA 12.3+ driver, under which a captured launch becomes a programmatic graph edge)."""
-        cdef unsigned int[3] g
-        cdef unsigned int[3] b
-        cdef uint64_t slots[MAX_ARGS]
-        cdef void* params[MAX_ARGS]
-        cdef CUstream s
-        cdef unsigned int shared
-        cdef CUcontext cur = NULL
-        cdef CUresult status
-        cdef bint wrong_context = False
-        cdef DriverFns* f = fns()
+        CUDA 12.3+ driver, under which a captured launch becomes a programmatic graph edge).
+
+        The launch runs in the module's context: when another context is current on this
+        thread (another device's), the module's is pushed for the launch and popped after, so a
+        kernel loaded for one GPU never runs on another; `stream` must belong to that device."""
+        cdef Launch bound = self.bind(grid, block, smem, pdl=pdl)
+        bound(args, stream)
+
+    def bind(self, grid, block, smem=0, *, pdl=False):
+        """A `Launch` of this function with grid, block, smem and pdl fixed (checked once, as
+        `launch` checks them): calling it with (args, stream) packs the arguments and launches,
+        the cheapest path for a launch repeated with the same geometry."""
+        cdef Launch bound = Launch.__new__(Launch)
         cdef long long fast
-        cdef CUlaunchAttribute attr
-        cdef CUlaunchConfig config
-        cdef bint programmatic
         if pdl is not True and pdl is not False:
             raise TypeError(f"{self.entry}: pdl must be True or False, got {describe(pdl)}")
-        programmatic = pdl
-        dims(grid, g, "grid")
-        dims(block, b, "block")
+        dims(grid, bound._grid, "grid")
+        dims(block, bound._block, "block")
         if fast_int(smem, &fast) and 0 <= fast <= 0xFFFFFFFF:
-            shared = <unsigned int>fast
+            bound._smem = <unsigned int>fast
         else:
             if PyBool_Check(smem) or not hasattr(smem, "__index__"):
                 raise TypeError(f"{self.entry}: smem must be an int, got {describe(smem)}")
@@ -162,45 +162,10 @@ cdef class Function:
             if not 0 <= smem < 2**32:
                 raise ValueError(f"{self.entry}: smem must be a number of bytes in [0, 2**32), "
                                  f"got {smem!r}")
-            shared = smem
-        stream_handle(stream, &s)
-        pack(self._kinds, len(self._kinds), args, self.entry, slots, params)
-        if programmatic:
-            memset(&attr, 0, sizeof(attr))
-            attr.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
-            attr.value = 1
-            config.gridDimX, config.gridDimY, config.gridDimZ = g[0], g[1], g[2]
-            config.blockDimX, config.blockDimY, config.blockDimZ = b[0], b[1], b[2]
-            config.sharedMemBytes = shared
-            config.hStream = s
-            config.attrs = &attr
-            config.numAttrs = 1
-        with nogil:
-            status = f.cuCtxGetCurrent(&cur)
-            if status == 0 and cur == NULL:
-                # A thread that never touched CUDA: bind the module's context, as PyTorch would.
-                status = f.cuCtxSetCurrent(self._ctx)
-                cur = self._ctx
-            if status == 0 and cur != self._ctx:
-                wrong_context = True
-            elif status == 0 and programmatic:
-                status = f.cuLaunchKernelEx(&config, self._handle, params, NULL)
-            elif status == 0:
-                status = f.cuLaunchKernel(self._handle, g[0], g[1], g[2], b[0], b[1], b[2],
-                                          shared, s, params, NULL)
-        if wrong_context:
-            raise CudaDriverError(
-                CUDA_ERROR_INVALID_CONTEXT, "CUDA_ERROR_INVALID_CONTEXT",
-                f"{self.entry} was loaded in another context than the current one; make its "
-                "device current (torch.cuda.set_device or `with torch.cuda.device(...)`) or "
-                "load the module again on this device",
-                "cuLaunchKernelEx" if programmatic else "cuLaunchKernel",
-            )
-        if status != 0:
-            call = "cuLaunchKernelEx" if programmatic else "cuLaunchKernel"
-            extra = ", programmatic stream serialization" if programmatic else ""
-            check(status, f"{call}({self.entry}, grid={tuple(g)}, block={tuple(b)}, "
-                          f"smem={shared}{extra})")
+            bound._smem = smem
+        bound._programmatic = pdl
+        bound.function = self
+        return bound
 
     cdef int _get(self, int attribute, str what) except? -1:
         cdef DriverFns* f = fns()
@@ -269,3 +234,86 @@ cdef class Function:
                 &blocks, self._handle, threads, shared)
         check(status, f"cuOccupancyMaxActiveBlocksPerMultiprocessor of {self.entry}")
         return blocks
+
+
+cdef class Launch:
+    """A Function with its launch geometry fixed (`Function.bind`): `launch(args, stream)`."""
+
+    cdef unsigned int _grid[3]
+    cdef unsigned int _block[3]
+    cdef unsigned int _smem
+    cdef bint _programmatic
+    cdef readonly Function function
+
+    @property
+    def grid(self):
+        return (self._grid[0], self._grid[1], self._grid[2])
+
+    @property
+    def block(self):
+        return (self._block[0], self._block[1], self._block[2])
+
+    @property
+    def smem(self):
+        return self._smem
+
+    @property
+    def pdl(self):
+        return bool(self._programmatic)
+
+    def __repr__(self):
+        return (f"Launch({self.function.entry!r}, grid={self.grid}, block={self.block}, "
+                f"smem={self._smem}, pdl={self.pdl})")
+
+    def __call__(self, args, stream=0):
+        """Packs `args` per the function's signature and launches on `stream` (a raw handle,
+        a torch.cuda.Stream or an object with __cuda_stream__), in the function's context."""
+        cdef uint64_t slots[MAX_ARGS]
+        cdef void* params[MAX_ARGS]
+        cdef CUstream s
+        cdef CUcontext cur = NULL
+        cdef CUcontext popped = NULL
+        cdef CUcontext ctx = self.function._ctx
+        cdef CUfunction handle = self.function._handle
+        cdef CUresult status
+        cdef bint pushed = False
+        cdef DriverFns* f = fns()
+        cdef CUlaunchAttribute attr
+        cdef CUlaunchConfig config
+        cdef unsigned int* g = self._grid
+        cdef unsigned int* b = self._block
+        cdef bint programmatic = self._programmatic
+        stream_handle(stream, &s)
+        pack(self.function._kinds, len(self.function._kinds), args, self.function.entry,
+             slots, params)
+        if programmatic:
+            memset(&attr, 0, sizeof(attr))
+            attr.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+            attr.value = 1
+            config.gridDimX, config.gridDimY, config.gridDimZ = g[0], g[1], g[2]
+            config.blockDimX, config.blockDimY, config.blockDimZ = b[0], b[1], b[2]
+            config.sharedMemBytes = self._smem
+            config.hStream = s
+            config.attrs = &attr
+            config.numAttrs = 1
+        with nogil:
+            status = f.cuCtxGetCurrent(&cur)
+            if status == 0 and cur == NULL:
+                # A thread that never touched CUDA: bind the module's context, as PyTorch would.
+                status = f.cuCtxSetCurrent(ctx)
+            elif status == 0 and cur != ctx:
+                # Another device is current: launch in the module's context, then restore.
+                status = f.cuCtxPushCurrent(ctx)
+                pushed = status == 0
+            if status == 0 and programmatic:
+                status = f.cuLaunchKernelEx(&config, handle, params, NULL)
+            elif status == 0:
+                status = f.cuLaunchKernel(handle, g[0], g[1], g[2], b[0], b[1], b[2],
+                                          self._smem, s, params, NULL)
+            if pushed:
+                f.cuCtxPopCurrent(&popped)
+        if status != 0:
+            call = "cuLaunchKernelEx" if programmatic else "cuLaunchKernel"
+            extra = ", programmatic stream serialization" if programmatic else ""
+            check(status, f"{call}({self.function.entry}, grid={self.grid}, "
+                          f"block={self.block}, smem={self._smem}{extra})")

@@ -242,12 +242,27 @@ def test_bad_image_missing_entry_and_cpu_tensor():
 
 
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two CUDA GPUs")
-def test_launch_with_another_device_current_is_refused():
+def test_launch_with_another_device_current_runs_on_the_module_device(seed):
+    """A function loaded on device 0, launched while device 1 is current: it runs on device 0
+    (its module's context is pushed for the launch) and device 1 is current again after, for
+    a direct launch and a bound one."""
     f = _combine()  # loaded on device 0
-    with torch.cuda.device(1):
-        torch.empty(1, device="cuda:1")  # makes device 1's context current on this thread
-        with pytest.raises(CudaDriverError, match="CUDA_ERROR_INVALID_CONTEXT"):
-            f.launch(1, 1, (0, 0, 0, 0, 0.0, 0.0, 0))
+    n = 1000
+    x, y, a, b, c = _inputs(n, seed)
+    for how in ("launch", "bind"):
+        buf = poison(torch.empty(n + GUARD, device="cuda:0"))
+        stream0 = torch.cuda.current_stream(0).cuda_stream
+        with torch.cuda.device(1):
+            torch.empty(1, device="cuda:1")  # makes device 1's context current on this thread
+            args = (buf, x, y, n, a, b, c)
+            grid = (n + BLOCK - 1) // BLOCK
+            if how == "launch":
+                f.launch(grid, BLOCK, args, stream=stream0)
+            else:
+                f.bind(grid, BLOCK)(args, stream0)
+            assert torch.cuda.current_device() == 1
+        torch.cuda.synchronize(0)
+        _check(buf, n, _reference(x, y, a, b, c), f"{how} with device 1 current")
 
 
 _SECOND_PROCESS = textwrap.dedent(

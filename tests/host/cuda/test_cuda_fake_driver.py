@@ -108,6 +108,31 @@ def test_launch_passes_geometry_stream_and_packed_args(fake):
     assert _last_launch(fake)[:4] == ((1, 1, 5), (32, 4, 2), 0, 0x10)
 
 
+def test_bound_launch_fixes_the_geometry_once(fake):
+    fake.fake_set_signature(b"pi")
+    f = Module.load(CUBIN).function("k", signature="pi")
+    bound = f.bind((4, 3), (64, 2), 2048)
+    assert (bound.grid, bound.block, bound.smem, bound.pdl) == ((4, 3, 1), (64, 2, 1), 2048, False)
+    assert bound.function is f and "grid=(4, 3, 1)" in repr(bound)
+    bound((0x3000, 9), 0x55)
+    grid, block, smem, stream, params = _last_launch(fake)
+    assert (grid, block, smem, stream) == ((4, 3, 1), (64, 2, 1), 2048, 0x55)
+    assert params == struct.pack("<Qi", 0x3000, 9)
+    assert _last_ex(fake) == (0, [])
+    f.bind(2, 32, pdl=True)((0, 1), 0x56)
+    assert _last_ex(fake) == (1, [(6, 1)])
+    # Geometry is checked when bound, arguments when called, with the launch's messages.
+    with pytest.raises(ValueError, match=r"grid\[0\] = 0"):
+        f.bind(0, 32)
+    with pytest.raises(TypeError, match="pdl must be True or False"):
+        f.bind(1, 32, pdl=1)
+    with pytest.raises(TypeError, match="signature 'pi' takes 2 arguments, got 1"):
+        bound((0,))
+    with pytest.raises(CudaDriverError) as e:
+        f.bind(1, 2048)((0, 1))
+    assert "cuLaunchKernel(k, grid=(1, 1, 1), block=(2048, 1, 1)" in e.value.call
+
+
 def _last_ex(lib) -> tuple[int, list[tuple[int, int]]]:
     count = ctypes.c_int()
     ids, values = (ctypes.c_int * 8)(), (ctypes.c_int * 8)()
@@ -149,6 +174,9 @@ def test_gil_is_released_around_every_driver_call(fake):
     f = Module.load(CUBIN).function("k", signature="pi")
     f.launch(1, 1, (0, 1))
     f.launch(1, 1, (0, 1), pdl=True)
+    f.bind(1, 1)((0, 1))
+    driver.ctx_set_current(driver.primary_context(1))
+    f.bind(1, 1)((0, 1))  # pushes and pops the module's context
     _ = (f.num_regs, f.local_bytes, f.max_active_blocks(128))
     driver.synchronize()
     assert fake.fake_gil_held_calls() == 0
@@ -240,14 +268,20 @@ def test_context_rules(fake):
     t.join()
     assert not failures
 
-    # Another device's context is current: a clear error instead of a launch on the wrong GPU.
-    driver.ctx_set_current(driver.primary_context(1))
-    with pytest.raises(
-        CudaDriverError, match="CUDA_ERROR_INVALID_CONTEXT.*make its device current"
-    ):
-        f.launch(1, 1, ())
+    # Another device's context is current: the launch runs in the module's context (the fake
+    # refuses a launch whose module is not in the current context) and the caller's context is
+    # current again afterwards, for a direct launch and a bound one.
+    ctx1 = driver.primary_context(1)
+    driver.ctx_set_current(ctx1)
+    f.launch(1, 1, ())
+    assert driver.ctx_get_current() == ctx1
+    bound = f.bind(1, 1)
+    bound(())
+    assert driver.ctx_get_current() == ctx1
     driver.ctx_set_current(ctx0)
     f.launch(1, 1, ())
+    bound(())
+    assert driver.ctx_get_current() == ctx0
 
 
 @pytest.mark.parametrize("status, count", [(100, 0), (34, 0)])
