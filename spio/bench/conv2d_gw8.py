@@ -183,7 +183,7 @@ def variants(p, which: str, dev) -> list[tuple[Any, Any, Any]]:
     cfg = default_selector().select(kdef, p, dev)
     out = [(kdef, p.variant(), cfg)]
     if which == "wgrad":
-        out.append((rd.WGRAD_REDUCE, p.variant(), rd.config_for(wg.num_slices(p, cfg, dev))))
+        out.append((rd.WGRAD_REDUCE, p.variant(), rd.reduce_config(p, cfg, dev)))
     return out
 
 

@@ -269,7 +269,8 @@ def sweep_backward(dtype: torch.dtype, reps: int, copy_gbps: float) -> None:
 def sweep_reduce(dtype: torch.dtype) -> None:
     """Every layernorm_2d_bwd_reduce config at the real parts count of the backward heuristic
     (N = 128, C256@14² and C512@7²), partials L2-resident as after the backward; marks the
-    config reduce_config derives, so its rule can be checked against measurement."""
+    config the op derives (`backward_reduce_config`), so its rule can be checked against
+    measurement."""
     from spio.cuda import device_attributes
     from spio.kernels import layernorm_2d as k
     from spio.kernels.layernorm_2d_params import LayerNorm2dParams
@@ -281,10 +282,9 @@ def sweep_reduce(dtype: torch.dtype) -> None:
     for c, hw in ((256, 14), (512, 7)):
         p = LayerNorm2dParams(c=c, m=BATCH * hw * hw, dtype=dname)
         bwd_cfg = k.BWD.heuristic(p, dev)
-        parts = k.parts(
-            default_function_cache().get(k.BWD, p.static(), bwd_cfg, dev), p, bwd_cfg, dev
-        )
-        pick = k.reduce_config(p, parts, dev)
+        bwd = default_function_cache().get(k.BWD, p.static(), bwd_cfg, dev)
+        parts = k.parts(bwd, p, bwd_cfg, dev)
+        pick = k.backward_reduce_config(bwd, p, dev)  # the op's: for the most parts, any M
         cfgs = k.BWD_REDUCE.configs(p, dev)
         us = {
             cfg: bench(make_reduce_runner(p, cfg), reps=300, flush_l2=False).median_ms * 1e3

@@ -6,9 +6,10 @@
     f.launch(grid, block, (y, x, n, alpha), stream=torch.cuda.current_stream().cuda_stream)
 
 Thin and policy-free (see docs/driver.md): no kernel caching, no heuristics, no torch. Importing
-does nothing: libcuda is opened at first use. `Module`, `Function`, `Launch`, `pack_args`, `synchronize`
-and `driver` come from the compiled extensions and are imported on first access, so the pure
-Python parts (DeviceAttributes, known_device) work even where the extensions are not built.
+does nothing: libcuda is opened at first use. `Module`, `Function`, `Launch`, `pack_args`,
+`synchronize` and `driver` come from the compiled extensions and are imported on first access, so
+the pure Python parts (DeviceAttributes, known_device) work even where the extensions are not
+built.
 """
 
 from __future__ import annotations

@@ -1,15 +1,51 @@
-"""Where an op runs: spio's kernel on a supported GPU, PyTorch's implementation otherwise."""
+"""Where an op runs: spio's kernel on a supported GPU, PyTorch's implementation otherwise; and
+whether a call may take the eager path (a launch plan called directly, no dispatcher)."""
 
 from __future__ import annotations
 
 import functools
 
 import torch
+import torch.autograd.forward_ad as _forward_ad
 
 from spio.errors import FallbackDisabledError
 from spio.settings import settings
 
 MIN_COMPUTE_CAPABILITY = (8, 0)
+
+# Tensor types the eager path takes as they are: anything else (FakeTensor, FunctionalTensor,
+# DTensor and other subclasses) goes through the dispatcher, which knows how to handle them.
+PLAIN_TYPES = frozenset({torch.Tensor, torch.nn.Parameter})
+
+_compiling = torch.compiler.is_compiling
+_dispatch_modes = torch._C._len_torch_dispatch_stack
+_functorch_transforms = torch._C._functorch.peek_interpreter_stack
+_jit_tracing = torch._C._get_tracing_state
+_any_autocast = torch._C._is_any_autocast_enabled
+
+
+def untraced() -> bool:
+    """Whether nothing records or intercepts this call, so an op may launch its plan directly:
+    not under torch.compile (dynamo), no TorchDispatchMode (make_fx / export tracing, fake
+    tensor mode, FlopCounterMode, ...), no functorch transform (vmap, grad, jvp), no
+    forward-mode AD level and no torch.jit trace. Otherwise the op goes through the dispatcher,
+    where its fake, autograd and fallback registrations serve those tools. About 0.2 µs.
+
+    The ops check `torch.compiler.is_compiling()` first and on their own line (dynamo folds it
+    to a constant and never traces the rest, which it could not)."""
+    return (
+        _forward_ad._current_level < 0
+        and not _dispatch_modes()
+        and _functorch_transforms() is None
+        and _jit_tracing() is None
+    )
+
+
+def autocast_dtype() -> torch.dtype | None:
+    """The CUDA autocast dtype when autocast is enabled for CUDA, else None."""
+    if _any_autocast() and torch.is_autocast_enabled("cuda"):
+        return torch.get_autocast_dtype("cuda")
+    return None
 
 
 @functools.cache
@@ -43,13 +79,25 @@ def use_fallback(op: str, *tensors: torch.Tensor | None) -> bool:
 _raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
 
 
-def stream_of(t: torch.Tensor) -> int:
-    """The raw handle of PyTorch's current stream on t's device.
+def raw_stream(index: int) -> int:
+    """The raw handle of PyTorch's current stream on device `index`.
 
     `torch.cuda.current_stream()` builds a Stream object (about 5 µs of host time on an H100
-    machine, more than spio's whole launch); the raw getter returns the handle directly.
-    """
-    index = t.device.index if t.device.index is not None else torch.cuda.current_device()
+    machine, more than spio's whole launch); the raw getter returns the handle directly."""
     if _raw_stream is not None:
         return _raw_stream(index)
-    return torch.cuda.current_stream(t.device).cuda_stream
+    return torch.cuda.current_stream(index).cuda_stream
+
+
+def stream_of(t: torch.Tensor) -> int:
+    """The raw handle of PyTorch's current stream on t's device."""
+    index = t.device.index if t.device.index is not None else torch.cuda.current_device()
+    return raw_stream(index)
+
+
+@functools.cache
+def device_attributes(index: int):
+    """spio.cuda.DeviceAttributes of CUDA device `index`, read once per process."""
+    from spio.cuda import device_attributes as read
+
+    return read(index)

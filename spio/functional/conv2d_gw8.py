@@ -15,21 +15,40 @@ conv2d_gw8_*.cu) on CUDA GPUs of compute capability 8.0+.
 - Autograd: the input gradient runs the fprop kernel's dgrad variant on dy, which reads the weights
   transposed within each 8x8 group and rotated 180 degrees (no separate weight op); the weight and
   bias gradients run the deterministic wgrad kernel (per-CTA partials + an ordered reduction pass).
-- Autocast: `conv2d_gw8` casts float32 input, weight and bias to the autocast dtype when CUDA
-  autocast is enabled (like F.conv2d, an fp16-listed op); the ops themselves see fp16/bf16 only.
+- Autocast: under CUDA autocast, `conv2d_gw8` computes in the autocast dtype like F.conv2d (an
+  fp16-listed op): a float32 input is cast, and a float32 weight and bias are read by the kernels
+  as they are (rounded to the autocast dtype as they load, what autocast's cast would give), so
+  no cast runs per call; their gradients come out float32. Other weight dtypes are cast.
 - torch.compile: the ops have fake implementations, so they trace without graph breaks.
 - CUDA graphs: launches go to PyTorch's current stream and every buffer (including the wgrad
   partials) comes from PyTorch's caching allocator. Run one eager call per shape before capture
   so the kernels are compiled and loaded outside the capture.
+
+Call path: the first call with a signature (shapes, strides, dtypes, devices, padding, autocast
+dtype) validates it, selects the configs and loads the kernels into a launch plan; later calls
+look the plan up and launch. An eager call that nothing traces (`_dispatch.untraced`) runs the
+plan directly, through a torch.autograd.Function when an input requires grad; under
+torch.compile, a dispatch mode or a functorch transform, or with tensor subclasses, the call goes
+through the ops, whose CUDA implementations run the same plans.
 """
 
 from __future__ import annotations
 
-import functools
+from typing import Any
 
 import torch
+from torch.autograd.function import once_differentiable
 
-from spio.functional._dispatch import stream_of, use_fallback
+from spio.functional import _plans
+from spio.functional._dispatch import (
+    PLAIN_TYPES,
+    autocast_dtype,
+    device_attributes,
+    fallback_reason,
+    raw_stream,
+    untraced,
+    use_fallback,
+)
 from spio.kernels import conv2d_gw8_reference as ref
 from spio.kernels.conv2d_gw8_params import (
     GROUP_WIDTH,
@@ -41,9 +60,21 @@ from spio.kernels.conv2d_gw8_params import (
 
 __all__ = ["conv2d_gw8"]
 
+OP = "spio conv2d_gw8"
 _KERNEL_DTYPES = (torch.float16, torch.bfloat16)
 _FALLBACK_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 _CL = torch.channels_last
+_Tensor = torch.Tensor
+_compiling = torch.compiler.is_compiling
+_grad_enabled = torch.is_grad_enabled
+_empty = torch.empty
+_empty_strided = torch.empty_strided
+
+# Launch plans: the forward by call signature (shared by the eager path and the op), the input
+# and weight gradients by the ops' argument signature and by layer.
+_FORWARD = _plans.PlanCache("conv2d_gw8")
+_DGRAD = _plans.PlanCache("conv2d_gw8_dgrad")
+_WGRAD = _plans.PlanCache("conv2d_gw8_wgrad")
 
 
 def conv2d_gw8(
@@ -57,20 +88,58 @@ def conv2d_gw8(
     Args:
         input: (N, C, H, W), C a multiple of 8; fp16 or bf16 (float32 only on the CPU fallback
             or under CUDA autocast). Any memory format; channels_last avoids a conversion.
-        weight: (C, 8, R, S) with R, S in 1..7; input's dtype and device.
-        bias: optional (C,), input's dtype and device.
+        weight: (C, 8, R, S) with R, S in 1..7; input's dtype and device (under CUDA autocast
+            any of fp16, bf16, float32).
+        bias: optional (C,), weight's dtype and input's device.
         padding: int or (pad_h, pad_w) >= 0; None means (R // 2, S // 2).
 
     Returns:
         (N, C, P, Q) in channels_last memory, P = H + 2 pad_h - R + 1, Q = W + 2 pad_w - S + 1.
     """
-    for name, t in (("input", input), ("weight", weight), ("bias", bias)):
-        if not isinstance(t, torch.Tensor) and not (name == "bias" and t is None):
-            raise TypeError(
-                f"spio conv2d_gw8: {name} must be a torch.Tensor"
-                + (" or None" if name == "bias" else "")
-                + f", got {type(t).__name__}"
-            )
+    if _compiling():
+        return _through_op(input, weight, bias, padding)
+    if (
+        type(input) is _Tensor
+        and type(weight) in PLAIN_TYPES
+        and (bias is None or type(bias) in PLAIN_TYPES)
+        and input.is_cuda
+        and untraced()
+    ):
+        amp = autocast_dtype()
+        key = _key(input, weight, bias, padding, amp)
+        try:
+            plan = _FORWARD.get(key)
+        except TypeError:  # an unhashable padding: the op path reports it
+            return _through_op(input, weight, bias, padding)
+        if plan is None:
+            plan = _FORWARD[key] = _forward_plan(input, weight, bias, padding, amp)
+        if plan is not _plans.DISPATCH:
+            if _grad_enabled() and (
+                input.requires_grad
+                or weight.requires_grad
+                or (bias is not None and bias.requires_grad)
+            ):
+                return _Conv2dGw8.apply(input, weight, bias, plan)
+            return plan.forward(input, weight, bias)
+    return _through_op(input, weight, bias, padding)
+
+
+def _key(input, weight, bias, padding, amp) -> tuple:
+    """A forward call's signature: what its plan depends on."""
+    b = bias
+    return (
+        input.shape, input.stride(), input.dtype, input.device,
+        weight.shape, weight.stride(), weight.dtype, weight.device,
+        None if b is None else (b.shape, b.stride(), b.dtype, b.device),
+        tuple(padding) if type(padding) is list else padding,
+        amp,
+    )  # fmt: skip
+
+
+def _through_op(input, weight, bias, padding) -> torch.Tensor:
+    """The call through the dispatcher: `torch.ops.spio.conv2d_gw8` after the checks, with
+    autocast's casts (under torch.compile, tensor subclasses, dispatch modes, the fallback)."""
+    _check_types(input, weight, bias)
     if input.device.type == "cuda" and torch.is_autocast_enabled("cuda"):
         dtype = torch.get_autocast_dtype("cuda")
         input, weight = input.to(dtype), weight.to(dtype)
@@ -79,76 +148,362 @@ def conv2d_gw8(
     return torch.ops.spio.conv2d_gw8(input, weight, bias, list(pads))
 
 
-def _validate(x, w, b, padding) -> tuple[int, int]:
+def _check_types(input, weight, bias) -> None:
+    for name, t in (("input", input), ("weight", weight), ("bias", bias)):
+        if not isinstance(t, torch.Tensor) and not (name == "bias" and t is None):
+            raise TypeError(
+                f"{OP}: {name} must be a torch.Tensor"
+                + (" or None" if name == "bias" else "")
+                + f", got {type(t).__name__}"
+            )
+
+
+def _validate(x, w, b, padding, amp: torch.dtype | None = None) -> tuple[int, int]:
+    """The padding as (pad_h, pad_w) after checking every argument; raises TypeError/ValueError
+    naming the argument, the rule and the fix. `amp`: the CUDA autocast dtype the call computes
+    in (then float32 and the other half type are accepted for input, weight and bias)."""
     if w.dim() == 4:
         pads = normalize_padding(padding, int(w.shape[2]), int(w.shape[3]))
     else:
         pads = (0, 0)
-    allowed = _FALLBACK_DTYPES if x.device.type == "cpu" else _KERNEL_DTYPES
+    allowed: tuple[torch.dtype, ...]
+    if amp is not None:
+        allowed = _FALLBACK_DTYPES
+    else:
+        allowed = _FALLBACK_DTYPES if x.device.type == "cpu" else _KERNEL_DTYPES
     if x.dtype not in allowed:
         raise TypeError(
-            f"spio conv2d_gw8: input dtype must be one of {sorted(str(d) for d in allowed)} "
+            f"{OP}: input dtype must be one of {sorted(str(d) for d in allowed)} "
             f"on {x.device.type}, got {x.dtype}; convert with .half() / .bfloat16() or run under "
             "torch.autocast"
         )
     for name, t in (("weight", w), ("bias", b)):
         if t is None:
             continue
-        if t.dtype != x.dtype:
+        if amp is not None and t.dtype not in _FALLBACK_DTYPES:
             raise TypeError(
-                f"spio conv2d_gw8: {name} must have input's dtype {x.dtype}, got {t.dtype}"
+                f"{OP}: under autocast {name} must be float16, bfloat16 or float32, got {t.dtype}"
             )
+        if amp is None and t.dtype != x.dtype:
+            raise TypeError(f"{OP}: {name} must have input's dtype {x.dtype}, got {t.dtype}")
         if t.device != x.device:
             raise ValueError(
-                f"spio conv2d_gw8: {name} is on {t.device} but input is on {x.device}; move both "
-                "to one device"
+                f"{OP}: {name} is on {t.device} but input is on {x.device}; move both to one device"
             )
     if w.dim() == 4 and (w.shape[2] > MAX_KERNEL or w.shape[3] > MAX_KERNEL):
         raise ValueError(
-            f"spio conv2d_gw8: kernel size {tuple(w.shape[2:])} exceeds {MAX_KERNEL}x{MAX_KERNEL}; "
+            f"{OP}: kernel size {tuple(w.shape[2:])} exceeds {MAX_KERNEL}x{MAX_KERNEL}; "
             "use torch.nn.functional.conv2d"
         )
     # Shapes, group width, kernel and output size (float32 is checked as if it were fp16). The
     # batch is checked where the op runs: the fallback takes any N, the GPU kernels N <= 65535.
-    shape_dtype = "float16" if x.dtype == torch.float32 else None
-    Conv2dGw8Params.from_tensors(x, w, b, pads, dtype=shape_dtype, batch=1)
+    Conv2dGw8Params.from_tensors(x, w, b, pads, dtype="float16", batch=1)
     return pads
 
 
-# ---- the ops ---------------------------------------------------------------------------------
+def _gpu_batch(op: str, n: int) -> bool:
+    """Whether the GPU path has work for a batch of n (False: n = 0, an empty result); raises
+    ValueError above MAX_BATCH (the kernels' gridDim.y limit)."""
+    if n > MAX_BATCH:
+        raise ValueError(
+            f"spio {op}: batch N = {n} exceeds {MAX_BATCH} on the GPU (the kernels run the batch "
+            f"on gridDim.y, whose limit is {MAX_BATCH}); split the batch, e.g. torch.cat("
+            f"[conv2d_gw8(x, weight, bias, padding) for x in input.split({MAX_BATCH})])"
+        )
+    return n > 0
 
 
-@torch.library.custom_op("spio::conv2d_gw8", mutates_args=())
-def _conv2d_gw8(
-    input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, padding: list[int]
-) -> torch.Tensor:
+# ---- launch plans ---------------------------------------------------------------------------
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def _cl_stride(size: tuple[int, int, int, int]) -> tuple[int, ...]:
+    """The strides torch gives a channels_last tensor of `size`."""
+    return tuple(torch.empty(size, device="meta", memory_format=_CL).stride())
+
+
+def _forward_plan(x, w, b, padding, amp: torch.dtype | None) -> Any:
+    """The plan of a forward call signature, or DISPATCH when the op must decide (fallback,
+    empty batch, a batch above the kernels' limit). Raises on invalid arguments."""
+    pads = _validate(x, w, b, padding, amp)
+    if fallback_reason(x, w, b) is not None or not 0 < int(x.shape[0]) <= MAX_BATCH:
+        return _plans.DISPATCH
+    return _ForwardPlan(x, w, b, pads, amp)
+
+
+class _ForwardPlan:
+    """One forward call signature on one GPU: the casts and layout fixes its tensors need, the
+    bound fprop launch and the output's size; the gradients' plans once a backward needs them."""
+
+    __slots__ = (
+        "launch", "size", "stride", "dtype", "device", "index", "wdtype", "cast_x", "x_cl",
+        "cast_w", "w_contig", "cast_b", "b_contig", "p", "dev", "_dgrad", "_wgrad",
+    )  # fmt: skip
+
+    def __init__(self, x, w, b, pads: tuple[int, int], amp: torch.dtype | None) -> None:
+        from spio.kernels.conv2d_gw8_fprop import FPROP, FpropLaunch
+
+        self.dtype = amp if amp is not None else x.dtype
+        self.wdtype = torch.float32 if amp is not None and w.dtype == torch.float32 else self.dtype
+        self.cast_x = x.dtype != self.dtype
+        self.x_cl = x.is_contiguous(memory_format=_CL)
+        self.cast_w = w.dtype != self.wdtype
+        self.w_contig = w.is_contiguous()
+        self.cast_b = b is not None and b.dtype != self.wdtype
+        self.b_contig = b is None or b.is_contiguous()
+        self.p = Conv2dGw8Params.from_tensors(
+            x, w, b, pads, dtype=_dtype_name(self.dtype), wdtype=_dtype_name(self.wdtype)
+        )
+        self.device = x.device
+        self.index = x.device.index
+        self.dev = device_attributes(self.index)
+        cfg, kernel = _selected(FPROP, self.p, self.dev)
+        self.launch = FpropLaunch(kernel, self.p, cfg)
+        p = self.p
+        self.size = (p.n, p.c, p.p, p.q)
+        self.stride = _cl_stride(self.size)
+        self._dgrad: _DgradPlan | None = None
+        self._wgrad: dict[bool, _WgradPlan] = {}
+
+    def prepare(self, x, w, b) -> tuple[Any, Any, Any]:
+        """The tensors as the kernels read them: compute dtype, channels_last, 16-byte aligned x;
+        contiguous weight and bias of the weight dtype."""
+        if self.cast_x:
+            x = x.to(self.dtype, memory_format=_CL)
+        elif not self.x_cl:
+            x = x.contiguous(memory_format=_CL)
+        elif x.data_ptr() & 15:
+            x = x.clone(memory_format=_CL)
+        if self.cast_w:
+            w = w.to(self.wdtype)
+        if not self.w_contig:
+            w = w.contiguous()
+        if b is not None:
+            if self.cast_b:
+                b = b.to(self.wdtype)
+            if not self.b_contig:
+                b = b.contiguous()
+        return x, w, b
+
+    def run(self, x, w, b) -> torch.Tensor:
+        """y for prepared tensors."""
+        out = _empty_strided(self.size, self.stride, dtype=self.dtype, device=self.device)
+        self.launch(out, x, w, b, raw_stream(self.index))
+        return out
+
+    def forward(self, x, w, b) -> torch.Tensor:
+        x, w, b = self.prepare(x, w, b)
+        out = _empty_strided(self.size, self.stride, dtype=self.dtype, device=self.device)
+        self.launch(out, x, w, b, raw_stream(self.index))
+        return out
+
+    def backward(self, dy, x, w, need_x: bool, need_w: bool, need_b: bool) -> tuple:
+        """(dx, dw, db) for the prepared x and w the forward ran on (None where not needed)."""
+        if not dy.is_contiguous(memory_format=_CL) or dy.data_ptr() & 15:
+            dy = dy.clone(memory_format=_CL)
+        if dy.dtype != self.dtype:
+            dy = dy.to(self.dtype)
+        stream = raw_stream(self.index)
+        dx = dw = db = None
+        if need_x:
+            plan = self._dgrad
+            if plan is None:
+                plan = self._dgrad = _dgrad_plan(self.p, self.dev)
+            dx = plan.run(dy, w, stream)
+        with_bias = self.p.has_bias and need_b
+        if need_w or with_bias:
+            wplan = self._wgrad.get(with_bias)
+            if wplan is None:
+                wplan = self._wgrad[with_bias] = _wgrad_plan(self.p, with_bias, self.dev)
+            dw, db = wplan.run(x, dy, stream)
+            if not need_w:
+                dw = None
+        return dx, dw, db
+
+
+def _selected(kdef, p: Conv2dGw8Params, dev) -> tuple[Any, Any]:
+    """(the config the op runs for p, its loaded kernel), loaded on p's device."""
+    from spio.kernels.loader import default_function_cache
+    from spio.kernels.select import op_config
+
+    cfg = op_config(kdef, p, dev)
+    with torch.cuda.device(dev.ordinal):
+        return cfg, default_function_cache().get(kdef, kdef.compiled(p), cfg, dev)
+
+
+class _DgradPlan:
+    """The input gradient of one layer (batch included) on one GPU."""
+
+    __slots__ = ("launch", "size", "stride", "dtype", "device")
+
+    def __init__(self, p: Conv2dGw8Params, dev) -> None:
+        from spio.kernels.conv2d_gw8_fprop import DGRAD, DgradLaunch
+
+        cfg, kernel = _selected(DGRAD, p, dev)
+        self.launch = DgradLaunch(kernel, p, cfg)
+        self.size = (p.n, p.c, p.h, p.w)
+        self.stride = _cl_stride(self.size)
+        self.dtype = getattr(torch, p.dtype)
+        self.device = torch.device("cuda", dev.ordinal)
+
+    def run(self, dy, w, stream: int) -> torch.Tensor:
+        """dx for a channels_last, 16-byte aligned dy and a contiguous w."""
+        dx = _empty_strided(self.size, self.stride, dtype=self.dtype, device=self.device)
+        self.launch(dx, dy, w, stream)
+        return dx
+
+
+class _WgradPlan:
+    """The weight (and bias) gradient of one layer (batch included) on one GPU: both passes."""
+
+    __slots__ = ("launch", "w_size", "c", "wdtype", "device", "with_bias", "workspace")
+
+    def __init__(self, p: Conv2dGw8Params, dev) -> None:
+        from spio.kernels import conv2d_gw8_wgrad as wg
+        from spio.kernels import conv2d_gw8_wgrad_reduce as rd
+        from spio.kernels.loader import default_function_cache
+
+        cfg, kernel = _selected(wg.WGRAD, p, dev)
+        rcfg = rd.reduce_config(p, cfg, dev)
+        with torch.cuda.device(dev.ordinal):
+            reduce_kernel = default_function_cache().get(
+                rd.WGRAD_REDUCE, rd.WGRAD_REDUCE.compiled(p), rcfg, dev
+            )
+        self.launch = wg.WgradLaunch(kernel, reduce_kernel, p, cfg, dev)
+        self.w_size = (p.c, GROUP_WIDTH, p.r, p.s)
+        self.c = p.c
+        self.wdtype = getattr(torch, p.weight_dtype)
+        self.device = torch.device("cuda", dev.ordinal)
+        self.with_bias = p.has_bias
+        self.workspace = self.launch.workspace_floats
+
+    def run(self, x, dy, stream: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """(dw, db or None) for channels_last, 16-byte aligned x and dy."""
+        dw = _empty(self.w_size, dtype=self.wdtype, device=self.device)
+        db = _empty(self.c, dtype=self.wdtype, device=self.device) if self.with_bias else None
+        workspace = _empty(self.workspace, dtype=torch.float32, device=self.device)
+        self.launch(dw, db, workspace, x, dy, stream)
+        return dw, db
+
+
+def _dgrad_plan(p: Conv2dGw8Params, dev) -> _DgradPlan:
+    """The dgrad plan of layer p (any has_bias) on dev, shared by every caller."""
+    from dataclasses import replace
+
+    key = (replace(p, has_bias=False), dev.ordinal)
+    plan = _DGRAD.get(key)
+    if plan is None:
+        plan = _DGRAD[key] = _DgradPlan(key[0], dev)
+    return plan
+
+
+def _wgrad_plan(p: Conv2dGw8Params, with_bias: bool, dev) -> _WgradPlan:
+    """The wgrad plan of layer p with or without the bias gradient on dev."""
+    from dataclasses import replace
+
+    key = (replace(p, has_bias=with_bias), dev.ordinal)
+    plan = _WGRAD.get(key)
+    if plan is None:
+        plan = _WGRAD[key] = _WgradPlan(key[0], dev)
+    return plan
+
+
+class _Conv2dGw8(torch.autograd.Function):
+    """The eager path's autograd: the forward plan's launch, and its gradient plans."""
+
+    @staticmethod
+    def forward(ctx, input, weight, bias, plan):
+        x, w, b = plan.prepare(input, weight, bias)
+        ctx.save_for_backward(x, w)
+        ctx.plan = plan
+        return plan.run(x, w, b)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad_output):
+        x, w = ctx.saved_tensors
+        need = ctx.needs_input_grad
+        dx, dw, db = ctx.plan.backward(grad_output, x, w, need[0], need[1], need[2])
+        return dx, dw, db, None
+
+
+# ---- the ops --------------------------------------------------------------------------------
+
+# define + impl + register_fake + register_autograd: the dispatcher's cheapest registration that
+# keeps opcheck, torch.compile and autocast (docs/ops/overhead.md has the measurements).
+_LIB = torch.library.Library("spio", "FRAGMENT")
+_LIB.define("conv2d_gw8(Tensor input, Tensor weight, Tensor? bias, int[] padding) -> Tensor")
+_LIB.define(
+    "conv2d_gw8_dgrad(Tensor grad_output, Tensor weight, int[] input_hw, int[] padding) -> Tensor"
+)
+_LIB.define(
+    "conv2d_gw8_wgrad(Tensor input, Tensor grad_output, int[] kernel_rs, int[] padding, "
+    "bool with_bias) -> (Tensor, Tensor)"
+)
+
+
+def _conv2d_gw8_op(input, weight, bias, padding):
     pads = (int(padding[0]), int(padding[1]))
     if use_fallback("conv2d_gw8", input, weight, bias):
         return ref.fprop(input, weight, bias, pads).contiguous(memory_format=_CL)
-    return _run_fprop(input, weight, bias, pads)
+    if not _gpu_batch("conv2d_gw8", int(input.shape[0])):
+        p = Conv2dGw8Params.from_tensors(input, weight, bias, pads, batch=1)  # shape checks
+        return torch.empty(
+            (0, p.c, p.p, p.q), dtype=input.dtype, device=input.device, memory_format=_CL
+        )
+    key = _key(input, weight, bias, pads, None)
+    plan = _FORWARD.get(key)
+    if plan is None or plan is _plans.DISPATCH:
+        plan = _FORWARD[key] = _forward_plan(input, weight, bias, pads, None)
+    return plan.forward(input, weight, bias)
 
 
-@_conv2d_gw8.register_fake
-def _(input, weight, bias, padding):
+def _conv2d_gw8_fake(input, weight, bias, padding):
     n, c, h, w = input.shape
     p = h + 2 * padding[0] - weight.shape[2] + 1
     q = w + 2 * padding[1] - weight.shape[3] + 1
     return torch.empty((n, c, p, q), dtype=input.dtype, device=input.device, memory_format=_CL)
 
 
-@torch.library.custom_op("spio::conv2d_gw8_dgrad", mutates_args=())
-def _conv2d_gw8_dgrad(
-    grad_output: torch.Tensor, weight: torch.Tensor, input_hw: list[int], padding: list[int]
-) -> torch.Tensor:
+def _layer(t, rs, hw, pads, has_bias: bool, wdtype: torch.dtype | None = None) -> Conv2dGw8Params:
+    """The layer of a gradient op's arguments: batch and channels from t (dy or x)."""
+    n, c = (int(v) for v in t.shape[:2])
+    name = _dtype_name(t.dtype)
+    return Conv2dGw8Params(
+        n=n, c=c, h=hw[0], w=hw[1], r=int(rs[0]), s=int(rs[1]), pad_h=pads[0], pad_w=pads[1],
+        has_bias=has_bias, dtype=name,
+        wdtype="float32" if wdtype == torch.float32 else name,
+    )  # fmt: skip
+
+
+def _dgrad_op(grad_output, weight, input_hw, padding):
     pads = (int(padding[0]), int(padding[1]))
     hw = (int(input_hw[0]), int(input_hw[1]))
     if use_fallback("conv2d_gw8_dgrad", grad_output, weight):
         return ref.dgrad(grad_output, weight, hw, pads).contiguous(memory_format=_CL)
-    return _run_dgrad(grad_output, weight, hw, pads)
+    n, c = (int(v) for v in grad_output.shape[:2])
+    if not _gpu_batch("conv2d_gw8_dgrad", n):
+        return torch.empty(
+            (0, c, hw[0], hw[1]), dtype=grad_output.dtype, device=grad_output.device,
+            memory_format=_CL,
+        )  # fmt: skip
+    key = (grad_output.shape, grad_output.dtype, grad_output.device, weight.shape, weight.dtype,
+           hw, pads)  # fmt: skip
+    plan = _DGRAD.get(key)
+    if plan is None:
+        p = _layer(grad_output, weight.shape[2:], hw, pads, False, weight.dtype)
+        index = grad_output.device.index
+        plan = _DGRAD[key] = _dgrad_plan(p, device_attributes(index))
+    dy = grad_output
+    if not dy.is_contiguous(memory_format=_CL) or dy.data_ptr() & 15:
+        dy = dy.clone(memory_format=_CL)
+    return plan.run(dy, weight.contiguous(), raw_stream(grad_output.device.index))
 
 
-@_conv2d_gw8_dgrad.register_fake
-def _(grad_output, weight, input_hw, padding):
+def _dgrad_fake(grad_output, weight, input_hw, padding):
     n, c = grad_output.shape[:2]
     return torch.empty(
         (n, c, input_hw[0], input_hw[1]),
@@ -158,14 +513,7 @@ def _(grad_output, weight, input_hw, padding):
     )
 
 
-@torch.library.custom_op("spio::conv2d_gw8_wgrad", mutates_args=())
-def _conv2d_gw8_wgrad(
-    input: torch.Tensor,
-    grad_output: torch.Tensor,
-    kernel_rs: list[int],
-    padding: list[int],
-    with_bias: bool,
-) -> tuple[torch.Tensor, torch.Tensor]:
+def _wgrad_op(input, grad_output, kernel_rs, padding, with_bias):
     """(grad_weight (C, 8, R, S), grad_bias (C,) or an empty (0,) tensor when not with_bias)."""
     pads = (int(padding[0]), int(padding[1]))
     rs = (int(kernel_rs[0]), int(kernel_rs[1]))
@@ -173,15 +521,41 @@ def _conv2d_gw8_wgrad(
         gw = ref.wgrad(input, grad_output, rs, pads).contiguous()
         gb = ref.bias_grad(grad_output) if with_bias else grad_output.new_empty((0,))
         return gw, gb
-    return _run_wgrad(input, grad_output, rs, pads, with_bias)
+    if not _gpu_batch("conv2d_gw8_wgrad", int(input.shape[0])):
+        c = int(input.shape[1])  # the gradients of an empty batch are zero
+        gw = input.new_zeros((c, GROUP_WIDTH, rs[0], rs[1]))
+        return gw, input.new_zeros((c,) if with_bias else (0,))
+    with_bias = bool(with_bias)
+    key = (input.shape, input.dtype, input.device, rs, pads, with_bias)
+    plan = _WGRAD.get(key)
+    if plan is None:
+        hw = (int(input.shape[2]), int(input.shape[3]))
+        p = _layer(input, rs, hw, pads, with_bias)
+        plan = _WGRAD[key] = _wgrad_plan(p, with_bias, device_attributes(input.device.index))
+    x, dy = input, grad_output
+    if not x.is_contiguous(memory_format=_CL) or x.data_ptr() & 15:
+        x = x.clone(memory_format=_CL)
+    if not dy.is_contiguous(memory_format=_CL) or dy.data_ptr() & 15:
+        dy = dy.clone(memory_format=_CL)
+    dw, db = plan.run(x, dy, raw_stream(input.device.index))
+    return dw, db if db is not None else input.new_empty((0,))
 
 
-@_conv2d_gw8_wgrad.register_fake
-def _(input, grad_output, kernel_rs, padding, with_bias):
+def _wgrad_fake(input, grad_output, kernel_rs, padding, with_bias):
     c = input.shape[1]
     gw = input.new_empty((c, GROUP_WIDTH, kernel_rs[0], kernel_rs[1]))
     gb = input.new_empty((c,) if with_bias else (0,))
     return gw, gb
+
+
+for _name, _impl, _fake in (
+    ("conv2d_gw8", _conv2d_gw8_op, _conv2d_gw8_fake),
+    ("conv2d_gw8_dgrad", _dgrad_op, _dgrad_fake),
+    ("conv2d_gw8_wgrad", _wgrad_op, _wgrad_fake),
+):
+    _LIB.impl(_name, _impl, "CPU")
+    _LIB.impl(_name, _impl, "CUDA")
+    torch.library.register_fake(f"spio::{_name}", _fake, lib=_LIB)
 
 
 def _setup_context(ctx, inputs, output):
@@ -213,153 +587,6 @@ def _backward(ctx, grad_output):
     return grad_input, grad_weight, grad_bias, None
 
 
-_conv2d_gw8.register_autograd(_backward, setup_context=_setup_context)
-
-
-# ---- kernel paths (no tiling logic: selection and caching live in spio.kernels) ----------------
-
-
-@functools.cache
-def _device(index: int):
-    from spio.cuda import device_attributes
-
-    return device_attributes(index)
-
-
-def _nhwc(t: torch.Tensor) -> torch.Tensor:
-    """channels_last and 16-byte aligned (the kernels move 16-byte pixel groups)."""
-    t = t.contiguous(memory_format=_CL)
-    return t if t.data_ptr() % 16 == 0 else t.clone(memory_format=_CL)
-
-
-def config_for(kdef, p: Conv2dGw8Params, dev):
-    """The config the op runs for layer p on dev (`spio.kernels.select.op_config`). fprop and
-    dgrad reuse the config chosen for the layer's first batch size (the batch is a launch
-    argument: a new batch size compiles nothing). wgrad selects for the exact shape: its config
-    fixes how many partial sums there are and the order they are added in, so sharing would make
-    the bits of dweight depend on which batch size this process happened to see first; per shape
-    they depend on the inputs only (and the GPU and its performance model; with
-    SPIO_AUTOTUNE=1, on the measured winner)."""
-    from spio.kernels.select import op_config
-
-    return op_config(kdef, p, dev)
-
-
-def _kernel(kdef, p: Conv2dGw8Params, index: int):
-    from spio.kernels.loader import default_function_cache
-
-    dev = _device(index)
-    cfg = config_for(kdef, p, dev)
-    return dev, cfg, default_function_cache().get(kdef, p.variant(), cfg, dev)
-
-
-def _index(t: torch.Tensor) -> int:
-    return t.device.index if t.device.index is not None else torch.cuda.current_device()
-
-
-def _gpu_batch(op: str, n: int) -> bool:
-    """Whether the GPU path has work for a batch of n (False: n = 0, an empty result); raises
-    ValueError above MAX_BATCH (the kernels' gridDim.y limit)."""
-    if n > MAX_BATCH:
-        raise ValueError(
-            f"spio {op}: batch N = {n} exceeds {MAX_BATCH} on the GPU (the kernels run the batch "
-            f"on gridDim.y, whose limit is {MAX_BATCH}); split the batch, e.g. torch.cat("
-            f"[conv2d_gw8(x, weight, bias, padding) for x in input.split({MAX_BATCH})])"
-        )
-    return n > 0
-
-
-def _run_fprop(x, w, b, pads) -> torch.Tensor:
-    from spio.kernels.conv2d_gw8_fprop import FPROP, launch
-
-    if not _gpu_batch("conv2d_gw8", int(x.shape[0])):
-        p = Conv2dGw8Params.from_tensors(x, w, b, pads, batch=1)  # shape checks, output size
-        return torch.empty((0, p.c, p.p, p.q), dtype=x.dtype, device=x.device, memory_format=_CL)
-    x = _nhwc(x)
-    w = w.contiguous()
-    b = b.contiguous() if b is not None else None
-    p = Conv2dGw8Params.from_tensors(x, w, b, pads)
-    out = torch.empty((p.n, p.c, p.p, p.q), dtype=x.dtype, device=x.device, memory_format=_CL)
-    with torch.cuda.device(x.device):
-        _, cfg, kernel = _kernel(FPROP, p, _index(x))
-        launch(kernel, p, cfg, out, x, w, b, stream_of(x))
-    return out
-
-
-def _run_dgrad(dy, w, hw, pads) -> torch.Tensor:
-    from spio.kernels.conv2d_gw8_fprop import DGRAD, dgrad_launch
-
-    n, c = (int(v) for v in dy.shape[:2])
-    if not _gpu_batch("conv2d_gw8_dgrad", n):
-        return torch.empty(
-            (0, c, hw[0], hw[1]), dtype=dy.dtype, device=dy.device, memory_format=_CL
-        )
-    dy = _nhwc(dy)
-    p = Conv2dGw8Params(
-        n=n,
-        c=c,
-        h=hw[0],
-        w=hw[1],
-        r=int(w.shape[2]),
-        s=int(w.shape[3]),
-        pad_h=pads[0],
-        pad_w=pads[1],
-        has_bias=False,
-        dtype=str(dy.dtype).removeprefix("torch."),
-    )
-    w = w.contiguous()
-    dx = torch.empty((n, c, hw[0], hw[1]), dtype=dy.dtype, device=dy.device, memory_format=_CL)
-    with torch.cuda.device(dy.device):
-        _, cfg, kernel = _kernel(DGRAD, p, _index(dy))
-        dgrad_launch(kernel, p, cfg, dx, dy, w, stream_of(dy))
-    return dx
-
-
-def _run_wgrad(x, dy, rs, pads, with_bias) -> tuple[torch.Tensor, torch.Tensor]:
-    from spio.kernels import conv2d_gw8_wgrad as wg
-    from spio.kernels import conv2d_gw8_wgrad_reduce as rd
-    from spio.kernels.loader import default_function_cache
-
-    if not _gpu_batch("conv2d_gw8_wgrad", int(x.shape[0])):
-        c = int(x.shape[1])  # the gradients of an empty batch are zero
-        gw = x.new_zeros((c, GROUP_WIDTH, rs[0], rs[1]))
-        return gw, x.new_zeros((c,) if with_bias else (0,))
-    x, dy = _nhwc(x), _nhwc(dy)
-    n, c, h, w = x.shape
-    p = Conv2dGw8Params(
-        n=n,
-        c=c,
-        h=h,
-        w=w,
-        r=rs[0],
-        s=rs[1],
-        pad_h=pads[0],
-        pad_w=pads[1],
-        has_bias=with_bias,
-        dtype=str(x.dtype).removeprefix("torch."),
-    )
-    gw = torch.empty((c, GROUP_WIDTH, rs[0], rs[1]), dtype=x.dtype, device=x.device)
-    gb = torch.empty((c,) if with_bias else (0,), dtype=x.dtype, device=x.device)
-    with torch.cuda.device(x.device):
-        dev, cfg, kernel = _kernel(wg.WGRAD, p, _index(x))
-        slices = wg.num_slices(p, cfg, dev)
-        partial = torch.empty(slices * gw.numel(), dtype=torch.float32, device=x.device)
-        bias_partial = torch.empty(
-            slices * c if with_bias else 1, dtype=torch.float32, device=x.device
-        )
-        stream = stream_of(x)
-        wg.launch(kernel, p, cfg, dev, partial, bias_partial, x, dy, stream)
-        rcfg = rd.config_for(slices)  # a function of the slices, not selected (see the module)
-        reduce_kernel = default_function_cache().get(rd.WGRAD_REDUCE, p.variant(), rcfg, dev)
-        rd.reduce_launch(
-            reduce_kernel,
-            p,
-            rcfg,
-            gw,
-            gb if with_bias else None,
-            partial,
-            bias_partial,
-            slices,
-            stream,
-        )
-    return gw, gb
+torch.library.register_autograd(
+    "spio::conv2d_gw8", _backward, setup_context=_setup_context, lib=_LIB
+)

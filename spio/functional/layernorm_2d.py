@@ -18,20 +18,36 @@ Layout: the kernels read rows of C contiguous channels, i.e. channels_last. Othe
 output gradients) are first copied to channels_last, one extra read and write of the tensor.
 The output is always channels_last. Statistics (mean, rstd, saved for backward) are fp32 (fp64
 for fp64 data).
+
+Call path: the first call with a signature (shapes, strides, dtypes, devices, eps) validates
+it, selects the configs and binds the launches in a plan; later calls look it up and launch.
+Eager calls that nothing traces run the plan directly: without autograd the statistics are not
+written at all, with it a torch.autograd.Function saves them; traced calls (torch.compile,
+dispatch modes, subclasses) go through `torch.ops.spio.layernorm_2d`, whose CUDA implementation
+runs the same plans. The backward's config is selected for the layer at a fixed row count
+(`spio.kernels.layernorm_2d.SELECT_ROWS`), so a new batch size compiles nothing and dweight/dbias
+bits depend on the shape alone.
 """
 
 from __future__ import annotations
 
-import functools
 import math
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+from torch.autograd.function import once_differentiable
 
 from spio.errors import FallbackDisabledError
-from spio.functional._dispatch import stream_of, use_fallback
+from spio.functional import _plans
+from spio.functional._dispatch import (
+    PLAIN_TYPES,
+    device_attributes,
+    raw_stream,
+    untraced,
+    use_fallback,
+)
 from spio.kernels.layernorm_2d_params import (
     C_MULTIPLE,
     MAX_C,
@@ -41,57 +57,58 @@ from spio.kernels.layernorm_2d_params import (
 )
 from spio.settings import settings
 
-OP = "spio::layernorm_2d"
+OP = "spio layernorm_2d"
 KERNEL_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 DTYPES = KERNEL_DTYPES + (torch.float64,)
+_CL = torch.channels_last
+_compiling = torch.compiler.is_compiling
+_grad_enabled = torch.is_grad_enabled
+_empty = torch.empty
+_empty_strided = torch.empty_strided
 
 
 def _check(input: Tensor, weight: Tensor | None, bias: Tensor | None, eps: float) -> None:
     """Raises TypeError/ValueError naming the argument, the rule and the fix."""
     if not isinstance(input, Tensor):
-        raise TypeError(f"layernorm_2d: input must be a torch.Tensor, got {type(input).__name__}")
+        raise TypeError(f"{OP}: input must be a torch.Tensor, got {type(input).__name__}")
     if input.dim() != 4:
         raise ValueError(
-            f"layernorm_2d: input must be 4-D (N, C, H, W), got shape {tuple(input.shape)}; "
+            f"{OP}: input must be 4-D (N, C, H, W), got shape {tuple(input.shape)}; "
             "for (N, H, W, C) data use torch.nn.functional.layer_norm over the last dim"
         )
     if input.dtype not in DTYPES:
         raise TypeError(
-            f"layernorm_2d: input dtype must be float16, bfloat16, float32 or float64, got "
+            f"{OP}: input dtype must be float16, bfloat16, float32 or float64, got "
             f"{input.dtype}; cast the input"
         )
     c = input.shape[1]
     if c < 1:
-        raise ValueError("layernorm_2d: input must have at least one channel (C >= 1)")
+        raise ValueError(f"{OP}: input must have at least one channel (C >= 1)")
     for name, t in (("weight", weight), ("bias", bias)):
         if t is None:
             continue
         if not isinstance(t, Tensor):
-            raise TypeError(
-                f"layernorm_2d: {name} must be a Tensor or None, got {type(t).__name__}"
-            )
+            raise TypeError(f"{OP}: {name} must be a Tensor or None, got {type(t).__name__}")
         if t.dim() != 1 or t.shape[0] != c:
-            raise ValueError(
-                f"layernorm_2d: {name} must have shape (C,) = ({c},), got {tuple(t.shape)}"
-            )
+            raise ValueError(f"{OP}: {name} must have shape (C,) = ({c},), got {tuple(t.shape)}")
         if t.device != input.device:
             raise ValueError(
-                f"layernorm_2d: {name} is on {t.device} but input is on {input.device}; move "
+                f"{OP}: {name} is on {t.device} but input is on {input.device}; move "
                 "them to one device"
             )
         if t.dtype not in (input.dtype, torch.float32):
             raise TypeError(
-                f"layernorm_2d: {name} dtype must be the input dtype ({input.dtype}) or "
+                f"{OP}: {name} dtype must be the input dtype ({input.dtype}) or "
                 f"float32, got {t.dtype}; cast {name}"
             )
     if weight is not None and bias is not None and weight.dtype != bias.dtype:
         raise TypeError(
-            f"layernorm_2d: weight ({weight.dtype}) and bias ({bias.dtype}) must have one dtype"
+            f"{OP}: weight ({weight.dtype}) and bias ({bias.dtype}) must have one dtype"
         )
     if isinstance(eps, bool) or not isinstance(eps, (int, float)):
-        raise TypeError(f"layernorm_2d: eps must be a float, got {type(eps).__name__}")
+        raise TypeError(f"{OP}: eps must be a float, got {type(eps).__name__}")
     if not math.isfinite(eps) or eps < 0:
-        raise ValueError(f"layernorm_2d: eps must be a finite float >= 0, got {eps!r}")
+        raise ValueError(f"{OP}: eps must be a finite float >= 0, got {eps!r}")
 
 
 def _kernel_limit(input: Tensor) -> str | None:
@@ -124,45 +141,7 @@ def _stats_dtype(input: Tensor) -> torch.dtype:
     return torch.float64 if input.dtype == torch.float64 else torch.float32
 
 
-def _rows(t: Tensor) -> Tensor:
-    """t as channels_last with 16-byte aligned storage (a copy only when needed)."""
-    if not t.is_contiguous(memory_format=torch.channels_last) or t.data_ptr() % 16:
-        t = t.clone(memory_format=torch.channels_last)
-    return t
-
-
-def _aligned(t: Tensor | None) -> Tensor | None:
-    if t is None:
-        return None
-    if not t.is_contiguous() or t.data_ptr() % 16:
-        t = t.clone(memory_format=torch.contiguous_format)
-    return t
-
-
-@functools.cache
-def _device(index: int):
-    from spio.cuda import device_attributes
-
-    return device_attributes(index)
-
-
-def backward_config(p: LayerNorm2dParams, dev: Any) -> Any:
-    """The backward's config for rows p.m, selected for the exact row count, not shared across
-    M as the forward's is: it fixes how many dweight/dbias partial sums there are and their order,
-    so sharing would make their bits depend on which M this process saw first."""
-    from spio.kernels import layernorm_2d as k
-    from spio.kernels.select import op_config
-
-    return op_config(k.BWD, p, dev)
-
-
-def _launch_setup(x: Tensor, weight: Tensor | None, bias: Tensor | None):
-    p = LayerNorm2dParams.from_tensors(x, weight, bias)
-    dev = _device(x.device.index if x.device.index is not None else torch.cuda.current_device())
-    return p, dev
-
-
-# ---- forward -------------------------------------------------------------------------------
+# ---- the PyTorch fallback ------------------------------------------------------------------
 
 
 def _forward_fallback(input, weight, bias, eps):
@@ -181,63 +160,6 @@ def _forward_fallback(input, weight, bias, eps):
     mean = xs.mean(dim=-1)
     rstd = torch.rsqrt((xs - mean[..., None]).square().mean(dim=-1) + eps)
     return y, mean, rstd
-
-
-def _forward_spio(input, weight, bias, eps):
-    from spio.kernels import layernorm_2d as k
-    from spio.kernels.loader import default_function_cache
-    from spio.kernels.select import op_config
-
-    x = _rows(input)
-    weight, bias = _aligned(weight), _aligned(bias)
-    n, _, h, w = x.shape
-    y = torch.empty_like(x, memory_format=torch.channels_last)
-    mean = x.new_empty((n, h, w), dtype=torch.float32)
-    rstd = x.new_empty((n, h, w), dtype=torch.float32)
-    with torch.cuda.device(x.device):
-        p, dev = _launch_setup(x, weight, bias)
-        if p.m == 0:
-            return y, mean, rstd
-        cfg = op_config(k.FWD, p, dev)  # one config per layer, whatever its row count
-        loaded = default_function_cache().get(k.FWD, p.static(), cfg, dev)
-        k.launch_forward(
-            loaded,
-            p,
-            cfg,
-            dev,
-            x=x,
-            weight=weight,
-            bias=bias,
-            y=y,
-            mean=mean,
-            rstd=rstd,
-            eps=eps,
-            stream=stream_of(x),
-        )
-    return y, mean, rstd
-
-
-@torch.library.custom_op(OP, mutates_args=())
-def layernorm_2d_op(
-    input: Tensor, weight: Tensor | None, bias: Tensor | None, eps: float
-) -> tuple[Tensor, Tensor, Tensor]:
-    """(y, mean, rstd): y channels_last like input; mean, rstd (N, H, W) fp32 (fp64 for fp64)."""
-    _check(input, weight, bias, eps)
-    if _runs_fallback(input, weight, bias):
-        return _forward_fallback(input, weight, bias, eps)
-    return _forward_spio(input, weight, bias, eps)
-
-
-@layernorm_2d_op.register_fake
-def _(input, weight, bias, eps):
-    _check(input, weight, bias, eps)
-    n, _, h, w = input.shape
-    y = torch.empty_like(input, memory_format=torch.channels_last)
-    stats = _stats_dtype(input)
-    return y, input.new_empty((n, h, w), dtype=stats), input.new_empty((n, h, w), dtype=stats)
-
-
-# ---- backward ------------------------------------------------------------------------------
 
 
 def _backward_fallback(grad, input, mean, rstd, weight, bias):
@@ -259,62 +181,265 @@ def _backward_fallback(grad, input, mean, rstd, weight, bias):
     return dx, dweight, dbias
 
 
-def _backward_spio(grad, input, mean, rstd, weight, bias):
-    from spio.kernels import layernorm_2d as k
+# ---- launch plans ----------------------------------------------------------------------------
+
+_FORWARD = _plans.PlanCache("layernorm_2d")
+_BACKWARD = _plans.PlanCache("layernorm_2d_backward")
+
+
+def _key(input: Tensor, weight: Tensor | None, bias: Tensor | None, eps: Any) -> tuple:
+    """A call's signature: what its plan depends on."""
+    w, b = weight, bias
+    return (
+        input.shape, input.stride(), input.dtype, input.device,
+        None if w is None else (w.shape, w.stride(), w.dtype, w.device),
+        None if b is None else (b.shape, b.stride(), b.dtype, b.device),
+        eps,
+    )  # fmt: skip
+
+
+def _forward_plan(input: Tensor, weight: Tensor | None, bias: Tensor | None, eps: float) -> Any:
+    """The plan of a call signature, or DISPATCH when the op must decide (the fallback, M = 0).
+    Raises on invalid arguments."""
+    _check(input, weight, bias, eps)
+    if _runs_fallback(input, weight, bias) or input.numel() == 0:
+        return _plans.DISPATCH
+    return _Plan(input, weight, bias, float(eps))
+
+
+def _aligned(t: Tensor | None) -> Tensor | None:
+    if t is not None and (not t.is_contiguous() or t.data_ptr() & 15):
+        t = t.clone(memory_format=torch.contiguous_format)
+    return t
+
+
+class _Plan:
+    """One call signature on one GPU: the bound forward launch (and the backward's, built at
+    the first backward), the sizes of y, the statistics and the gradients."""
+
+    __slots__ = (
+        "p", "dev", "fwd", "_bwd", "size", "stride", "dtype", "wdtype", "device", "index",
+        "x_cl", "m", "eps", "_scratch",
+    )  # fmt: skip
+
+    def __init__(self, x: Tensor, weight: Tensor | None, bias: Tensor | None, eps: float) -> None:
+        from spio.kernels import layernorm_2d as k
+
+        self.p = LayerNorm2dParams.from_tensors(x, weight, bias)
+        self.index = x.device.index
+        self.dev = device_attributes(self.index)
+        cfg, loaded = _selected(k.FWD, self.p, self.dev)
+        self.fwd = k.ForwardLaunch(loaded, self.p, cfg, self.dev)
+        self._bwd: Any = None
+        self.size = tuple(x.shape)
+        self.stride = tuple(torch.empty(self.size, device="meta", memory_format=_CL).stride())
+        self.dtype = x.dtype
+        affine = weight if weight is not None else bias
+        self.wdtype = affine.dtype if affine is not None else x.dtype
+        self.device = x.device
+        self.x_cl = x.is_contiguous(memory_format=_CL)
+        self.m = self.p.m
+        self.eps = eps
+
+    def rows(self, x: Tensor) -> Tensor:
+        """x as the kernels read it: channels_last, 16-byte aligned."""
+        if not self.x_cl or x.data_ptr() & 15:
+            x = x.clone(memory_format=_CL)
+        return x
+
+    def forward(self, x: Tensor, weight: Tensor | None, bias: Tensor | None) -> Tensor:
+        """y alone (the statistics are not written: inference)."""
+        x = self.rows(x)
+        y = _empty_strided(self.size, self.stride, dtype=self.dtype, device=self.device)
+        self.fwd(x, _aligned(weight), _aligned(bias), y, 0, 0, self.eps, raw_stream(self.index))
+        return y
+
+    def forward_saving(
+        self, x: Tensor, weight: Tensor | None, bias: Tensor | None
+    ) -> tuple[Tensor, Tensor]:
+        """(y, stats): stats (2, M) fp32, the mean and rstd rows the backward reads."""
+        y = _empty_strided(self.size, self.stride, dtype=self.dtype, device=self.device)
+        stats = _empty((2, self.m), dtype=torch.float32, device=self.device)
+        mean = stats.data_ptr()
+        self.fwd(x, weight, bias, y, mean, mean + 4 * self.m, self.eps, raw_stream(self.index))
+        return y, stats
+
+    def backward(
+        self, dy: Tensor, x: Tensor, mean: Any, rstd: Any, weight: Tensor | None
+    ) -> tuple[Tensor, Tensor | None, Tensor | None]:
+        """(dx, dweight or None, dbias or None); mean/rstd: tensors or device addresses."""
+        bwd = self._bwd
+        if bwd is None:
+            bwd = self._bwd = _backward_plan(self.p, self.dev)
+        if not dy.is_contiguous(memory_format=_CL) or dy.data_ptr() & 15:
+            dy = dy.clone(memory_format=_CL)
+        dx = _empty_strided(self.size, self.stride, dtype=self.dtype, device=self.device)
+        p = self.p
+        dweight = _empty(p.c, dtype=self.wdtype, device=self.device) if p.has_weight else None
+        dbias = _empty(p.c, dtype=self.wdtype, device=self.device) if p.has_bias else None
+        workspace = None
+        if bwd.workspace_floats:
+            workspace = _empty(bwd.workspace_floats, dtype=torch.float32, device=self.device)
+        bwd(x, dy, mean, rstd, weight, dx, dweight, dbias, workspace, raw_stream(self.index))
+        return dx, dweight, dbias
+
+
+def _selected(kdef, p: LayerNorm2dParams, dev) -> tuple[Any, Any]:
+    """(the config the op runs for p, its loaded kernel), loaded on dev."""
     from spio.kernels.loader import default_function_cache
+    from spio.kernels.select import op_config
 
-    x, g = _rows(input), _rows(grad)
-    weight = _aligned(weight)
-    mean, rstd = mean.contiguous(), rstd.contiguous()
-    c = x.shape[1]
-    dx = torch.empty_like(x, memory_format=torch.channels_last)
-    dweight = x.new_empty((c,), dtype=weight.dtype) if weight is not None else x.new_empty((0,))
-    dbias = x.new_empty((c,), dtype=bias.dtype) if bias is not None else x.new_empty((0,))
-    with torch.cuda.device(x.device):
-        p, dev = _launch_setup(x, weight, bias)
-        if p.m == 0:
-            dweight.zero_()
-            dbias.zero_()
-            return dx, dweight, dbias
-        cache = default_function_cache()
-        cfg = backward_config(p, dev)
-        loaded = cache.get(k.BWD, p.static(), cfg, dev)
-        # The reduce variant is derived inside launch_backward from the real parts count (not
-        # selected); None: without weight and bias there is nothing to reduce.
-        reduce_loaded = True if k.needs_reduce(p) else None
-        parts = k.parts(loaded, p, cfg, dev)
-        dw_part = x.new_empty((parts, c), dtype=torch.float32) if p.has_weight else None
-        db_part = x.new_empty((parts, c), dtype=torch.float32) if p.has_bias else None
-        k.launch_backward(
-            loaded,
-            reduce_loaded,
-            p,
-            cfg,
-            dev,
-            x=x,
-            dy=g,
-            mean=mean,
-            rstd=rstd,
-            weight=weight,
-            dx=dx,
-            dweight=dweight if p.has_weight else None,
-            dbias=dbias if p.has_bias else None,
-            dweight_part=dw_part,
-            dbias_part=db_part,
-            stream=stream_of(x),
+    cfg = op_config(kdef, p, dev)
+    with torch.cuda.device(dev.ordinal):
+        return cfg, default_function_cache().get(kdef, kdef.compiled(p), cfg, dev)
+
+
+def _backward_plan(p: LayerNorm2dParams, dev) -> Any:
+    """The bound backward of layer p (M included) on dev, shared by every caller: the config
+    selected for the layer (`layernorm_2d.select_at_fixed_rows`), the reduce derived from it."""
+    from spio.kernels import layernorm_2d as k
+
+    key = (p, dev.ordinal)
+    plan = _BACKWARD.get(key)
+    if plan is None:
+        cfg, loaded = _selected(k.BWD, p, dev)
+        with torch.cuda.device(dev.ordinal):
+            plan = _BACKWARD[key] = k.BackwardLaunch(loaded, p, cfg, dev)
+    return plan
+
+
+class _LayerNorm2d(torch.autograd.Function):
+    """The eager path's autograd: the plan's forward (saving the statistics) and backward."""
+
+    @staticmethod
+    def forward(ctx, input, weight, bias, plan):
+        x = plan.rows(input)
+        weight, bias = _aligned(weight), _aligned(bias)
+        y, stats = plan.forward_saving(x, weight, bias)
+        ctx.save_for_backward(x, weight, stats)
+        ctx.plan = plan
+        return y
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad_y):
+        x, weight, stats = ctx.saved_tensors
+        plan = ctx.plan
+        mean = stats.data_ptr()
+        dx, dweight, dbias = plan.backward(grad_y, x, mean, mean + 4 * plan.m, weight)
+        need = ctx.needs_input_grad
+        return (
+            dx if need[0] else None,
+            dweight if need[1] else None,
+            dbias if need[2] else None,
+            None,
         )
-    return dx, dweight, dbias
 
 
-@torch.library.custom_op("spio::layernorm_2d_backward", mutates_args=())
-def layernorm_2d_backward_op(
-    grad: Tensor,
-    input: Tensor,
-    mean: Tensor,
-    rstd: Tensor,
-    weight: Tensor | None,
-    bias: Tensor | None,
-) -> tuple[Tensor, Tensor, Tensor]:
+def layernorm_2d(
+    input: Tensor, weight: Tensor | None = None, bias: Tensor | None = None, eps: float = 1e-6
+) -> Tensor:
+    """LayerNorm over the C channels of a (N, C, H, W) tensor; returns y (channels_last).
+
+    Args:
+        input: (N, C, H, W) float16, bfloat16, float32 (kernel) or float64 (fallback) tensor;
+            channels_last avoids a copy.
+        weight: optional (C,) scale, of input's dtype or float32.
+        bias: optional (C,) shift, of weight's dtype (input's dtype or float32).
+        eps: added to the variance, >= 0.
+
+    Numerically a drop-in for timm's LayerNorm2d. See the module docstring for where it runs.
+    """
+    if _compiling():
+        return _through_op(input, weight, bias, eps)
+    if (
+        type(input) is Tensor
+        and (weight is None or type(weight) in PLAIN_TYPES)
+        and (bias is None or type(bias) in PLAIN_TYPES)
+        and input.is_cuda
+        and untraced()
+    ):
+        key = _key(input, weight, bias, eps)
+        try:
+            plan = _FORWARD.get(key)
+        except TypeError:  # an unhashable eps: the op path reports it
+            return _through_op(input, weight, bias, eps)
+        if plan is None:
+            plan = _FORWARD[key] = _forward_plan(input, weight, bias, eps)
+        if plan is not _plans.DISPATCH:
+            if _grad_enabled() and (
+                input.requires_grad
+                or (weight is not None and weight.requires_grad)
+                or (bias is not None and bias.requires_grad)
+            ):
+                return _LayerNorm2d.apply(input, weight, bias, plan)
+            return plan.forward(input, weight, bias)
+    return _through_op(input, weight, bias, eps)
+
+
+def _through_op(input, weight, bias, eps) -> Tensor:
+    """The call through the dispatcher (torch.compile, tensor subclasses, dispatch modes, the
+    fallback)."""
+    _check(input, weight, bias, eps)
+    return torch.ops.spio.layernorm_2d(input, weight, bias, float(eps))[0]
+
+
+# ---- the ops --------------------------------------------------------------------------------
+
+# define + impl + register_fake + register_autograd: the dispatcher's cheapest registration that
+# keeps opcheck, torch.compile and autograd (docs/ops/overhead.md has the measurements).
+_LIB = torch.library.Library("spio", "FRAGMENT")
+_LIB.define(
+    "layernorm_2d(Tensor input, Tensor? weight, Tensor? bias, float eps) "
+    "-> (Tensor, Tensor, Tensor)"
+)
+_LIB.define(
+    "layernorm_2d_backward(Tensor grad, Tensor input, Tensor mean, Tensor rstd, Tensor? weight, "
+    "Tensor? bias) -> (Tensor, Tensor, Tensor)"
+)
+
+
+def _forward_op(input, weight, bias, eps):
+    """(y, mean, rstd): y channels_last like input; mean, rstd (N, H, W) fp32 (fp64 for fp64)."""
+    _check(input, weight, bias, eps)
+    if _runs_fallback(input, weight, bias):
+        return _forward_fallback(input, weight, bias, eps)
+    n, _, h, w = input.shape
+    if input.numel() == 0:
+        y = torch.empty_like(input, memory_format=_CL)
+        return (
+            y,
+            input.new_empty((n, h, w), dtype=torch.float32),
+            input.new_empty((n, h, w), dtype=torch.float32),
+        )
+    plan = _plan_for(input, weight, bias, eps)
+    x = plan.rows(input)
+    weight, bias = _aligned(weight), _aligned(bias)
+    y = torch.empty_like(x, memory_format=_CL)
+    mean = x.new_empty((n, h, w), dtype=torch.float32)
+    rstd = x.new_empty((n, h, w), dtype=torch.float32)
+    plan.fwd(x, weight, bias, y, mean, rstd, plan.eps, raw_stream(plan.index))
+    return y, mean, rstd
+
+
+def _plan_for(input, weight, bias, eps) -> _Plan:
+    """The plan of the op's arguments (the cache the eager path uses, under the same key)."""
+    key = _key(input, weight, bias, eps)
+    plan = _FORWARD.get(key)
+    if plan is None or plan is _plans.DISPATCH:
+        plan = _FORWARD[key] = _Plan(input, weight, bias, float(eps))
+    return plan
+
+
+def _forward_fake(input, weight, bias, eps):
+    _check(input, weight, bias, eps)
+    n, _, h, w = input.shape
+    y = torch.empty_like(input, memory_format=torch.channels_last)
+    stats = _stats_dtype(input)
+    return y, input.new_empty((n, h, w), dtype=stats), input.new_empty((n, h, w), dtype=stats)
+
+
+def _backward_op(grad, input, mean, rstd, weight, bias):
     """(dx, dweight, dbias); dweight/dbias are empty (0,) tensors when weight/bias is None.
 
     bias is only read for its dtype (dbias = Σ grad does not depend on its value).
@@ -322,21 +447,41 @@ def layernorm_2d_backward_op(
     _check(input, weight, bias, 0.0)
     if grad.shape != input.shape or grad.dtype != input.dtype:
         raise ValueError(
-            f"layernorm_2d_backward: grad must match input (shape {tuple(input.shape)}, "
+            f"{OP}_backward: grad must match input (shape {tuple(input.shape)}, "
             f"{input.dtype}), got {tuple(grad.shape)}, {grad.dtype}"
         )
     if _runs_fallback(input, weight, bias):
         return _backward_fallback(grad, input, mean, rstd, weight, bias)
-    return _backward_spio(grad, input, mean, rstd, weight, bias)
+    c = input.shape[1]
+    if input.numel() == 0:
+        dx = torch.empty_like(input, memory_format=_CL)
+        dweight = input.new_zeros((c,), dtype=weight.dtype) if weight is not None else None
+        dbias = input.new_zeros((c,), dtype=bias.dtype) if bias is not None else None
+    else:
+        plan = _plan_for(input, weight, bias, 0.0)
+        x = plan.rows(input)
+        dx, dweight, dbias = plan.backward(
+            grad, x, mean.contiguous(), rstd.contiguous(), _aligned(weight)
+        )
+    empty = input.new_empty((0,))
+    return dx, dweight if dweight is not None else empty, dbias if dbias is not None else empty
 
 
-@layernorm_2d_backward_op.register_fake
-def _(grad, input, mean, rstd, weight, bias):
+def _backward_fake(grad, input, mean, rstd, weight, bias):
     c = input.shape[1]
     dx = torch.empty_like(input, memory_format=torch.channels_last)
     dweight = weight.new_empty((c,)) if weight is not None else input.new_empty((0,))
     dbias = bias.new_empty((c,)) if bias is not None else input.new_empty((0,))
     return dx, dweight, dbias
+
+
+for _name, _impl, _fake in (
+    ("layernorm_2d", _forward_op, _forward_fake),
+    ("layernorm_2d_backward", _backward_op, _backward_fake),
+):
+    _LIB.impl(_name, _impl, "CPU")
+    _LIB.impl(_name, _impl, "CUDA")
+    torch.library.register_fake(f"spio::{_name}", _fake, lib=_LIB)
 
 
 def _setup_context(ctx, inputs, output):
@@ -359,22 +504,6 @@ def _backward(ctx, grad_y, grad_mean, grad_rstd):
     )
 
 
-layernorm_2d_op.register_autograd(_backward, setup_context=_setup_context)
-
-
-def layernorm_2d(
-    input: Tensor, weight: Tensor | None = None, bias: Tensor | None = None, eps: float = 1e-6
-) -> Tensor:
-    """LayerNorm over the C channels of a (N, C, H, W) tensor; returns y (channels_last).
-
-    Args:
-        input: (N, C, H, W) float16, bfloat16, float32 (kernel) or float64 (fallback) tensor;
-            channels_last avoids a copy.
-        weight: optional (C,) scale, of input's dtype or float32.
-        bias: optional (C,) shift, of weight's dtype (input's dtype or float32).
-        eps: added to the variance, >= 0.
-
-    Numerically a drop-in for timm's LayerNorm2d. See the module docstring for where it runs.
-    """
-    _check(input, weight, bias, eps)
-    return torch.ops.spio.layernorm_2d(input, weight, bias, float(eps))[0]
+torch.library.register_autograd(
+    "spio::layernorm_2d", _backward, setup_context=_setup_context, lib=_LIB
+)

@@ -188,10 +188,12 @@ def spec(
     from spio.generators.constant import Constant
     from spio.generators.dim import Dim
     from spio.generators.dtype import bfloat16, half, uint4, uint32
+    from spio.generators.dtype import float as f32
     from spio.generators.tensor import Tensor
     from spio.generators.type_alias import Type
 
     elem = half if p.dtype == "float16" else bfloat16
+    welem = f32 if p.weight_dtype == "float32" else elem
     H, W, P, Q, C = Dim(), Dim(), Dim(), Dim(), Dim()
     R, S, KO, CI, CP, STAGE, OUTBUF = Dim(), Dim(), Dim(), Dim(), Dim(), Dim(), Dim()
     C8 = C / GROUP_WIDTH
@@ -216,11 +218,12 @@ def spec(
         "PB": PB,
         "QB": QB,
         "Elem": Type(elem),
+        "WElem": Type(welem),
         # One image of x (NHWC as 16-byte pixel groups) and of y (half2 channel pairs).
         "Input": Tensor((H(p.h), W(p.w), C8(g)), uint4),
         "Output": Tensor((P(p.p), Q(p.q), C8(g), CP(4)), uint32),
-        "Weight": Tensor((C8(g), KO(8), CI(8), R(p.r), S(p.s)), elem),
-        "Bias": Tensor((C8(g), KO(8)), elem),
+        "Weight": Tensor((C8(g), KO(8), CI(8), R(p.r), S(p.s)), welem),
+        "Bias": Tensor((C8(g), KO(8)), welem),
         "SmemInput": Tensor((STAGE(cfg.stages), C8(cfg.warps), W(images(cfg) * tw), CP(4)), uint32),
         "SmemOutput": Tensor(
             (OUTBUF(2), C8(cfg.warps), Q(16 * m_tiles(cfg)), CP(4)),
@@ -315,6 +318,22 @@ def examples() -> list[Conv2dGw8Params]:
     ]
 
 
+class FpropLaunch:
+    """A loaded fprop variant bound to one layer, its batch included: `launch(out, x, weight,
+    bias, stream)` runs out (N, C, P, Q) <- conv(x, weight) + bias on NHWC memory. The grid is
+    computed once; a call only packs the arguments and launches (the ops keep one per call
+    signature)."""
+
+    __slots__ = ("_launch", "_n")
+
+    def __init__(self, kernel: Any, p: Conv2dGw8Params, cfg: Conv2dGw8Config) -> None:
+        self._launch = kernel.bind(grid(p, cfg))
+        self._n = p.n
+
+    def __call__(self, out: Any, x: Any, weight: Any, bias: Any, stream: int) -> None:
+        self._launch((out, x, weight, weight if bias is None else bias, self._n), stream)
+
+
 def launch(
     kernel: Any,
     p: Conv2dGw8Params,
@@ -325,13 +344,10 @@ def launch(
     bias: Any,
     stream: int,
 ) -> None:
-    """Runs a loaded fprop variant: out (N, C, P, Q) <- conv(x, weight) + bias, NHWC memory.
-
-    `kernel` is a LoadedKernel for (p, cfg) (any batch size: the batch is the grid's y).
-    """
-    kernel.launch(
-        grid(p, cfg), (out, x, weight, bias if bias is not None else weight, p.n), stream=stream
-    )
+    """Runs a loaded fprop variant once (`FpropLaunch`): out (N, C, P, Q) <- conv(x, weight) +
+    bias, NHWC memory. `kernel` is a LoadedKernel for (p, cfg) (any batch size: the batch is
+    the grid's y)."""
+    FpropLaunch(kernel, p, cfg)(out, x, weight, bias, stream)
 
 
 # ---- dgrad: the same kernel on the transposed problem ------------------------------------------
@@ -357,6 +373,22 @@ def dgrad_features(p: Conv2dGw8Params, cfg: Conv2dGw8Config, dev: Any) -> dict[s
     return features(p.dgrad_as_fprop(), cfg, dev)
 
 
+class DgradLaunch:
+    """A loaded dgrad variant bound to one layer, its batch included: `launch(grad_input,
+    grad_output, weight, stream)` runs grad_input <- conv(grad_output, transpose_weight(weight))
+    with the forward `weight` (C, 8, R, S) as is: the kernel reads it transposed and rotated (see
+    `transpose_weight` in spio.kernels.conv2d_gw8_reference for the same map on the host)."""
+
+    __slots__ = ("_launch", "_n")
+
+    def __init__(self, kernel: Any, p: Conv2dGw8Params, cfg: Conv2dGw8Config) -> None:
+        self._launch = kernel.bind(grid(p.dgrad_as_fprop(), cfg))
+        self._n = p.n
+
+    def __call__(self, grad_input: Any, grad_output: Any, weight: Any, stream: int) -> None:
+        self._launch((grad_input, grad_output, weight, weight, self._n), stream)
+
+
 def dgrad_launch(
     kernel: Any,
     p: Conv2dGw8Params,
@@ -366,14 +398,8 @@ def dgrad_launch(
     weight: Any,
     stream: int,
 ) -> None:
-    """Runs a loaded dgrad variant: grad_input <- conv(grad_output, transpose_weight(weight)), with
-    the forward `weight` (C, 8, R, S) as is: the kernel reads it transposed and rotated (see
-    `transpose_weight` in spio.kernels.conv2d_gw8_reference for the same map on the host)."""
-    kernel.launch(
-        grid(p.dgrad_as_fprop(), cfg),
-        (grad_input, grad_output, weight, weight, p.n),
-        stream=stream,
-    )
+    """Runs a loaded dgrad variant once (`DgradLaunch`)."""
+    DgradLaunch(kernel, p, cfg)(grad_input, grad_output, weight, stream)
 
 
 FPROP = KernelDef(

@@ -31,7 +31,10 @@ class Conv2dGw8Params:
         pad_h, pad_w: zero padding (negative values crop; the dgrad kernel uses that when the
             layer's padding exceeds R - 1).
         has_bias: whether a bias is added.
-        dtype: "float16" or "bfloat16" (activations, weights and bias); accumulation is fp32.
+        dtype: "float16" or "bfloat16" (activations); accumulation is fp32.
+        wdtype: the weight's and bias's type (and their gradients'): dtype, or "float32" (the
+            kernels round a float32 weight and bias to dtype as they read them, what autocast's
+            cast would do, and the weight gradient is written in float32); None means dtype.
     """
 
     n: int
@@ -44,6 +47,7 @@ class Conv2dGw8Params:
     pad_w: int = 1
     has_bias: bool = False
     dtype: str = "float16"
+    wdtype: str | None = None
 
     def __post_init__(self) -> None:
         for name in ("n", "c", "h", "w", "r", "s", "pad_h", "pad_w"):
@@ -83,6 +87,13 @@ class Conv2dGw8Params:
             )
         if self.dtype not in DTYPES:
             raise ValueError(f"Conv2dGw8Params.dtype must be one of {DTYPES}, got {self.dtype!r}")
+        if self.wdtype is None:
+            object.__setattr__(self, "wdtype", self.dtype)
+        if self.wdtype not in (self.dtype, "float32"):
+            raise ValueError(
+                f"Conv2dGw8Params.wdtype must be the data type ({self.dtype!r}) or 'float32', "
+                f"got {self.wdtype!r}"
+            )
         per_image = max(self.h * self.w, self.p * self.q) * self.c
         if per_image > MAX_IMAGE_ELEMENTS:
             raise ValueError(
@@ -99,6 +110,11 @@ class Conv2dGw8Params:
     def q(self) -> int:
         """Output width."""
         return self.w + 2 * self.pad_w - self.s + 1
+
+    @property
+    def weight_dtype(self) -> str:
+        """wdtype as a str: __post_init__ replaced None by dtype, which the field type can't say."""
+        return self.wdtype if self.wdtype is not None else self.dtype
 
     @property
     def groups(self) -> int:
@@ -154,36 +170,40 @@ class Conv2dGw8Params:
         padding: int | tuple[int, int] | None = None,
         dtype: str | None = None,
         batch: int | None = None,
+        wdtype: str | None = None,
     ) -> Conv2dGw8Params:
         """Params of conv2d_gw8(x, weight, bias, padding); raises on anything unsupported.
 
         `dtype` overrides x's dtype (the CPU fallback checks float32 shapes with it); `batch`
         overrides x's batch size (the op checks a layer's shape with batch=1, so an empty batch or
-        one above MAX_BATCH, which only the GPU kernels cannot take, passes).
+        one above MAX_BATCH, which only the GPU kernels cannot take, passes); `wdtype` is the
+        weight's dtype as the kernels read it (None: dtype).
         """
         if x.dim() != 4:
             raise ValueError(
-                f"conv2d_gw8: input must be 4-D (N, C, H, W), got shape {tuple(x.shape)}"
+                f"spio conv2d_gw8: input must be 4-D (N, C, H, W), got shape {tuple(x.shape)}"
             )
         if weight.dim() != 4:
             raise ValueError(
-                f"conv2d_gw8: weight must be 4-D (C, 8, R, S), got shape {tuple(weight.shape)}"
+                f"spio conv2d_gw8: weight must be 4-D (C, 8, R, S), got shape {tuple(weight.shape)}"
             )
         n, c, h, w = (int(v) for v in x.shape)
         n = n if batch is None else batch
         k, cg, r, s = (int(v) for v in weight.shape)
         if cg != GROUP_WIDTH:
             raise ValueError(
-                f"conv2d_gw8: weight.shape[1] (input channels per group) must be {GROUP_WIDTH}, "
-                f"got {cg}; only group width 8 is supported"
+                "spio conv2d_gw8: weight.shape[1] (input channels per group) must be "
+                f"{GROUP_WIDTH}, got {cg}; only group width 8 is supported"
             )
         if k != c:
             raise ValueError(
-                f"conv2d_gw8: weight.shape[0] ({k}) must equal the input channels ({c}); "
+                f"spio conv2d_gw8: weight.shape[0] ({k}) must equal the input channels ({c}); "
                 "groups = C / 8 with 8 outputs per group"
             )
         if bias is not None and tuple(bias.shape) != (c,):
-            raise ValueError(f"conv2d_gw8: bias must have shape ({c},), got {tuple(bias.shape)}")
+            raise ValueError(
+                f"spio conv2d_gw8: bias must have shape ({c},), got {tuple(bias.shape)}"
+            )
         pad_h, pad_w = normalize_padding(padding, r, s)
         dtype = dtype or str(x.dtype).removeprefix("torch.")
         return cls(
@@ -197,6 +217,7 @@ class Conv2dGw8Params:
             pad_w=pad_w,
             has_bias=bias is not None,
             dtype=dtype,
+            wdtype=wdtype,
         )
 
 
@@ -213,6 +234,7 @@ def _dgrad_as_fprop(p: Conv2dGw8Params) -> Conv2dGw8Params:
         pad_w=p.s - 1 - p.pad_w,
         has_bias=False,
         dtype=p.dtype,
+        wdtype=p.wdtype,
     )
 
 
@@ -223,7 +245,9 @@ def normalize_padding(
     if padding is None:
         return (r // 2, s // 2)
     if isinstance(padding, bool):
-        raise TypeError(f"conv2d_gw8: padding must be an int or a pair of ints, got {padding!r}")
+        raise TypeError(
+            f"spio conv2d_gw8: padding must be an int or a pair of ints, got {padding!r}"
+        )
     if isinstance(padding, int):
         pads = (padding, padding)
     elif (
@@ -233,9 +257,11 @@ def normalize_padding(
     ):
         pads = (int(padding[0]), int(padding[1]))
     else:
-        raise TypeError(f"conv2d_gw8: padding must be an int or a pair of ints, got {padding!r}")
+        raise TypeError(
+            f"spio conv2d_gw8: padding must be an int or a pair of ints, got {padding!r}"
+        )
     if min(pads) < 0:
-        raise ValueError(f"conv2d_gw8: padding must be >= 0, got {pads}")
+        raise ValueError(f"spio conv2d_gw8: padding must be >= 0, got {pads}")
     return pads
 
 

@@ -77,7 +77,9 @@ def make_fprop_runner(p: Conv2dGw8Params, cfg: Any):
     x, dy, w, b, stream = _tensors(p)
     _, kernel = _loaded(fp.FPROP, p, cfg)
     y = dy.clone()
-    return lambda: fp.launch(kernel, p, cfg, y, x, w, b if p.has_bias else None, stream)
+    run = fp.FpropLaunch(kernel, p, cfg)  # what the op launches
+    bias = b if p.has_bias else None
+    return lambda: run(y, x, w, bias, stream)
 
 
 def make_dgrad_runner(p: Conv2dGw8Params, cfg: Any):
@@ -86,13 +88,14 @@ def make_dgrad_runner(p: Conv2dGw8Params, cfg: Any):
     x, dy, w, _, stream = _tensors(p)
     _, kernel = _loaded(fp.DGRAD, p, cfg)
     dx = x.clone()
-    return lambda: fp.dgrad_launch(kernel, p, cfg, dx, dy, w, stream)
+    run = fp.DgradLaunch(kernel, p, cfg)
+    return lambda: run(dx, dy, w, stream)
 
 
 def make_wgrad_runner(p: Conv2dGw8Params, cfg: Any):
-    """Times what the op runs for the weight gradient: the wgrad kernel and the ordered reduction
-    of its partials (config_for their slice count), so the model sees the cost of the partials a
-    config writes (more splits: more parallel wgrad, more partial traffic and reduction work)."""
+    """Times what the op runs for the weight gradient (`WgradLaunch`): the wgrad kernel and the
+    ordered reduction of its partials, so the model sees the cost of the partials a config
+    writes (more splits: more parallel wgrad, more partial traffic and reduction work)."""
     import torch
 
     from spio.kernels import conv2d_gw8_wgrad as wg
@@ -100,15 +103,8 @@ def make_wgrad_runner(p: Conv2dGw8Params, cfg: Any):
 
     x, dy, w, b, stream = _tensors(p)
     dev, kernel = _loaded(wg.WGRAD, p, cfg)
-    slices = wg.num_slices(p, cfg, dev)
-    rcfg = rd.config_for(slices)
-    _, reduce_kernel = _loaded(rd.WGRAD_REDUCE, p, rcfg)
-    partial = torch.empty(slices * w.numel(), device=x.device)
-    bias_partial = torch.empty(slices * p.c, device=x.device)
+    _, reduce_kernel = _loaded(rd.WGRAD_REDUCE, p, rd.reduce_config(p, cfg, dev))
+    run = wg.WgradLaunch(kernel, reduce_kernel, p, cfg, dev)
+    workspace = torch.empty(run.workspace_floats, device=x.device)
     db = b if p.has_bias else None
-
-    def run() -> None:
-        wg.launch(kernel, p, cfg, dev, partial, bias_partial, x, dy, stream)
-        rd.reduce_launch(reduce_kernel, p, rcfg, w, db, partial, bias_partial, slices, stream)
-
-    return run
+    return lambda: run(w, db, workspace, x, dy, stream)

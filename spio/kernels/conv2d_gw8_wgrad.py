@@ -303,6 +303,50 @@ def _layer_terms(p: Conv2dGw8Params) -> tuple[dict[str, float], int, int, int]:
     return p.features(), col_bytes, st.bytes_moved, st.flops
 
 
+class WgradLaunch:
+    """Both passes of the weight gradient bound to one layer, its batch included: `launch(
+    grad_weight, grad_bias, workspace, x, grad_output, stream)` writes the fp32 partials of each
+    split into `workspace` (`workspace_floats` fp32, 16-byte aligned: the weight partials, then
+    the bias partials) and sums them in a fixed order into grad_weight (C, 8, R, S) and
+    grad_bias (C,) (None without a bias). The reduction is the dependent launch of the pair
+    (programmatic dependent launch on sm_90+, see `conv2d_gw8_wgrad_reduce.reduce_launch`).
+
+    `reduce_kernel` is the loaded reduction of `reduce_config(p, cfg, dev)`."""
+
+    __slots__ = ("_main", "_reduce", "_tasks", "_tps", "slices", "_bias_offset",
+                 "workspace_floats")  # fmt: skip
+
+    def __init__(
+        self, kernel: Any, reduce_kernel: Any, p: Conv2dGw8Params, cfg: Conv2dGw8WgradConfig,
+        dev: Any,
+    ) -> None:  # fmt: skip
+        from spio.kernels import conv2d_gw8_wgrad_reduce as rd
+
+        tasks, tps, _ = split_plan(p, cfg, dev)
+        self._main = kernel.bind(grid(p, cfg, dev))
+        self._reduce = reduce_kernel.bind(
+            rd.reduce_grid(p, rd.reduce_config(p, cfg, dev)), dependent=True
+        )
+        self._tasks, self._tps = tasks, tps
+        self.slices = num_slices(p, cfg, dev)
+        weight_floats = self.slices * p.c * GROUP_WIDTH * p.r * p.s
+        self._bias_offset = 4 * weight_floats  # bytes; a multiple of 256 (C % 8 == 0)
+        self.workspace_floats = weight_floats + (self.slices * p.c if p.has_bias else 0)
+
+    def __call__(
+        self, grad_weight: Any, grad_bias: Any, workspace: Any, x: Any, grad_output: Any,
+        stream: int,
+    ) -> None:  # fmt: skip
+        partial = workspace.data_ptr()
+        bias_partial = partial + self._bias_offset if grad_bias is not None else partial
+        self._main((partial, bias_partial, x, grad_output, self._tasks, self._tps), stream)
+        self._reduce(
+            (grad_weight, grad_weight if grad_bias is None else grad_bias, partial, bias_partial,
+             self.slices),
+            stream,
+        )  # fmt: skip
+
+
 def launch(
     kernel: Any,
     p: Conv2dGw8Params,
@@ -314,8 +358,9 @@ def launch(
     grad_output: Any,
     stream: int,
 ) -> None:
-    """Runs a loaded wgrad variant; partial (16-byte aligned) has num_slices * C*8*R*S floats and
-    bias_partial num_slices * C floats (any pointer when the layer has no bias)."""
+    """Runs a loaded wgrad variant (the first pass alone); partial (16-byte aligned) has
+    num_slices * C*8*R*S floats and bias_partial num_slices * C floats (any pointer when the
+    layer has no bias). `WgradLaunch` runs both passes."""
     if hasattr(partial, "data_ptr") and partial.data_ptr() % 16:
         raise ValueError(
             "conv2d_gw8 wgrad: partial must be 16-byte aligned (the kernel writes it with 16-byte "
@@ -325,6 +370,22 @@ def launch(
     kernel.launch(
         grid(p, cfg, dev), (partial, bias_partial, x, grad_output, tasks, tps), stream=stream
     )
+
+
+# The batch size the ops select a layer's wgrad config for, whatever the real batch: the config
+# (tiling and splits per SM) then depends on the layer alone, so a new batch size loads no new
+# variant, and the summation order of dweight (slices, reduction CTA size) is fixed by the shape,
+# never by which batch size a process saw first. At the real batch the launch splits the
+# (image, row chunk) tasks over the same number of CTAs per SM (`split_plan`). 64 sits between
+# the small per-GPU batches of data-parallel training and the 256 of single-GPU ImageNet runs;
+# the measured cost of not selecting per batch is in docs/ops/conv2d_gw8.md.
+SELECT_BATCH = 64
+
+
+def select_at_fixed_batch(p: Conv2dGw8Params) -> tuple[Conv2dGw8Params, None]:
+    """wgrad's selection rule (`KernelDef.select_key`): the config selected for the layer at
+    SELECT_BATCH images serves every batch size (see SELECT_BATCH)."""
+    return p.with_batch(SELECT_BATCH), None
 
 
 def examples() -> list[Conv2dGw8Params]:
@@ -346,7 +407,8 @@ WGRAD = KernelDef(
     sample_params=_tune.sample_params,
     make_runner=_tune.make_wgrad_runner,
     compiled_params=Conv2dGw8Params.variant,
-    # No select_key: selected per exact shape. The config fixes how many partial sums there are
-    # and their order, so sharing one across batch sizes would make dweight's bits depend on the
-    # batch size a process saw first.
+    # Selected for the layer at SELECT_BATCH, not per batch and not shared from the first batch
+    # seen: the config fixes the partial sums and their order, so dweight's bits depend on the
+    # shape alone, and no batch size compiles a new variant.
+    select_key=select_at_fixed_batch,
 )

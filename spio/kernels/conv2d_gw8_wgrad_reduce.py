@@ -4,10 +4,13 @@
 (`spio.kernels.conv2d_gw8_wgrad`) in a fixed order (THREADS / 32 contiguous runs of slices, each
 ascending, then the runs ascending) and rounds once to fp16/bf16.
 
-Config: the CTA size is a pure function of the slice count (`config_for`), which depends on the
-wgrad kernel's selected config, not on the layer alone; so this family has no performance model
-and no selector entry of its own. Its cost is in the wgrad family's timings instead: the wgrad
-tune runner times both passes, so the wgrad model weighs the partials a config writes.
+Config: the CTA size is a pure function of the most slices the wgrad launch can write
+(`reduce_config`: `config_for(max_slices(...))`), which depends on the wgrad kernel's selected
+config and the device but not on the batch size, so a new batch size loads no new variant and
+the summation order is fixed by (shape, wgrad config, device). This family therefore has no
+performance model and no selector entry of its own. Its cost is in the wgrad family's timings
+instead: the wgrad tune runner times both passes, so the wgrad model weighs the partials a config
+writes.
 """
 
 from __future__ import annotations
@@ -20,8 +23,9 @@ from spio.kernels.conv2d_gw8_params import (
     REDUCE_THREADS,
     Conv2dGw8Params,
     Conv2dGw8ReduceConfig,
+    Conv2dGw8WgradConfig,
 )
-from spio.kernels.conv2d_gw8_wgrad_tiling import num_slices
+from spio.kernels.conv2d_gw8_wgrad_tiling import max_slices
 from spio.kernels.kernel_def import KernelDef, KernelSpec, KernelStats
 
 REDUCE_SOURCE = "conv2d_gw8_wgrad_reduce.cu"
@@ -47,12 +51,21 @@ def config_for(slices: int) -> Conv2dGw8ReduceConfig:
     return Conv2dGw8ReduceConfig(threads=REDUCE_THREADS[-1])
 
 
+def reduce_config(
+    p: Conv2dGw8Params, wgrad_cfg: Conv2dGw8WgradConfig, dev: Any
+) -> Conv2dGw8ReduceConfig:
+    """The reduction's config for a wgrad launch of (p, wgrad_cfg) on dev, at any batch size:
+    `config_for` the most slices that launch writes (`max_slices`). With fewer slices (a small
+    batch) some warps sum nothing; the order of the sums is still fixed by (p, wgrad_cfg, dev)."""
+    return config_for(max_slices(p, wgrad_cfg, dev))
+
+
 def reduce_heuristic(p: Conv2dGw8Params, dev: Any) -> Conv2dGw8ReduceConfig:
-    """`config_for` the slices of the wgrad heuristic's config (callers that know the selected
-    wgrad config use `config_for(num_slices(...))` directly)."""
+    """`reduce_config` of the wgrad heuristic's config (callers that know the selected wgrad
+    config call `reduce_config` with it)."""
     from spio.kernels import conv2d_gw8_wgrad as wg
 
-    return config_for(num_slices(p, wg.heuristic(p, dev), dev))
+    return reduce_config(p, wg.heuristic(p, dev), dev)
 
 
 def parts(cfg: Conv2dGw8ReduceConfig) -> int:
@@ -79,6 +92,7 @@ def reduce_spec(p: Conv2dGw8Params, cfg: Conv2dGw8ReduceConfig, dev: Any = None)
     from spio.generators.type_alias import Type
 
     elem = half if p.dtype == "float16" else bfloat16
+    welem = f32 if p.weight_dtype == "float32" else elem
     E, PART, LANE = Dim(), Dim(), Dim()
     EB = E / 32
     weight_size = p.c * GROUP_WIDTH * p.r * p.s
@@ -88,7 +102,7 @@ def reduce_spec(p: Conv2dGw8Params, cfg: Conv2dGw8ReduceConfig, dev: Any = None)
         "PART": PART,
         "LANE": LANE,
         "SmemParts": Tensor((PART(parts(cfg)), LANE(32)), f32),
-        "Elem": Type(elem),
+        "WElem": Type(welem),
         "WeightSlices": Tensor((E(weight_size),), f32),
         "BlockIdx": CompoundIndex(EB(reduce_grid(p, cfg)[0])),
         "THREADS": Constant(cfg.threads),
@@ -109,7 +123,8 @@ def reduce_spec(p: Conv2dGw8Params, cfg: Conv2dGw8ReduceConfig, dev: Any = None)
 
 def reduce_stats(p: Conv2dGw8Params) -> KernelStats:
     """Lower bound of the pass's traffic: one slice read, the result written."""
-    return KernelStats(bytes_moved=reduce_elements(p) * (4 + 2), flops=reduce_elements(p))
+    out = 4 if p.weight_dtype == "float32" else 2
+    return KernelStats(bytes_moved=reduce_elements(p) * (4 + out), flops=reduce_elements(p))
 
 
 def reduce_launch(
@@ -157,6 +172,6 @@ WGRAD_REDUCE = KernelDef(
     stats=reduce_stats,
     examples=examples,
     compiled_params=Conv2dGw8Params.variant,
-    derived_from="conv2d_gw8_wgrad",  # config_for(slices of the wgrad config)
+    derived_from="conv2d_gw8_wgrad",  # reduce_config(p, the wgrad config, dev)
     # No sample_params / make_runner: not tuned on its own (see the module docstring).
 )

@@ -95,6 +95,14 @@ def num_slices(p: Conv2dGw8Params, cfg: Conv2dGw8WgradConfig, dev: Any) -> int:
     return split_plan(p, cfg, dev)[2] * q_tiles(p, cfg)
 
 
+def max_slices(p: Conv2dGw8Params, cfg: Conv2dGw8WgradConfig, dev: Any) -> int:
+    """The most partial slices a launch of (layer, config, device) writes at any batch size:
+    `num_slices` once the tasks outnumber the wanted splits. It does not depend on the batch,
+    so what is derived from it (the reduction's CTA size) serves every batch size."""
+    per_split_grid = q_tiles(p, cfg) * (p.groups // cfg.warps)
+    return max(1, (cfg.splits_per_sm * dev.sm_count) // per_split_grid) * q_tiles(p, cfg)
+
+
 def grid(p: Conv2dGw8Params, cfg: Conv2dGw8WgradConfig, dev: Any) -> tuple[int, int, int]:
     return (q_tiles(p, cfg) * (p.groups // cfg.warps), split_plan(p, cfg, dev)[2], 1)
 

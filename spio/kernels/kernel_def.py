@@ -92,3 +92,8 @@ class KernelDef:
     compiled_params: Callable[[Any], Any] | None = None
     select_key: Callable[[Any], tuple[Any, Any]] | None = None
     derived_from: str | None = None
+
+    def compiled(self, params: Any) -> Any:
+        """The params the compiled variant of `params` depends on (`compiled_params`, or params
+        itself): the key under which one loaded kernel serves them all."""
+        return params if self.compiled_params is None else self.compiled_params(params)

@@ -151,17 +151,85 @@ def resident_blocks(loaded: Any, dev: Any) -> int:
 _resident_cache: dict[tuple[str, int], int] = {}
 
 
-def _grid(loaded: Any, p: LayerNorm2dParams, cfg: LayerNorm2dConfig, dev: Any) -> int:
+def _resident(loaded: Any, dev: Any) -> int:
     key = (loaded.spec.title, dev.ordinal)
     resident = _resident_cache.get(key)
     if resident is None:
         resident = _resident_cache.setdefault(key, resident_blocks(loaded, dev))
-    return grid_rows(p, cfg, resident)
+    return resident
+
+
+def _grid(loaded: Any, p: LayerNorm2dParams, cfg: LayerNorm2dConfig, dev: Any) -> int:
+    return grid_rows(p, cfg, _resident(loaded, dev))
 
 
 def parts(loaded: Any, p: LayerNorm2dParams, cfg: LayerNorm2dConfig, dev: Any) -> int:
     """Rows of the dweight/dbias partial buffers a backward launch writes (one per CTA)."""
     return _grid(loaded, p, cfg, dev)
+
+
+def backward_reduce_config(loaded: Any, p: LayerNorm2dParams, dev: Any) -> ReduceConfig:
+    """The reduce config of backward launches of the loaded variant `loaded` for layer p: the
+    config for the most partial rows such a launch writes (its resident CTAs, at any M), so it
+    does not depend on M: a new batch size loads no new reduce variant, and the summation order
+    of dweight/dbias is fixed by (M, backward config, device)."""
+    return reduce_config(p, _resident(loaded, dev), dev)
+
+
+class ForwardLaunch:
+    """A loaded forward variant bound to M rows: `launch(x, weight, bias, y, mean, rstd, eps,
+    stream)` (tensors as in `launch_forward`; weight/bias None when absent). Nothing is launched
+    when M == 0."""
+
+    __slots__ = ("_launch", "_m")
+
+    def __init__(self, loaded: Any, p: LayerNorm2dParams, cfg: LayerNorm2dConfig, dev: Any) -> None:
+        self._m = p.m
+        self._launch = loaded.bind((_grid(loaded, p, cfg, dev), 1, 1)) if p.m else None
+
+    def __call__(
+        self, x: Any, weight: Any, bias: Any, y: Any, mean: Any, rstd: Any, eps: float,
+        stream: int,
+    ) -> None:  # fmt: skip
+        if self._launch is not None:
+            self._launch((x, _ptr(weight), _ptr(bias), y, mean, rstd, self._m, eps), stream)
+
+
+class BackwardLaunch:
+    """The backward (and its partial-sum reduce, when p has a weight or a bias) bound to M rows:
+    `launch(x, dy, mean, rstd, weight, dx, dweight, dbias, workspace, stream)`. `workspace`:
+    fp32 of at least `workspace_floats` elements, 16-byte aligned (the dweight partials, then the
+    dbias partials); None when there is nothing to reduce. dweight/dbias: None where absent.
+    With M == 0 nothing is launched (the caller zeroes dweight/dbias)."""
+
+    __slots__ = ("_main", "_reduce", "_m", "parts", "_bias_offset", "workspace_floats",
+                 "_weight", "_bias")  # fmt: skip
+
+    def __init__(self, loaded: Any, p: LayerNorm2dParams, cfg: LayerNorm2dConfig, dev: Any) -> None:
+        self._m = p.m
+        self._weight, self._bias = p.has_weight, p.has_bias
+        self.parts = _grid(loaded, p, cfg, dev) if p.m else 0
+        self._main = loaded.bind((self.parts, 1, 1)) if p.m else None
+        self._reduce = None
+        if needs_reduce(p) and p.m:
+            rcfg = backward_reduce_config(loaded, p, dev)
+            rk = reduce_kernel(p, rcfg, dev)
+            self._reduce = rk.bind(reduce_grid(p, rcfg), dependent=True)
+        self._bias_offset = 4 * self.parts * p.c if p.has_weight else 0  # bytes, 16-aligned
+        self.workspace_floats = self.parts * p.c * (int(p.has_weight) + int(p.has_bias))
+
+    def __call__(
+        self, x: Any, dy: Any, mean: Any, rstd: Any, weight: Any, dx: Any, dweight: Any,
+        dbias: Any, workspace: Any, stream: int,
+    ) -> None:  # fmt: skip
+        if self._main is None:
+            return
+        base = workspace.data_ptr() if workspace is not None else 0
+        dw_part = base if self._weight else 0
+        db_part = base + self._bias_offset if self._bias else 0
+        self._main((x, dy, mean, rstd, _ptr(weight), dx, dw_part, db_part, self._m), stream)
+        if self._reduce is not None:
+            self._reduce((dw_part, db_part, _ptr(dweight), _ptr(dbias), self.parts), stream)
 
 
 def launch_forward(
@@ -214,9 +282,10 @@ def launch_backward(
     caller (nothing is launched).
 
     reduce_loaded: None when p has neither weight nor bias (there is nothing to reduce), else
-    True. The reduce variant is not the caller's choice: it is reduce_config(p, parts, dev) of
-    the real parts count (this launch's grid), a pure function, fetched from the default
-    function cache, so dweight/dbias sum in an order fixed by (params, backward config, device).
+    True. The reduce variant is not the caller's choice: it is `backward_reduce_config` (the
+    config for the most parts a launch of this variant writes, at any M), fetched from the
+    default function cache, so dweight/dbias sum in an order fixed by (params, backward config,
+    device).
     """
     if needs_reduce(p) != (reduce_loaded is not None):
         raise ValueError(
@@ -236,7 +305,8 @@ def launch_backward(
         # Always the derived variant, fetched from the function cache (a dict lookup): building
         # a spec here to compare with the caller's variant cost 50-230 us of Python between the
         # two launches, which `spio tune` timings of small shapes then measured.
-        rcfg, rk = reduce_kernel(p, grid, dev)
+        rcfg = backward_reduce_config(loaded, p, dev)
+        rk = reduce_kernel(p, rcfg, dev)
         launch_reduce(rk, p, rcfg, dweight_part=dweight_part, dbias_part=dbias_part,
                       dweight=dweight, dbias=dbias, parts=grid, stream=stream)  # fmt: skip
 
@@ -279,10 +349,24 @@ def one_config_per_layer(p: LayerNorm2dParams) -> tuple[LayerNorm2dParams, Layer
     return p, replace(p, m=1)
 
 
+# The rows the ops select a layer's backward config for, whatever the real M (N*H*W): 2**17,
+# e.g. 128 images of 32x32, enough CTAs to fill any GPU, so the pick is the steady-state
+# kernel's. See `select_at_fixed_rows`.
+SELECT_ROWS = 2**17
+
+
+def select_at_fixed_rows(p: LayerNorm2dParams) -> tuple[LayerNorm2dParams, None]:
+    """The backward's selection rule (`KernelDef.select_key`): the config selected for the
+    layer at SELECT_ROWS rows serves every M. The config fixes the partial sums and their order,
+    so selecting per M would make a new batch size compile, and sharing the first M's config
+    would make dweight's bits depend on which M a process saw first."""
+    return replace(p, m=SELECT_ROWS), None
+
+
 def make_runner(p: LayerNorm2dParams, cfg: LayerNorm2dConfig, backward: bool = False):
     """A zero-argument launch of (p, cfg) on fresh inputs on the current GPU (collect, autotune).
 
-    The backward runner includes the partial-sum reduce (reduce_config of the real parts count)
+    The backward runner includes the partial-sum reduce (`backward_reduce_config`)
     when p has a weight or a bias."""
     import torch
 
@@ -306,7 +390,8 @@ def make_runner(p: LayerNorm2dParams, cfg: LayerNorm2dConfig, backward: bool = F
     n = parts(loaded, p, cfg, dev)
     reduce_loaded = True if needs_reduce(p) else None
     if reduce_loaded:
-        reduce_kernel(p, n, dev)  # compiled and loaded here, outside the timed launches
+        # compiled and loaded here, outside the timed launches
+        reduce_kernel(p, backward_reduce_config(loaded, p, dev), dev)
     dwp = torch.empty(n, p.c, device="cuda") if p.has_weight else None
     dbp = torch.empty(n, p.c, device="cuda") if p.has_bias else None
     dw, db = (None if t is None else torch.empty_like(t) for t in (w, b))
@@ -346,6 +431,8 @@ BWD = KernelDef(
     sample_params=sample_params,
     make_runner=lambda p, cfg: make_runner(p, cfg, backward=True),
     compiled_params=LayerNorm2dParams.static,
-    # No select_key: selected per exact row count. The config fixes how many dweight/dbias
-    # partial sums there are and their order (bits independent of the M seen first).
+    # Selected for the layer at SELECT_ROWS rows, whatever M: the config fixes the dweight/dbias
+    # partial sums and their order, so their bits depend on the shape alone (never on the M a
+    # process saw first), and no M compiles a new variant.
+    select_key=select_at_fixed_rows,
 )

@@ -7,7 +7,9 @@ fixed order, so dweight and dbias are bitwise reproducible without float atomics
 It exists only for params with a weight or a bias: without either there is nothing to reduce,
 and every path (configs, heuristic, spec, launch_backward) skips or refuses it.
 
-Not tuned on its own: its config is `reduce_config(p, parts, dev)` of the backward's real grid.
+Not tuned on its own: its config is `reduce_config(p, parts, dev)` for the most partial rows a
+backward launch of the selected variant writes (`layernorm_2d.backward_reduce_config`), whatever
+M is.
 """
 
 from __future__ import annotations
@@ -20,7 +22,6 @@ from spio.kernels.layernorm_2d_params import (
     LayerNorm2dParams,
     dtype_spec,
     examples,
-    heuristic,
     outputs,
 )
 
@@ -119,10 +120,11 @@ def reduce_configs(p: LayerNorm2dParams, dev: Any) -> list[ReduceConfig]:
 
 
 def reduce_config(p: LayerNorm2dParams, parts: int, dev: Any) -> ReduceConfig:
-    """The reduce config for `parts` partial rows: a pure function of (C, outputs, parts, SM
-    count), which launch_backward applies at launch time to the real parts count (the
-    backward's grid, which depends on its config and the device; a selector that sees only the
-    params cannot know it).
+    """The reduce config for up to `parts` partial rows: a pure function of (C, outputs, parts,
+    SM count). The ops and launch_backward apply it to the most parts a launch of the loaded
+    backward variant writes (`layernorm_2d.backward_reduce_config`: its resident CTAs, which
+    depend on its config and the device, not on M; a selector that sees only the params cannot
+    know them), so one reduce variant serves every M.
 
     The reduce is latency-bound (its data sits in L2), so: the widest column (32, 16, 8
     channels) that still gives at least one CTA per SM, else 8 (the most CTAs); then the fewest
@@ -141,16 +143,15 @@ def reduce_config(p: LayerNorm2dParams, parts: int, dev: Any) -> ReduceConfig:
 
 
 def estimated_parts(p: LayerNorm2dParams, dev: Any) -> int:
-    """The partial rows a backward launch is expected to write without loading it: one per row
-    group of the backward heuristic, at most 2 CTAs per SM (the usual residency)."""
-    groups = -(-max(p.m, 1) // heuristic(p, dev, backward=True).rows_per_block)
-    return max(1, min(groups, 2 * dev.sm_count))
+    """The most partial rows a backward launch is expected to write, without loading it: 2 CTAs
+    per SM (the usual residency of the backward's 256-thread blocks)."""
+    return 2 * dev.sm_count
 
 
 def reduce_heuristic(p: LayerNorm2dParams, dev: Any) -> ReduceConfig:
-    """reduce_config at the estimated parts count. Only for standalone use (compiling the
-    heuristic variant in `spio bench`/`spio compile`, benchmarks): launch_backward derives the
-    config from the real parts count instead."""
+    """reduce_config at the estimated most parts. Only for standalone use (compiling the
+    heuristic variant in `spio bench`/`spio compile`, benchmarks): the ops and launch_backward
+    derive the config from the loaded backward variant's residency instead."""
     _require(p)
     return reduce_config(p, estimated_parts(p, dev), dev)
 
@@ -223,12 +224,11 @@ def make_reduce_runner(p: LayerNorm2dParams, cfg: ReduceConfig):
                                  dbias=db, parts=n, stream=stream)  # fmt: skip
 
 
-def reduce_kernel(p: LayerNorm2dParams, parts: int, dev: Any) -> tuple[ReduceConfig, Any]:
-    """(reduce_config(p, parts, dev), its loaded kernel from the default function cache)."""
+def reduce_kernel(p: LayerNorm2dParams, cfg: ReduceConfig, dev: Any) -> Any:
+    """The loaded reduce variant of (p, cfg), from the default function cache."""
     from spio.kernels.loader import default_function_cache
 
-    cfg = reduce_config(p, parts, dev)
-    return cfg, default_function_cache().get(BWD_REDUCE, p.static(), cfg, dev)
+    return default_function_cache().get(BWD_REDUCE, p.static(), cfg, dev)
 
 
 def launch_reduce(loaded: Any, p: LayerNorm2dParams, cfg: ReduceConfig, *, dweight_part: Any,
@@ -267,7 +267,7 @@ BWD_REDUCE = KernelDef(
     stats=reduce_stats,
     examples=examples,
     compiled_params=LayerNorm2dParams.static,
-    derived_from="layernorm_2d_bwd",  # reduce_config(the backward's real parts count)
+    derived_from="layernorm_2d_bwd",  # backward_reduce_config (the most parts of a launch)
     # No sample_params / make_runner: the config is reduce_config of the real parts count (a
     # pure function), and `spio tune` times the reduce inside layernorm_2d_bwd's runner, so this
     # family has no model of its own (make_reduce_runner times it alone for benchmarks/tests).

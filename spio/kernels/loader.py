@@ -28,14 +28,20 @@ class LoadedKernel:
     module: Any  # keeps the module alive as long as the function
     pdl: bool = False
 
-    def launch(self, grid, args, stream: int = 0, *, dependent: bool = False) -> None:
-        """dependent=True: this kernel executes `griddepcontrol.wait` before it reads what the
+    def bind(self, grid, *, dependent: bool = False) -> Any:
+        """A `spio.cuda.Launch` of this kernel on `grid` with its block and shared memory:
+        called with (args, stream) it launches (in the kernel's own device context).
+
+        dependent=True: this kernel executes `griddepcontrol.wait` before it reads what the
         previous kernel in the stream wrote, so it may be launched with PDL (when self.pdl) and
         overlap that kernel's tail. Only second passes whose source does so may pass it."""
-        self.function.launch(
-            grid, self.spec.block, args, smem=self.spec.smem, stream=stream,
-            pdl=bool(dependent) and self.pdl,
-        )  # fmt: skip
+        return self.function.bind(
+            grid, self.spec.block, self.spec.smem, pdl=bool(dependent) and self.pdl
+        )
+
+    def launch(self, grid, args, stream: int = 0, *, dependent: bool = False) -> None:
+        """One launch on `grid` (see `bind`)."""
+        self.bind(grid, dependent=dependent)(args, stream)
 
 
 # CUDA 12.3: the first driver that captures a PDL launch into a CUDA graph (as a programmatic

@@ -298,9 +298,22 @@ def launch(
         raise ValueError("matmul launch: bias given but params say has_bias=False")
     device = device or device_attributes(c.device.index or 0)
     cache = cache if cache is not None else default_function_cache()
-    kernel = cache.get(DEF, p.variant(), cfg, device)
-    bias_arg = bias if bias is not None else c  # never read when has_bias is False
-    kernel.launch(grid(p, cfg), (a, b, bias_arg, c, p.m, p.n, p.k, ldb, cfg.raster), stream=stream)
+    MatmulLaunch(cache.get(DEF, p.variant(), cfg, device), p, cfg, ldb)(c, a, b, bias, stream)
+
+
+class MatmulLaunch:
+    """A loaded variant bound to one problem (m, n, k, ldb): `launch(c, a, b, bias, stream)` runs
+    C = A @ B (+ bias) on tensors `launch` would accept (contiguous, 16-byte aligned, B of row
+    stride `ldb`); the ops check them through their call signature instead of on every call."""
+
+    __slots__ = ("_launch", "_tail")
+
+    def __init__(self, kernel: Any, p: MatmulParams, cfg: MatmulConfig, ldb: int) -> None:
+        self._launch = kernel.bind(grid(p, cfg))
+        self._tail = (p.m, p.n, p.k, ldb, cfg.raster)
+
+    def __call__(self, c: Any, a: Any, b: Any, bias: Any, stream: int) -> None:
+        self._launch((a, b, c if bias is None else bias, c, *self._tail), stream)
 
 
 def reference(a: Any, b: Any, bias: Any = None, b_transposed: bool = False) -> Any:

@@ -33,9 +33,10 @@
 ///   consecutive threads hit 8 distinct bank groups); after the next barrier the whole CTA
 ///   writes it out with 16-byte stores, consecutive threads covering consecutive 16 B of a pixel.
 /// Weights: the CTA's WARPS groups of w are one contiguous block, copied to shared memory by
-///   coalesced 2-byte loads while the prologue rows are in flight, then read into registers.
+///   coalesced loads while the prologue rows are in flight (a float32 weight, WElem = float
+///   under autocast, rounded to Elem on the way), then read into registers.
 /// Assumes: NHWC (channels_last) x and y, C % 8 == 0, 16-byte aligned x/y, weight (C, 8, R, S)
-///   contiguous, bias (C) contiguous; one image of x and y below 2^31 elements (the batch offset is
+///   contiguous, bias (C) contiguous, both of WElem (Elem, or float); one image of x and y below 2^31 elements (the batch offset is
 ///   64-bit); `batch` = N (the second image of the last CTA is masked when N is odd).
 
 #include "spio/async_copy.h"
@@ -74,7 +75,7 @@ SPIO_DEVICE void for_each_strided(F&& f) {
 
 extern "C" __global__ void __launch_bounds__(WARPS * 32)
     conv2d_gw8_fprop(unsigned* __restrict__ out_ptr, const uint4* __restrict__ in_ptr,
-                     const Elem* __restrict__ weight_ptr, const Elem* __restrict__ bias_ptr,
+                     const WElem* __restrict__ weight_ptr, const WElem* __restrict__ bias_ptr,
                      int batch) {
     // ---- setup: block -> tile, warp -> channel group, lane -> fragment coordinates ----------
     extern __shared__ uint4 smem_raw[];
@@ -102,9 +103,12 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
     unsigned reg_weight[KERNEL_R][KERNEL_S];  // filled once the weights are in shared memory
     float bias_lo = 0.f, bias_hi = 0.f;
     if constexpr (HAS_BIAS) {
-        const Bias bias(const_cast<Elem*>(bias_ptr));  // (C8, KO)
-        bias_lo = static_cast<float>(*bias[group][KO(2 * lane_pair.get())]);
-        bias_hi = static_cast<float>(*bias[group][KO(2 * lane_pair.get() + 1)]);
+        // Rounded to Elem first (a no-op for Elem data): a float32 bias adds what autocast's
+        // cast to fp16/bf16 would.
+        const Bias bias(const_cast<WElem*>(bias_ptr));  // (C8, KO)
+        bias_lo = static_cast<float>(static_cast<Elem>(*bias[group][KO(2 * lane_pair.get())]));
+        bias_hi =
+            static_cast<float>(static_cast<Elem>(*bias[group][KO(2 * lane_pair.get() + 1)]));
     }
 
     // ---- stages: load one input row, multiply it into the ring, store a finished row ----------
@@ -214,10 +218,12 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
     // with coalesced 2-byte loads (a direct fragment load touches 32 sectors per instruction:
     // 32 L1 wavefronts), overlapping the prologue's rows in flight. Then each tap in a register:
     // B[c][k] = w[g8 + k, c, r, s], k = lane/4, c = 2t, 2t+1.
-    const Weight weight(const_cast<Elem*>(weight_ptr));  // (C8, KO, CI, R, S)
-    const Elem* weight_block = weight[group0].get();
+    // A float32 weight (WElem = float, under autocast) is rounded to Elem here, as autocast's
+    // cast would round it.
+    const Weight weight(const_cast<WElem*>(weight_ptr));  // (C8, KO, CI, R, S)
+    const WElem* weight_block = weight[group0].get();
     for (int t = threadIdx.x; t < SmemWeight::storage_size(); t += WARPS * 32) {
-        smem_weight.get()[t] = weight_block[t];
+        smem_weight.get()[t] = static_cast<Elem>(weight_block[t]);
     }
     __syncthreads();
 #pragma unroll

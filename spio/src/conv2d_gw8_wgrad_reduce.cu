@@ -1,7 +1,8 @@
 /// Ordered reduction of the conv2d_gw8 weight-gradient partials (the deterministic second pass):
 ///   dw[e] = sum_{slice = 0}^{slices-1} partial[slice][e]          e < C·8·R·S
 ///   db[k] = sum_{slice = 0}^{slices-1} bias_partial[slice][k]     k < C (when HAS_BIAS)
-/// in fp32, rounded once to Elem, in a fixed order: PARTS = THREADS / 32 contiguous runs of
+/// in fp32, rounded once to WElem (the weight's type: Elem, or float under autocast with float32
+/// weights), in a fixed order: PARTS = THREADS / 32 contiguous runs of
 /// ceil(slices / PARTS) slices, each summed in ascending slice order, then the runs in ascending
 /// order. The order depends only on (slices, THREADS), so results are bitwise reproducible.
 ///
@@ -9,13 +10,14 @@
 ///   followed by the bias (C)); blockIdx.x = E / 32. Warp `part` sums its run of slices, lane l
 ///   element E0 + l: 32 consecutive floats of a slice, one 128-byte line per load.
 ///   WEIGHT_SIZE = C·8·R·S is a multiple of 64, so no warp straddles weight and bias.
-/// Traffic: reads slices·(C·8·R·S + C)·4 B, writes (C·8·R·S + C)·2 B. Bound: DRAM/L2 (one add
-///   per 4 B read). One thread per element (the first version) had 4 loads in flight per thread
-///   and ~20 CTAs for a 3x3 C64 layer: latency-bound at ~10+ us; here PARTS warps per element
-///   column and UNROLL independent loads per thread, the last partial group too (guarded loads
-///   issued together, then the adds in slice order): a run shorter than UNROLL no longer waits
-///   out one DRAM latency per slice (7-25 us on the H100 before). The launch picks PARTS from
-///   the slice count (spio.kernels.conv2d_gw8_wgrad_reduce.config_for) so a run is <= UNROLL.
+/// Traffic: reads slices·(C·8·R·S + C)·4 B, writes (C·8·R·S + C)·sizeof(WElem) B. Bound:
+///   DRAM/L2 (one add per 4 B read). One thread per element (the first version) had 4 loads in
+///   flight per thread and ~20 CTAs for a 3x3 C64 layer: latency-bound at ~10+ us; here PARTS
+///   warps per element column and UNROLL independent loads per thread, the last partial group
+///   too (guarded loads issued together, then the adds in slice order): a run shorter than UNROLL no longer waits
+///   out one DRAM latency per slice (7-25 us on the H100 before). PARTS comes from the most
+///   slices the wgrad launch writes at any batch (spio.kernels.conv2d_gw8_wgrad_reduce.
+///   reduce_config) so a run is <= UNROLL there; a smaller batch leaves some warps idle.
 /// Launch: on sm_90+ the host launches this kernel with programmatic dependent launch (PDL), so
 ///   it may start while the wgrad kernel still runs; `griddepcontrol.wait` (first statement)
 ///   holds every thread until that grid has completed and its partials are visible. Partials
@@ -24,12 +26,14 @@
 ///   lives, which an overlapping producer breaks.
 /// Assumes: partial slices contiguous with a stride of C·8·R·S floats, bias slices of C floats.
 
+#include "spio/device.h"
+
 namespace {
 constexpr int UNROLL = 8;  // independent loads in flight per thread before the ordered adds
 }  // namespace
 
 extern "C" __global__ void __launch_bounds__(THREADS)
-    conv2d_gw8_wgrad_reduce(Elem* __restrict__ grad_weight, Elem* __restrict__ grad_bias,
+    conv2d_gw8_wgrad_reduce(WElem* __restrict__ grad_weight, WElem* __restrict__ grad_bias,
                             const float* __restrict__ partial,
                             const float* __restrict__ bias_partial, int slices) {
     // PDL: wait for the wgrad kernel (a no-op without PDL or below sm_90).
@@ -81,9 +85,9 @@ extern "C" __global__ void __launch_bounds__(THREADS)
 #pragma unroll
         for (int k = 0; k < PARTS; ++k) total += *smem_parts[PART(k)][LANE(lane)];
         if (e < E(WEIGHT_SIZE)) {
-            grad_weight[e.get()] = static_cast<Elem>(total);
+            grad_weight[e.get()] = static_cast<WElem>(total);
         } else {
-            grad_bias[e.get() - WEIGHT_SIZE] = static_cast<Elem>(total);
+            grad_bias[e.get() - WEIGHT_SIZE] = static_cast<WElem>(total);
         }
     }
 }

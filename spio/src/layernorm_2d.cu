@@ -4,7 +4,8 @@
 ///
 /// Forward (layernorm_2d_fwd), per row r:
 ///   mean = Σ_c x[r,c] / C,  var = Σ_c (x[r,c] − mean)² / C,  rstd = 1 / sqrt(var + eps),
-///   y[r,c] = (x[r,c] − mean) · rstd · weight[c] + bias[c];  mean[r], rstd[r] saved (fp32).
+///   y[r,c] = (x[r,c] − mean) · rstd · weight[c] + bias[c];  mean[r], rstd[r] saved (fp32),
+///   unless mean_ptr is null (inference: nothing needs them).
 ///
 /// Tiling: a CTA of BLOCK_THREADS = ROWS_PER_BLOCK × THREADS_PER_ROW threads (THREAD: row of the
 ///   group, first vector) takes ROWS_PER_BLOCK rows at a time and strides over row groups
@@ -32,6 +33,7 @@ layernorm_2d_fwd(Raw* x_ptr, WEIGHT* weight_ptr, WEIGHT* bias_ptr, Raw* y_ptr, f
     const ROW_GROUP groups((m + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK);
     const ROW_GROUP grid(static_cast<int>(gridDim.x));
     const bool leader = (thread + VEC_STEP(0)).template get<CV>() == CV(0);
+    const bool save_stats = mean_ptr != nullptr;  // uniform: a null mean means neither is saved
 
     // ---- prologue: the first row group
     Raw reg_x[K];
@@ -80,7 +82,7 @@ layernorm_2d_fwd(Raw* x_ptr, WEIGHT* weight_ptr, WEIGHT* bias_ptr, Raw* y_ptr, f
                 }
                 *y[at + VEC_STEP(k)].get() = pack(o);
             }
-            if (leader) {
+            if (leader && save_stats) {
                 *mean[at].get() = mu;
                 *rstd[at].get() = rs;
             }

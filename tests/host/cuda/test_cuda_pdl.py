@@ -63,7 +63,11 @@ def test_pdl_knob_defaults_on():
 
 def _loaded(pdl: bool, calls: list) -> loader.LoadedKernel:
     spec = SimpleNamespace(block=(128, 1, 1), smem=512)
-    fn = SimpleNamespace(launch=lambda *a, **kw: calls.append((a, kw)))
+
+    def bind(grid, block, smem, *, pdl):
+        return lambda args, stream: calls.append((grid, block, args, smem, stream, pdl))
+
+    fn = SimpleNamespace(bind=bind)
     return loader.LoadedKernel(spec=spec, function=fn, module=None, pdl=pdl)
 
 
@@ -73,30 +77,80 @@ def test_loaded_kernel_launches_dependent_with_pdl_only_when_allowed(allowed):
     kern = _loaded(allowed, calls)
     kern.launch((3, 1, 1), (1, 2), stream=7)
     kern.launch((3, 1, 1), (1, 2), stream=7, dependent=True)
+    kern.bind((4, 1, 1), dependent=True)((5,), 8)
     assert calls == [
-        (((3, 1, 1), (128, 1, 1), (1, 2)), {"smem": 512, "stream": 7, "pdl": False}),
-        (((3, 1, 1), (128, 1, 1), (1, 2)), {"smem": 512, "stream": 7, "pdl": allowed}),
+        ((3, 1, 1), (128, 1, 1), (1, 2), 512, 7, False),
+        ((3, 1, 1), (128, 1, 1), (1, 2), 512, 7, allowed),
+        ((4, 1, 1), (128, 1, 1), (5,), 512, 8, allowed),
     ]
     assert loader.LoadedKernel(spec=None, function=None, module=None).pdl is False
 
 
+class _Recorder:
+    """A loaded kernel that records its bound launches: (grid, dependent, args, stream)."""
+
+    def __init__(self, seen: list, block: int = 128) -> None:
+        self.seen = seen
+        self.spec = SimpleNamespace(block=(block, 1, 1), smem=0, title=f"fake {block}")
+        self.function = SimpleNamespace(max_active_blocks=lambda threads, smem: 2)
+
+    def bind(self, grid, dependent=False):
+        return lambda args, stream: self.seen.append((grid, dependent, args, stream))
+
+    def launch(self, grid, args, stream=0, dependent=False):
+        self.seen.append((grid, dependent, args, stream))
+
+
 def test_reduce_launchers_ask_for_a_dependent_launch():
     seen = []
-
-    class Fake:
-        def launch(self, grid, args, stream=0, dependent=False):
-            seen.append((grid, args, stream, dependent))
-
     p = LayerNorm2dParams(c=64, m=100, dtype="float16")
     cfg = k.ReduceConfig(32, 128)
-    k.launch_reduce(Fake(), p, cfg, dweight_part=0x100, dbias_part=0x200, dweight=0x300,
+    k.launch_reduce(_Recorder(seen), p, cfg, dweight_part=0x100, dbias_part=0x200, dweight=0x300,
                     dbias=0x400, parts=5, stream=11)  # fmt: skip
-    assert seen[-1] == (k.reduce_grid(p, cfg), (0x100, 0x200, 0x300, 0x400, 5), 11, True)
+    assert seen[-1] == (k.reduce_grid(p, cfg), True, (0x100, 0x200, 0x300, 0x400, 5), 11)
 
     cp = Conv2dGw8Params(n=2, c=64, h=8, w=8, r=3, s=3, pad_h=1, pad_w=1, has_bias=True)
     rcfg = rd.config_for(16)
-    rd.reduce_launch(Fake(), cp, rcfg, 0x10, 0x20, 0x30, 0x40, 16, 9)
-    assert seen[-1] == (rd.reduce_grid(cp, rcfg), (0x10, 0x20, 0x30, 0x40, 16), 9, True)
+    rd.reduce_launch(_Recorder(seen), cp, rcfg, 0x10, 0x20, 0x30, 0x40, 16, 9)
+    assert seen[-1] == (rd.reduce_grid(cp, rcfg), True, (0x10, 0x20, 0x30, 0x40, 16), 9)
+
+
+def test_bound_two_pass_launches_make_the_second_pass_dependent():
+    """The ops' bound launches of the two-pass gradients (conv wgrad + reduce, layernorm backward
+    + reduce): the first pass plain, the reduction dependent (PDL where allowed), its
+    config the batch-independent one."""
+    from spio.kernels import conv2d_gw8_wgrad as wg
+
+    seen = []
+    cp = Conv2dGw8Params(n=2, c=64, h=8, w=8, r=3, s=3, pad_h=1, pad_w=1, has_bias=True)
+    wcfg = wg.heuristic(cp, H100)
+    run = wg.WgradLaunch(_Recorder(seen), _Recorder(seen), cp, wcfg, H100)
+    workspace = SimpleNamespace(data_ptr=lambda: 0x1000)
+    run(0x20, 0x30, workspace, 0x40, 0x50, 3)
+    (main_grid, main_dep, main_args, _), (red_grid, red_dep, red_args, red_stream) = seen
+    assert main_grid == wg.grid(cp, wcfg, H100) and not main_dep
+    assert main_args[:4] == (0x1000, 0x1000 + 4 * run.slices * 64 * 8 * 9, 0x40, 0x50)
+    assert red_dep and red_stream == 3
+    assert red_grid == rd.reduce_grid(cp, rd.reduce_config(cp, wcfg, H100))
+    assert red_args == (0x20, 0x30, 0x1000, main_args[1], run.slices)
+
+    seen.clear()
+    p = LayerNorm2dParams(c=64, m=100, dtype="float16")
+    bcfg = k.BWD.heuristic(p, H100)
+    main = _Recorder(seen, block=bcfg.block_threads)
+    from spio.kernels.loader import default_function_cache
+
+    rcfg = k.backward_reduce_config(main, p, H100)
+    key = (k.BWD_REDUCE.name, p.static(), rcfg, H100.ordinal)
+    default_function_cache()._loaded[key] = _Recorder(seen)  # stands in for the loaded reduce
+    try:
+        launch = k.BackwardLaunch(main, p, bcfg, H100)
+        launch(1, 2, 3, 4, 5, 6, 7, 8, SimpleNamespace(data_ptr=lambda: 0x2000), 9)
+    finally:
+        default_function_cache()._loaded.pop(key)
+    (_, main_dep, _, _), (red_grid, red_dep, red_args, _) = seen
+    assert not main_dep and red_dep and red_grid == k.reduce_grid(p, rcfg)
+    assert red_args == (0x2000, 0x2000 + 4 * launch.parts * 64, 7, 8, launch.parts)
 
 
 # ---- NVRTC: what the kernels compile to -----------------------------------------------------

@@ -211,16 +211,16 @@ def test_from_conv2d_rejects_the_older_weight_norm_hook_and_names_its_remover():
     assert isinstance(Conv2dGw8.from_conv2d(conv), Conv2dGw8)
 
 
-def test_wgrad_config_does_not_depend_on_the_first_batch_size(tmp_path):
-    """dweight's bits follow from the wgrad config (partial-sum count and order), so the op must
-    pick it from the shape alone: a process that saw N=1 first runs N=128 with the config a fresh
-    process picks for N=128. fprop keeps the first batch size's config (no compile per batch)."""
+def test_wgrad_config_depends_on_the_layer_alone(tmp_path):
+    """dweight's bits follow from the wgrad config (partial-sum count and order), so the op
+    selects it for the layer at a fixed batch size (SELECT_BATCH): every batch size runs the
+    config a fresh process picks, whichever batch size the process saw first, and a new batch
+    size compiles nothing. fprop keeps the first batch size's config (no compile per batch)."""
     from spio.cuda import known_device
-    from spio.functional.conv2d_gw8 import config_for
     from spio.kernels.conv2d_gw8_fprop import FPROP
     from spio.kernels.conv2d_gw8_params import Conv2dGw8Params
-    from spio.kernels.conv2d_gw8_wgrad import WGRAD
-    from spio.kernels.select import default_selector
+    from spio.kernels.conv2d_gw8_wgrad import SELECT_BATCH, WGRAD
+    from spio.kernels.select import default_selector, op_config
     from spio.settings import override
 
     dev = known_device("H100")
@@ -231,15 +231,13 @@ def test_wgrad_config_does_not_depend_on_the_first_batch_size(tmp_path):
     with override(cache_dir=tmp_path):  # picks persist: keep them out of the user's cache
         default_selector().clear()
         try:
-            fresh = config_for(WGRAD, layer(128), dev)
+            fresh = op_config(WGRAD, layer(128), dev)
             default_selector().clear()
-            config_for(WGRAD, layer(1), dev)
-            assert config_for(WGRAD, layer(128), dev) == fresh
-            first = config_for(FPROP, layer(1), dev)
-            assert config_for(FPROP, layer(128), dev) == first  # shared across batch sizes
-            # The check can fail: for this layer the space's choice differs between N=1 and N=128.
-            default_selector().clear()
-            assert config_for(WGRAD, layer(1), dev) != fresh
+            assert op_config(WGRAD, layer(1), dev) == fresh
+            assert op_config(WGRAD, layer(128), dev) == fresh
+            assert fresh == default_selector().select(WGRAD, layer(SELECT_BATCH), dev)
+            first = op_config(FPROP, layer(1), dev)
+            assert op_config(FPROP, layer(128), dev) == first  # shared across batch sizes
         finally:
             default_selector().clear()
 

@@ -212,14 +212,14 @@ def test_kernel_limits_documented():
     assert "float64" in _kernel_limit(torch.empty(1, 16, 2, 2, dtype=torch.float64))
 
 
-def test_backward_config_does_not_depend_on_the_first_row_count(tmp_path):
-    """dweight/dbias bits follow from the backward config (partial-sum count and order), so it is
-    picked from the shape alone: after M = 196 the op runs M = 25088 with the config a fresh
-    process picks for 25088."""
+def test_backward_config_depends_on_the_layer_alone(tmp_path):
+    """dweight/dbias bits follow from the backward config (partial-sum count and order), so the
+    op selects it for the layer at a fixed row count (SELECT_ROWS): after M = 196 the op runs
+    M = 25088 with the config a fresh process picks, and a new M compiles nothing."""
     from spio.cuda import known_device
-    from spio.functional.layernorm_2d import backward_config
+    from spio.kernels import layernorm_2d as k
     from spio.kernels.layernorm_2d_params import LayerNorm2dParams
-    from spio.kernels.select import default_selector
+    from spio.kernels.select import default_selector, op_config
     from spio.settings import override
 
     dev = known_device("H100")
@@ -227,10 +227,11 @@ def test_backward_config_does_not_depend_on_the_first_row_count(tmp_path):
     with override(cache_dir=tmp_path):  # picks persist: keep them out of the user's cache
         default_selector().clear()
         try:
-            fresh = backward_config(large, dev)
+            fresh = op_config(k.BWD, large, dev)
             default_selector().clear()
-            first = backward_config(small, dev)
-            assert backward_config(large, dev) == fresh
-            assert first != fresh  # the check can fail: the two row counts choose differently
+            assert op_config(k.BWD, small, dev) == fresh
+            assert op_config(k.BWD, large, dev) == fresh
+            at_fixed = LayerNorm2dParams(c=256, m=k.SELECT_ROWS)
+            assert fresh == default_selector().select(k.BWD, at_fixed, dev)
         finally:
             default_selector().clear()

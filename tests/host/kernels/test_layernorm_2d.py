@@ -225,15 +225,14 @@ def test_reduce_config_rules():
         k.ReduceConfig(8, 100)
 
 
-def test_launch_backward_derives_reduce_from_parts(monkeypatch):
-    """launch_backward reduces with reduce_config of its real grid (parts), fetched by
-    reduce_kernel, and builds no spec while launching (that cost 50-230 us of Python between the
-    two launches, inside `spio tune`'s timings)."""
+def test_launch_backward_derives_reduce_from_the_most_parts(monkeypatch):
+    """launch_backward reduces with the reduce config of the most parts its variant writes (its
+    resident CTAs), whatever M is, so a new batch size loads no new reduce variant; fetched by
+    reduce_kernel, with no spec built while launching (that cost 50-230 us of Python between
+    the two launches, inside `spio tune`'s timings)."""
     from types import SimpleNamespace
 
     dev = DEVICES[0]
-    p = LayerNorm2dParams(c=256, m=128 * 14 * 14, dtype="float16")
-    cfg = k.BWD.heuristic(p, dev)
     launches, dependents = [], []
 
     class Fake:
@@ -246,37 +245,40 @@ def test_launch_backward_derives_reduce_from_parts(monkeypatch):
             dependents.append(dependent)
 
     fetched = []
+    base = LayerNorm2dParams(c=256, m=1, dtype="float16")
+    cfg = k.BWD.heuristic(base, dev)
     fakes = {}
     for per_sm in (2, 8):  # the reduce variants, built before specs are forbidden below
-        parts = per_sm * dev.sm_count
-        rcfg = k.reduce_config(p, parts, dev)
-        fakes[parts] = (rcfg, Fake(k.reduce_spec(p, rcfg, dev)))
+        rcfg = k.reduce_config(base, per_sm * dev.sm_count, dev)
+        fakes[rcfg] = Fake(k.reduce_spec(base, rcfg, dev))
 
-    def fake_reduce_kernel(p_, parts, dev_):
-        fetched.append(parts)
-        return fakes[parts]
+    def fake_reduce_kernel(p_, rcfg, dev_):
+        fetched.append(rcfg)
+        return fakes[rcfg]
 
     def no_spec(*a, **kw):
         raise AssertionError("launch_backward built a spec while launching")
 
     monkeypatch.setattr(k, "reduce_kernel", fake_reduce_kernel)
     monkeypatch.setattr(k, "reduce_spec", no_spec)
-    monkeypatch.setattr(k, "_resident_cache", {})
-    bwd_specs = {n: k.backward_spec(p, cfg, dev) for n in (2, 8)}
+    bwd_spec = {n: k.backward_spec(base, cfg, dev) for n in (2, 8)}
     monkeypatch.setattr(k, "backward_spec", no_spec)
     args = dict(x=0, dy=0, mean=0, rstd=0, weight=0, dx=0, dweight=0, dbias=0, dweight_part=0,
                 dbias_part=0)  # fmt: skip
     for per_sm in (2, 8):
-        monkeypatch.setattr(k, "_resident_cache", {})
-        launches.clear()
-        dependents.clear()
-        k.launch_backward(Fake(bwd_specs[per_sm], per_sm), True, p, cfg, dev, **args)
-        assert dependents == [False, True]  # the reduce is the PDL-capable dependent launch
-        parts = per_sm * dev.sm_count
-        want, want_kernel = fakes[parts]
-        (_, bwd_grid, _), (red, red_grid, red_parts) = launches
-        assert bwd_grid == (parts, 1, 1) and red_parts == parts and fetched[-1] == parts
-        assert red is want_kernel and red_grid == k.reduce_grid(p, want)
+        most = per_sm * dev.sm_count
+        want = k.reduce_config(base, most, dev)
+        for m in (128 * 14 * 14, 3 * cfg.rows_per_block, 1):  # grid: all resident, 3 CTAs, 1
+            monkeypatch.setattr(k, "_resident_cache", {})
+            launches.clear()
+            dependents.clear()
+            p = LayerNorm2dParams(c=256, m=m, dtype="float16")
+            k.launch_backward(Fake(bwd_spec[per_sm], per_sm), True, p, cfg, dev, **args)
+            assert dependents == [False, True]  # the reduce is the PDL-capable dependent launch
+            parts = min(most, -(-m // cfg.rows_per_block))
+            (_, bwd_grid, _), (red, red_grid, red_parts) = launches
+            assert bwd_grid == (parts, 1, 1) and red_parts == parts and fetched[-1] == want
+            assert red is fakes[want] and red_grid == k.reduce_grid(p, want)
 
 
 def test_backward_accumulators_and_prefetch():
