@@ -240,7 +240,7 @@ def config_for(kdef, p: Conv2dGw8Params, dev):
     the bits of dweight depend on which batch size this process happened to see first; per shape
     they depend on the inputs only (and the GPU and its performance model; with
     SPIO_AUTOTUNE=1, on the measured winner)."""
-    from spio.kernels.select import op_config
+    from spio.select import op_config
 
     return op_config(kdef, p, dev)
 

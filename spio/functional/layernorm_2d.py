@@ -151,7 +151,7 @@ def backward_config(p: LayerNorm2dParams, dev: Any) -> Any:
     M as the forward's is: it fixes how many dweight/dbias partial sums there are and their order,
     so sharing would make their bits depend on which M this process saw first."""
     from spio.kernels import layernorm_2d as k
-    from spio.kernels.select import op_config
+    from spio.select import op_config
 
     return op_config(k.BWD, p, dev)
 
@@ -186,7 +186,7 @@ def _forward_fallback(input, weight, bias, eps):
 def _forward_spio(input, weight, bias, eps):
     from spio.kernels import layernorm_2d as k
     from spio.kernels.loader import default_function_cache
-    from spio.kernels.select import op_config
+    from spio.select import op_config
 
     x = _rows(input)
     weight, bias = _aligned(weight), _aligned(bias)

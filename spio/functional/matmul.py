@@ -119,7 +119,7 @@ def _aligned(t: torch.Tensor) -> torch.Tensor:
 
 def _run_kernel(a, b, bias, out_dtype, b_transposed) -> torch.Tensor:
     from spio.kernels import matmul as mm
-    from spio.kernels.select import op_config
+    from spio.select import op_config
 
     m, k = a.shape
     n = b.shape[0] if b_transposed else b.shape[1]

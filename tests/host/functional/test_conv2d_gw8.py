@@ -220,7 +220,7 @@ def test_wgrad_config_does_not_depend_on_the_first_batch_size(tmp_path):
     from spio.kernels.conv2d_gw8_fprop import FPROP
     from spio.kernels.conv2d_gw8_params import Conv2dGw8Params
     from spio.kernels.conv2d_gw8_wgrad import WGRAD
-    from spio.kernels.select import default_selector
+    from spio.select import default_selector
     from spio.settings import override
 
     dev = known_device("H100")

@@ -219,7 +219,7 @@ def test_backward_config_does_not_depend_on_the_first_row_count(tmp_path):
     from spio.cuda import known_device
     from spio.functional.layernorm_2d import backward_config
     from spio.kernels.layernorm_2d_params import LayerNorm2dParams
-    from spio.kernels.select import default_selector
+    from spio.select import default_selector
     from spio.settings import override
 
     dev = known_device("H100")

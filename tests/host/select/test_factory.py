@@ -1,4 +1,4 @@
-"""spio.kernels.factory: (family, params, device) -> selected, compiled, loaded kernel in one call.
+"""spio.select.factory: (family, params, device) -> selected, compiled, loaded kernel in one call.
 
 No GPU here: loading is replaced by compiling (the cubin stands in for the module), and the
 device is an H100's attributes (`known_device`)."""
@@ -11,12 +11,12 @@ import pytest
 
 from spio.compiler.compile import prepare
 from spio.cuda import known_device
-from spio.kernels import KERNELS, factory, loader
+from spio.kernels import KERNELS, loader
 from spio.kernels.conv2d_gw8_params import Conv2dGw8Params
 from spio.kernels.layernorm_2d_params import LayerNorm2dParams
 from spio.kernels.loader import FunctionCache, compile_spec
 from spio.kernels.matmul_params import MatmulParams
-from spio.kernels.select import Selector
+from spio.select import Selector, factory
 from spio.settings import override
 
 H100 = known_device("H100")
@@ -83,7 +83,7 @@ def test_selects_compiles_and_loads_once_per_layer(tmp_path, compiling_cache):
 
 def _fresh(tmp_path, monkeypatch):
     """One selector for the ops and the factory, as in a process (its store in tmp_path)."""
-    import spio.kernels.select as select
+    import spio.select.selector as select
 
     sel = Selector(store_dir=tmp_path / "sel")
     monkeypatch.setattr(select, "default_selector", lambda: sel)
@@ -133,7 +133,7 @@ def test_default_selector_and_cache_are_the_ops(monkeypatch):
             seen["get"] = (kdef.name, params, config, dev)
             return "loaded"
 
-    import spio.kernels.select as select
+    import spio.select.selector as select
 
     monkeypatch.setattr(select, "default_selector", lambda: Recorder())
     monkeypatch.setattr(loader, "default_function_cache", lambda: Recorder())
