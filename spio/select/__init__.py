@@ -4,8 +4,8 @@ selects, compiles and loads it in one call.
 Above `spio.kernels` (the families) and `spio.tune` (the performance models), below the ops:
 `selector` is the policy (memory → autotune winner → persisted pick → model → heuristic),
 `picks` the on-disk store it persists to, `basis` what a persisted pick is keyed by, `factory`
-the one-call path. Importing it loads neither torch nor numpy nor XGBoost (those load at
-selection time, and only when a model must rank).
+the one-call path. Importing it loads neither torch, numpy nor XGBoost: numpy loads with the
+first selection, XGBoost only when a model must rank, torch only when configs are measured.
 """
 
 from spio.select.factory import Kernel, kernel
