@@ -16,7 +16,7 @@ from pathlib import Path
 
 from spio.cuda import known_device
 from spio.kernels import KERNELS
-from spio.kernels.select import Selector
+from spio.select import Selector
 from spio.tune.store import find_model
 
 

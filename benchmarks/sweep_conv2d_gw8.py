@@ -68,7 +68,7 @@ def sweep(which: str, point: tuple[int, int, int, int], reps: int) -> tuple[list
     from spio.kernels import conv2d_gw8_wgrad as wg
     from spio.kernels.conv2d_gw8_params import Conv2dGw8Params
     from spio.kernels.loader import compile_specs
-    from spio.kernels.select import default_selector
+    from spio.select import default_selector
     from spio.timing import bench
 
     c, hw, k, n = point

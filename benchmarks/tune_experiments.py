@@ -42,8 +42,8 @@ Recipe = Callable[[np.ndarray, np.ndarray, list[str], list[str], int], Scorer]
 
 def load(kernel: str, split: Split = "layer") -> dict:
     """Feature matrix, latencies, shape keys, fold group keys and configs of a family's dataset."""
+    from spio.cli.tune import _device_for
     from spio.kernels import KERNELS
-    from spio.tune.cli import _device_for
     from spio.tune.dataset import read
     from spio.tune.evaluate import feature_rows
 

@@ -177,7 +177,7 @@ def variants(p, which: str, dev) -> list[tuple[Any, Any, Any]]:
     from spio.kernels import conv2d_gw8_fprop as fp
     from spio.kernels import conv2d_gw8_wgrad as wg
     from spio.kernels import conv2d_gw8_wgrad_reduce as rd
-    from spio.kernels.select import default_selector
+    from spio.select import default_selector
 
     kdef = {"fprop": fp.FPROP, "dgrad": fp.DGRAD, "wgrad": wg.WGRAD}[which]
     cfg = default_selector().select(kdef, p, dev)

@@ -65,7 +65,7 @@ def _prepared(x, w, b, dy):
     from spio.kernels import layernorm_2d as k
     from spio.kernels.layernorm_2d_params import LayerNorm2dParams
     from spio.kernels.loader import default_function_cache
-    from spio.kernels.select import op_config
+    from spio.select import op_config
 
     p = LayerNorm2dParams.from_tensors(x, w, b)
     dev = device_attributes(x.device.index or 0)

@@ -49,7 +49,7 @@ def _prepared_launch(a, b, c, b_transposed):
     """The op's kernel choice for these tensors, as a zero-argument launch, and its config."""
     from spio.cuda import device_attributes
     from spio.kernels import matmul as mm
-    from spio.kernels.select import op_config
+    from spio.select import op_config
 
     m, k = a.shape
     n = c.shape[1]

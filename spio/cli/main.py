@@ -32,7 +32,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
 
 
 def _cmd_tune(args: argparse.Namespace) -> int:
-    from spio.tune.cli import main as tune_main
+    from spio.cli.tune import main as tune_main
 
     return tune_main(args.rest)
 

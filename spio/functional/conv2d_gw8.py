@@ -327,7 +327,7 @@ class _ForwardPlan:
 def _selected(kdef, p: Conv2dGw8Params, dev) -> tuple[Any, Any]:
     """(the config the op runs for p, its loaded kernel), loaded on p's device."""
     from spio.kernels.loader import default_function_cache
-    from spio.kernels.select import op_config
+    from spio.select import op_config
 
     cfg = op_config(kdef, p, dev)
     with torch.cuda.device(dev.ordinal):

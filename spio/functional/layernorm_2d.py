@@ -287,7 +287,7 @@ class _Plan:
 def _selected(kdef, p: LayerNorm2dParams, dev) -> tuple[Any, Any]:
     """(the config the op runs for p, its loaded kernel), loaded on dev."""
     from spio.kernels.loader import default_function_cache
-    from spio.kernels.select import op_config
+    from spio.select import op_config
 
     cfg = op_config(kdef, p, dev)
     with torch.cuda.device(dev.ordinal):

@@ -192,7 +192,7 @@ class _Plan:
     def __init__(self, a, b, bias, out_dtype: torch.dtype, b_transposed: bool) -> None:
         from spio.kernels import matmul as mm
         from spio.kernels.loader import default_function_cache
-        from spio.kernels.select import op_config
+        from spio.select import op_config
 
         m, k = a.shape
         n = b.shape[0] if b_transposed else b.shape[1]

@@ -71,7 +71,7 @@ class KernelDef:
             launch arguments (batch, rows, matrix sizes) canonicalized: the key under which
             one loaded kernel serves all of them. None: the params themselves.
         select_key: params -> (the params the config is selected for, the `share` key or None):
-            the ops' selection rule (`spio.kernels.select.op_config`), e.g. matmul selects for
+            the ops' selection rule (`spio.select.op_config`), e.g. matmul selects for
             its bucketed token count, conv fprop shares one config across batch sizes. None:
             (params, None), every params selected on its own.
         derived_from: the first pass whose launch derives this family's config (the two

@@ -3,7 +3,7 @@
 File names are `<kernel>__<device slug>.json.gz`. Lookup for (kernel, device): a local model for
 that exact GPU, then a shipped one, then (with a log line) a model of another GPU of the same
 arch. `model_identity(kernel)` describes the files that lookup may read (path, size, mtime)
-without opening them: persisted selections (`spio.kernels.select`) key on it.
+without opening them: persisted picks (`spio.select.basis`) key on it.
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ import torch
 from spio.kernels import layernorm_2d as ln
 from spio.kernels.layernorm_2d_params import LayerNorm2dParams
 from spio.kernels.loader import FunctionCache
-from spio.kernels.select import Selector
+from spio.select import Selector
 from spio.testing import assert_close, poison, tolerance
 from spio.tune import store
 from spio.tune.collect import collect

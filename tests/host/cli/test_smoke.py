@@ -87,7 +87,7 @@ def test_tune_select_ranks_with_the_shipped_model():
     from spio.cuda import known_device
     from spio.kernels import KERNELS
     from spio.kernels.conv2d_gw8_params import Conv2dGw8Params
-    from spio.kernels.select import Selector
+    from spio.select import Selector
 
     kdef = KERNELS["conv2d_gw8_fprop"]
     params = Conv2dGw8Params(n=32, c=64, h=56, w=56, has_bias=True)

@@ -11,7 +11,7 @@ import sys
 import pytest
 import torch
 
-from spio.tune.cli import main
+from spio.cli.tune import main
 
 LAYER = json.dumps({"n": 8, "c": 64, "h": 56, "w": 56})
 

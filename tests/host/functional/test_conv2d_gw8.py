@@ -220,7 +220,7 @@ def test_wgrad_config_depends_on_the_layer_alone(tmp_path):
     from spio.kernels.conv2d_gw8_fprop import FPROP
     from spio.kernels.conv2d_gw8_params import Conv2dGw8Params
     from spio.kernels.conv2d_gw8_wgrad import SELECT_BATCH, WGRAD
-    from spio.kernels.select import default_selector, op_config
+    from spio.select import default_selector, op_config
     from spio.settings import override
 
     dev = known_device("H100")

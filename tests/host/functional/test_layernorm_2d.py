@@ -219,7 +219,7 @@ def test_backward_config_depends_on_the_layer_alone(tmp_path):
     from spio.cuda import known_device
     from spio.kernels import layernorm_2d as k
     from spio.kernels.layernorm_2d_params import LayerNorm2dParams
-    from spio.kernels.select import default_selector, op_config
+    from spio.select import default_selector, op_config
     from spio.settings import override
 
     dev = known_device("H100")

@@ -11,14 +11,12 @@ from pathlib import Path
 import pytest
 
 from spio.kernels.kernel_def import KernelDef, KernelStats
-from spio.kernels.select import Selector
-from spio.settings import override
 from spio.tune.dataset import Sample, append, read
 from spio.tune.evaluate import evaluate, feature_rows
 from spio.tune.features import features, from_dict, to_dict
 from spio.tune.model import MODEL_FORMAT, ModelFormatError, PerfModel, read_text
 from spio.tune.rank import rank
-from spio.tune.store import find_model, model_path, slug
+from spio.tune.store import slug
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,52 +174,6 @@ def test_model_file_round_trip_and_format_check(tmp_path: Path):
         back.predict_us([{"n": 1.0}])
 
 
-def test_selector_without_model_uses_heuristic_and_caches(tmp_path: Path, caplog):
-    with override(cache_dir=tmp_path):
-        sel = Selector(store_dir=tmp_path / "sel")
-        p = P(1000, 32)
-        assert sel.select(KDEF, p, Dev()) == Cfg(32, 4)
-        assert sel.sources[("synthetic", p, Dev().name)] == "heuristic"
-        assert sel.ranked(KDEF, p, Dev())[0] == (Cfg(32, 4), None)
-        sel.select(KDEF, P(2000, 32), Dev())
-    # One warning per family and GPU, shown at the default level.
-    said = [r for r in caplog.records if "no performance model for synthetic" in r.getMessage()]
-    assert len(said) == 1 and said[0].levelname == "WARNING"
-
-
-def test_selector_uses_model_when_one_exists(tmp_path: Path, seed):
-    samples = _dataset(30, seed)
-    model = PerfModel.train(
-        "synthetic",
-        Dev().name,
-        "sm_90",
-        feature_rows(KDEF, samples, Dev()),
-        [s.latency_us for s in samples],
-        rounds=150,
-    )
-    with override(cache_dir=tmp_path):
-        model.save(model_path(tmp_path / "models", "synthetic", Dev().name))
-        assert find_model("synthetic", Dev().name, "sm_90") is not None
-        # Another GPU of the same arch borrows the model; another arch gets none.
-        assert find_model("synthetic", "Other GPU", "sm_90") is not None
-        assert find_model("synthetic", "Other GPU", "sm_80") is None
-        sel = Selector(store_dir=tmp_path / "sel")
-        p = P(300000, 128)
-        choice = sel.select(KDEF, p, Dev())
-        assert sel.sources[("synthetic", p, Dev().name)] == "model"
-        assert choice == rank(KDEF, p, Dev(), model)[0][0]
-
-
-def test_persisted_autotune_winner_is_reused(tmp_path: Path):
-    with override(cache_dir=tmp_path):
-        p = P(5000, 64)
-        sel = Selector(store_dir=tmp_path / "sel")
-        sel._persist(KDEF, p, Dev(), Cfg(128, 2))
-        fresh = Selector(store_dir=tmp_path / "sel")
-        assert fresh.select(KDEF, p, Dev()) == Cfg(128, 2)
-        assert fresh.sources[("synthetic", p, Dev().name)] == "autotune"
-
-
 def test_features_fall_back_to_numeric_fields():
     bare = KernelDef(
         name="b",
@@ -242,38 +194,6 @@ def test_features_fall_back_to_numeric_fields():
 
 def test_slug():
     assert slug("NVIDIA H100 80GB HBM3") == "nvidia-h100-80gb-hbm3"
-
-
-def test_shared_selection_reuses_the_first_config_while_valid(tmp_path: Path):
-    # With `share`, a new batch of the same layer runs the config already chosen (and loaded),
-    # unless that config is invalid for it.
-    class Pick:
-        calls = 0
-
-        @staticmethod
-        def heuristic(p, dev):
-            Pick.calls += 1
-            return Cfg(128, 1) if p.n > 10000 else Cfg(16, 1)
-
-    kdef = KernelDef(
-        name="shared",
-        params_type=P,
-        config_type=Cfg,
-        configs=_configs,
-        spec=None,
-        heuristic=Pick.heuristic,
-        stats=None,
-    )
-    with override(cache_dir=tmp_path):
-        sel = Selector(store_dir=tmp_path / "sel")
-        first = sel.select(kdef, P(50000, 64), Dev(), share=64)
-        assert first == Cfg(128, 1)
-        assert sel.select(kdef, P(500, 64), Dev(), share=64) == first  # shared, not re-chosen
-        assert sel.sources[("shared", P(500, 64), Dev().name)] == "shared"
-        # Cfg(128, 1) needs tile * warps <= 4 * c: invalid for c = 16, so it is chosen afresh.
-        assert sel.select(kdef, P(500, 16), Dev(), share=64) == Cfg(16, 1)
-        assert sel.select(kdef, P(500, 64), Dev()) == first  # cached per params
-        assert Pick.calls == 2
 
 
 def test_recheck_fastest_keeps_the_lower_of_two_timings_of_the_fastest():

@@ -167,7 +167,7 @@ def cmd_eval(a: argparse.Namespace) -> int:
 
 def cmd_select(a: argparse.Namespace) -> int:
     from spio.kernels import KERNELS
-    from spio.kernels.select import Selector
+    from spio.select import Selector
     from spio.tune.features import from_dict
 
     if a.kernel == "all":

@@ -1,4 +1,4 @@
-"""spio.kernels.factory: (family, params, device) -> selected, compiled, loaded kernel in one call.
+"""spio.select.factory: (family, params, device) -> selected, compiled, loaded kernel in one call.
 
 No GPU here: loading is replaced by compiling (the cubin stands in for the module), and the
 device is an H100's attributes (`known_device`)."""
@@ -11,12 +11,12 @@ import pytest
 
 from spio.compiler.compile import prepare
 from spio.cuda import known_device
-from spio.kernels import KERNELS, factory, loader
+from spio.kernels import KERNELS, loader
 from spio.kernels.conv2d_gw8_params import Conv2dGw8Params
 from spio.kernels.layernorm_2d_params import LayerNorm2dParams
 from spio.kernels.loader import FunctionCache, compile_spec
 from spio.kernels.matmul_params import MatmulParams
-from spio.kernels.select import Selector
+from spio.select import Selector, factory
 from spio.settings import override
 
 H100 = known_device("H100")
@@ -83,7 +83,7 @@ def test_selects_compiles_and_loads_once_per_layer(tmp_path, compiling_cache):
 
 def _fresh(tmp_path, monkeypatch):
     """One selector for the ops and the factory, as in a process (its store in tmp_path)."""
-    import spio.kernels.select as select
+    import spio.select.selector as select
 
     sel = Selector(store_dir=tmp_path / "sel")
     monkeypatch.setattr(select, "default_selector", lambda: sel)
@@ -91,26 +91,32 @@ def _fresh(tmp_path, monkeypatch):
 
 
 def test_the_config_is_the_one_the_op_runs(tmp_path, monkeypatch):
-    """Each op's selection rule: conv fprop/dgrad and the layernorm forward keep the config of a
-    layer's first batch size / row count, matmul selects for the bucketed token count, conv wgrad
-    and the layernorm backward select per exact shape."""
-    from spio.functional.conv2d_gw8 import config_for
-    from spio.functional.layernorm_2d import backward_config
+    """Each op's selection rule (the ops' plans select with `op_config`): conv fprop/dgrad and the
+    layernorm forward keep the config of a layer's first batch size / row count, matmul selects
+    for the bucketed token count, conv wgrad and the layernorm backward select for the layer at a
+    fixed batch size / row count."""
+    from spio.kernels.conv2d_gw8_wgrad import SELECT_BATCH
+    from spio.kernels.layernorm_2d import SELECT_ROWS
+    from spio.select import op_config
 
     with override(cache_dir=tmp_path):
         sel = _fresh(tmp_path, monkeypatch)
         conv = Conv2dGw8Params(n=1, c=256, h=14, w=14, r=3, s=3, dtype="float16")
         for name in ("conv2d_gw8_fprop", "conv2d_gw8_dgrad"):
-            first = config_for(KERNELS[name], conv, H100)  # the op saw N = 1 first
+            first = op_config(KERNELS[name], conv, H100)  # the op saw N = 1 first
             later = factory.select(name, replace(conv, n=256), H100)[1]
-            assert later == first == config_for(KERNELS[name], replace(conv, n=256), H100)
+            assert later == first == op_config(KERNELS[name], replace(conv, n=256), H100)
             assert sel.sources[(name, replace(conv, n=256), H100.name)] == "shared"
         wgrad = factory.select("conv2d_gw8_wgrad", replace(conv, n=256), H100)[1]
-        assert wgrad == config_for(KERNELS["conv2d_gw8_wgrad"], replace(conv, n=256), H100)
-        assert sel.sources[("conv2d_gw8_wgrad", replace(conv, n=256), H100.name)] != "shared"
+        assert wgrad == op_config(KERNELS["conv2d_gw8_wgrad"], replace(conv, n=3), H100)
+        assert (KERNELS["conv2d_gw8_wgrad"].name, replace(conv, n=SELECT_BATCH), H100.name) in (
+            sel.sources
+        )
 
         ln = LayerNorm2dParams(c=384, dtype="float16", m=8 * 56 * 56)
-        assert factory.select("layernorm_2d_bwd", ln, H100)[1] == backward_config(ln, H100)
+        bwd = factory.select("layernorm_2d_bwd", ln, H100)[1]
+        assert bwd == op_config(KERNELS["layernorm_2d_bwd"], replace(ln, m=5), H100)
+        assert ("layernorm_2d_bwd", replace(ln, m=SELECT_ROWS), H100.name) in sel.sources
         fwd = factory.select("layernorm_2d_fwd", ln, H100)[1]
         assert factory.select("layernorm_2d_fwd", replace(ln, m=7), H100)[1] == fwd
 
@@ -133,7 +139,7 @@ def test_default_selector_and_cache_are_the_ops(monkeypatch):
             seen["get"] = (kdef.name, params, config, dev)
             return "loaded"
 
-    import spio.kernels.select as select
+    import spio.select.selector as select
 
     monkeypatch.setattr(select, "default_selector", lambda: Recorder())
     monkeypatch.setattr(loader, "default_function_cache", lambda: Recorder())

@@ -1,11 +1,11 @@
 """The kernel factory: (family, params, device) -> a selected, compiled, loaded kernel, in one call.
 
-    from spio.kernels.factory import kernel
+    from spio.select import kernel
     k = kernel("conv2d_gw8_fprop", Conv2dGw8Params.from_tensors(x, w, bias), 0)  # GPU 0
     k.config                      # the config the op would run (model, heuristic or autotune)
     fprop.launch(k.loaded, k.params, k.config, out, x, w, bias, stream)   # the family's launch
 
-It is the path the torch ops take, composed: the config comes from `spio.kernels.select.op_config`
+It is the path the torch ops take, composed: the config comes from `spio.select.op_config`
 (the family's selection rule, `KernelDef.select_key`, through the ops' selector: the config the op
 runs for these params, persisted the same way), and the loaded kernel from the ops' function cache
 (`spio.kernels.loader`, so the module the op loaded is the one returned, and the other way round),
@@ -24,6 +24,7 @@ from typing import Any
 from spio.cuda.device import DeviceAttributes
 from spio.kernels.kernel_def import KernelDef
 from spio.kernels.loader import FunctionCache, LoadedKernel
+from spio.select.selector import Selector, op_config
 
 
 @dataclass(frozen=True)
@@ -72,7 +73,7 @@ def select(
     device: int | DeviceAttributes,
     *,
     config: Any = None,
-    selector: Any = None,
+    selector: Selector | None = None,
 ) -> tuple[KernelDef, Any, DeviceAttributes]:
     """(kdef, config, device attributes) for `params`, without compiling or loading: the config
     the op would run (`op_config`), or `config` checked against the family's configs.
@@ -89,8 +90,6 @@ def select(
         )
     dev = _device(device)
     if config is None:
-        from spio.kernels.select import op_config
-
         config = op_config(kdef, params, dev, selector)
     elif config not in kdef.configs(params, dev):
         raise ValueError(
@@ -107,7 +106,7 @@ def kernel(
     device: int | DeviceAttributes,
     *,
     config: Any = None,
-    selector: Any = None,
+    selector: Selector | None = None,
     cache: FunctionCache | None = None,
 ) -> Kernel:
     """Selects a config for `params` on `device` (unless `config` is given), compiles it
@@ -150,5 +149,5 @@ def _require_present(dev: DeviceAttributes) -> None:
         raise ValueError(
             f"kernel: device {dev.name} ({dev.arch}) is not GPU {dev.ordinal} here "
             f"({here.name}, {here.arch}); pass the ordinal of a GPU that is here, or use "
-            "spio.kernels.factory.select (and spio.kernels.loader.compile_spec) for another GPU"
+            "spio.select.factory.select (and spio.kernels.loader.compile_spec) for another GPU"
         )

@@ -15,10 +15,14 @@ from pathlib import Path
 import pytest
 
 import spio
+import spio.kernels.kernel_def as kernel_def
+import spio.select.basis as basis_mod
+import spio.select.picks as picks_mod
+import spio.select.selector as selector_mod
 import spio.tune.store as store
-from spio.kernels import select as select_mod
 from spio.kernels.kernel_def import KernelDef
-from spio.kernels.select import MAX_BASES, Selector
+from spio.select import Selector
+from spio.select.picks import MAX_BASES, PickStore
 from spio.settings import override
 from spio.tune.features import to_dict
 from spio.tune.model import PerfModel
@@ -184,10 +188,12 @@ def test_an_edited_family_module_changes_the_basis(tmp_path: Path, monkeypatch):
         before = sel.basis(KDEF, Dev())
         st = os.stat(__file__)
         stamp = f"{__file__}|{st.st_size}|{st.st_mtime_ns}"
-        code = select_mod._code_identity(KDEF)
+        code = basis_mod._code_identity(KDEF)
         assert stamp in code  # the family's module
-        assert any(c.startswith(select_mod.__file__ + "|") for c in code)  # spio.kernels
-        monkeypatch.setattr(select_mod, "_code_identity", lambda kdef: [stamp + "0"])
+        assert any(c.startswith(kernel_def.__file__ + "|") for c in code)  # spio.kernels
+        for module in (basis_mod, picks_mod, selector_mod):  # spio.select
+            assert any(c.startswith(module.__file__ + "|") for c in code), module.__name__
+        monkeypatch.setattr(basis_mod, "_code_identity", lambda kdef: [stamp + "0"])
         assert sel.basis(KDEF, Dev()) != before
         assert sel.basis(KDEF, Dev(sm_count=99)) != sel.basis(KDEF, Dev())
 
@@ -196,7 +202,7 @@ def test_autotune_winner_keeps_priority_over_a_persisted_pick(tmp_path: Path):
     with override(cache_dir=tmp_path):
         sel = Selector(store_dir=tmp_path / "sel")
         assert sel.select(KDEF, SHAPE, Dev()) == Cfg(16, 1)  # persisted as a heuristic pick
-        sel._persist(KDEF, SHAPE, Dev(), Cfg(64, 2))
+        sel.store.save_winner(KDEF, SHAPE, Dev(), Cfg(64, 2))
         fresh = Selector(store_dir=tmp_path / "sel")
         assert fresh.select(KDEF, SHAPE, Dev()) == Cfg(64, 2)
         assert fresh.sources[(KDEF.name, SHAPE, Dev().name)] == "autotune"
@@ -248,6 +254,37 @@ def test_an_unwritable_store_still_selects(tmp_path: Path, caplog):
     assert len(warned) == 1  # once per file
 
 
+def test_the_store_files_keep_their_names_and_bytes(tmp_path: Path):
+    """The on-disk format, pinned: caches written before spio.select existed stay valid."""
+    root = tmp_path / "sel"
+    winners = root / "store_synthetic__store-test-gpu.json"
+    picks = root / "store_synthetic__store-test-gpu.picks.json"
+    winners.parent.mkdir()
+    winners.write_text('{"{\\"c\\": 128, \\"n\\": 300000}":{"tile":64,"warps":2}}')
+    picks.write_text(
+        '{"format":1,"bases":{"b0":{"{\\"c\\": 128, \\"n\\": 300000}":'
+        '{"config":{"tile":32,"warps":2},"source":"model"}}}}'
+    )
+    with override(cache_dir=tmp_path):
+        old = PickStore(root)
+        assert old.path(KDEF, Dev()) == winners
+        assert old.path(KDEF, Dev(), ".picks.json") == picks
+        assert old.winner(KDEF, SHAPE, Dev()) == Cfg(64, 2)
+        assert old.pick(KDEF, SHAPE, Dev(), "b0") == (Cfg(32, 2), "model")
+        assert old.pick(KDEF, SHAPE, Dev(), "b1") is None
+
+        new = PickStore(tmp_path / "new")
+        new.save_winner(KDEF, SHAPE, Dev(), Cfg(64, 2))
+        new.save_pick(KDEF, SHAPE, Dev(), "b0", Cfg(32, 2), "model")
+    assert (tmp_path / "new" / winners.name).read_bytes() == winners.read_bytes()
+    assert (tmp_path / "new" / picks.name).read_bytes() == picks.read_bytes()
+
+
+def test_the_store_refuses_a_source_it_would_not_read_back(tmp_path: Path):
+    with pytest.raises(ValueError, match="source must be one of"):
+        PickStore(tmp_path).save_pick(KDEF, SHAPE, Dev(), "b0", Cfg(16, 1), "autotune")
+
+
 def test_only_the_latest_bases_are_kept(tmp_path: Path, monkeypatch):
     with override(cache_dir=tmp_path):
         bases = []
@@ -292,7 +329,7 @@ _NEW_PROCESS = """
 import json, sys
 from spio.cuda import known_device
 from spio.kernels import KERNELS
-from spio.kernels.select import Selector
+from spio.select import Selector
 from spio.kernels.conv2d_gw8_params import Conv2dGw8Params
 sel = Selector()
 p = Conv2dGw8Params(n=8, c=256, h=14, w=14, r=3, s=3, pad_h=1, pad_w=1)

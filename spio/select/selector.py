@@ -1,0 +1,173 @@
+"""Config selection, the policy: (kernel family, params, device) -> config, remembered in memory
+and persisted on disk.
+
+Order: this process's cache → a persisted autotune winner → with `SPIO_AUTOTUNE=1` (or
+`Selector.autotune`) the model's top-k configs measured on the real shape, the fastest persisted
+→ a persisted model or heuristic pick of the same *basis* (`spio.select.basis`) → the
+performance model's top-1 pick (`spio.tune`), persisted → the family's documented heuristic
+(logged once per family and GPU), persisted. A new process thus answers a shape seen before from
+disk without loading the model. Where and how picks persist: `spio.select.picks`.
+`op_config` applies a family's selection rule (`KernelDef.select_key`) on top: what the ops run.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from spio.logs import logger
+from spio.select.basis import basis as _basis
+from spio.select.picks import PickStore
+from spio.settings import settings
+
+if TYPE_CHECKING:
+    from spio.kernels.kernel_def import KernelDef
+
+TOP_K = 5
+
+
+class Selector:
+    """Chooses and remembers one config per (family, params, device name)."""
+
+    def __init__(self, store_dir: Path | None = None) -> None:
+        self._chosen: dict[tuple, Any] = {}
+        self._lock = threading.Lock()
+        self._warned: set[tuple[str, str]] = set()
+        self.store = PickStore(store_dir)  # under <cache dir>/selections without store_dir
+        self.sources: dict[tuple, str] = {}  # key -> autotune | model | heuristic | shared
+
+    def select(self, kdef: KernelDef, params: Any, device: Any, share: Any = None) -> Any:
+        """The config for `params` on `device`.
+
+        `share`: a key for params that one compiled variant serves (e.g. the layer without its
+        batch size, which is a launch argument). The first config chosen under a key is reused
+        for later params with that key while it is valid for them, so a new batch size runs the
+        kernel already loaded instead of compiling the variant the model would prefer for it.
+        """
+        key = (kdef.name, params, device.name)
+        hit = self._chosen.get(key)
+        if hit is not None:
+            return hit
+        with self._lock:
+            hit = self._chosen.get(key)
+            if hit is None:
+                shared_key = (kdef.name, "share", share, device.name)
+                hit = self._chosen.get(shared_key) if share is not None else None
+                if hit is not None and hit in kdef.configs(params, device):
+                    source = "shared"
+                else:
+                    hit, source = self._choose(kdef, params, device)
+                    if share is not None:
+                        self._chosen[shared_key] = hit
+                self._chosen[key] = hit
+                self.sources[key] = source
+        return hit
+
+    def ranked(self, kdef: KernelDef, params: Any, device: Any) -> list[tuple[Any, float | None]]:
+        """Configs best first with predicted µs (None without a model: heuristic first)."""
+        from spio.tune.rank import rank
+        from spio.tune.store import find_model
+
+        model = find_model(kdef.name, device.name, device.arch)
+        if model is not None:
+            predicted: list[tuple[Any, float | None]] = list(rank(kdef, params, device, model))
+            return predicted
+        first = kdef.heuristic(params, device)
+        rest = [c for c in kdef.configs(params, device) if c != first]
+        return [(first, None)] + [(c, None) for c in rest]
+
+    def autotune(self, kdef: KernelDef, params: Any, device: Any, k: int = TOP_K) -> Any:
+        """Measures the top-k configs on the current GPU, persists and returns the fastest."""
+        best = self._measure_best(kdef, params, device, k)
+        with self._lock:
+            self._chosen[(kdef.name, params, device.name)] = best
+            self.sources[(kdef.name, params, device.name)] = "autotune"
+        return best
+
+    def clear(self) -> None:
+        """Forgets this process's selections (the persisted ones stay on disk)."""
+        self._chosen.clear()
+        self.sources.clear()
+        self.store.clear()
+
+    def basis(self, kdef: KernelDef, device: Any) -> str:
+        """The digest persisted model and heuristic picks of `kdef` on `device` are keyed by."""
+        return _basis(kdef, device)
+
+    # -- internals --------------------------------------------------------------------------
+
+    def _choose(self, kdef: KernelDef, params: Any, device: Any) -> tuple[Any, str]:
+        persisted = self.store.winner(kdef, params, device)
+        if persisted is not None:
+            return persisted, "autotune"
+        if settings().autotune and kdef.make_runner is not None:
+            return self._measure_best(kdef, params, device, TOP_K), "autotune"
+        basis = self.basis(kdef, device)
+        picked = self.store.pick(kdef, params, device, basis)
+        if picked is not None:
+            if picked[1] == "heuristic":
+                self._warn_no_model(kdef, device)
+            return picked
+        config, source = self._pick(kdef, params, device)
+        self.store.save_pick(kdef, params, device, basis, config, source)
+        return config, source
+
+    def _pick(self, kdef: KernelDef, params: Any, device: Any) -> tuple[Any, str]:
+        from spio.tune.store import find_model
+
+        model = find_model(kdef.name, device.name, device.arch)
+        if model is not None:
+            from spio.tune.rank import rank
+
+            return rank(kdef, params, device, model)[0][0], "model"
+        self._warn_no_model(kdef, device)
+        return kdef.heuristic(params, device), "heuristic"
+
+    def _warn_no_model(self, kdef: KernelDef, device: Any) -> None:
+        if (kdef.name, device.name) in self._warned:
+            return
+        self._warned.add((kdef.name, device.name))
+        logger().warning(
+            "spio: no performance model for %s on %s (%s); using its heuristic config "
+            "(`spio tune collect` + `spio tune train` make one; SPIO_AUTOTUNE=1 measures "
+            "the candidates instead)",
+            kdef.name,
+            device.name,
+            device.arch,
+        )
+
+    def _measure_best(self, kdef: KernelDef, params: Any, device: Any, k: int) -> Any:
+        from spio.tune.rank import measure
+
+        candidates = [c for c, _ in self.ranked(kdef, params, device)[:k]]
+        timed = measure(kdef, params, candidates)
+        if not timed:
+            raise ValueError(f"{kdef.name}: none of the top-{k} configs ran for {params}")
+        best, us = timed[0]
+        self.store.save_winner(kdef, params, device, best)
+        logger().info(
+            "spio: autotuned %s %s on %s: %s (%.1f us)", kdef.name, params, device.name, best, us
+        )
+        return best
+
+
+def op_config(kdef: KernelDef, params: Any, device: Any, selector: Selector | None = None) -> Any:
+    """The config the torch ops run for `params` on `device`: the family's selection rule
+    (`KernelDef.select_key`: which params the config is selected for, and whether one config
+    serves a layer's other batch sizes) applied through `selector` (default: the ops' one)."""
+    if kdef.derived_from is not None:
+        raise ValueError(
+            f"{kdef.name}: its config is derived from the {kdef.derived_from} pass's launch "
+            f"(see {kdef.name}'s module), not selected; pass the config explicitly"
+        )
+    params, share = kdef.select_key(params) if kdef.select_key is not None else (params, None)
+    chosen_by = selector if selector is not None else default_selector()
+    return chosen_by.select(kdef, params, device, share=share)
+
+
+@functools.cache
+def default_selector() -> Selector:
+    """The process-wide selector the torch ops use; tests may build their own."""
+    return Selector()
