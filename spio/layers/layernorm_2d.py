@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from spio.functional.layernorm_2d import layernorm_2d
+
+
+UNDER_COMPILE = ("pytorch", "spio")
 
 
 class LayerNorm2d(nn.Module):
@@ -17,6 +21,10 @@ class LayerNorm2d(nn.Module):
         elementwise_affine: learn a per-channel weight (ones) and bias (zeros).
         bias: with elementwise_affine, whether to learn the bias too.
         device, dtype: of the parameters.
+        under_compile: what runs while torch.compile traces the layer: "pytorch" (the default:
+            timm's permute + F.layer_norm, which inductor fuses with the neighbouring ops; an
+            opaque op would stop that, and convnext_atto trained 0.68x as fast with it) or
+            "spio" (spio's op, as in eager mode). An attribute: set it on a layer to change it.
 
     The output is channels_last; channels_last inputs avoid a copy (see
     spio.functional.layernorm_2d for where it runs and the fallback).
@@ -30,10 +38,16 @@ class LayerNorm2d(nn.Module):
         bias: bool = True,
         device=None,
         dtype=None,
+        under_compile: str = "pytorch",
     ):
         super().__init__()
         if not isinstance(channels, int) or channels < 1:
             raise ValueError(f"LayerNorm2d: channels must be a positive int, got {channels!r}")
+        if under_compile not in UNDER_COMPILE:
+            raise ValueError(
+                f"LayerNorm2d: under_compile must be one of {UNDER_COMPILE}, got {under_compile!r}"
+            )
+        self.under_compile = under_compile
         self.channels = channels
         self.eps = float(eps)
         self.elementwise_affine = elementwise_affine
@@ -46,10 +60,15 @@ class LayerNorm2d(nn.Module):
             self.register_parameter("bias", None)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if torch.compiler.is_compiling() and self.under_compile == "pytorch":
+            return _pytorch_layernorm_2d(x, self.weight, self.bias, self.eps)
         return layernorm_2d(x, self.weight, self.bias, self.eps)
 
     def extra_repr(self) -> str:
-        return f"{self.channels}, eps={self.eps}, elementwise_affine={self.elementwise_affine}"
+        text = f"{self.channels}, eps={self.eps}, elementwise_affine={self.elementwise_affine}"
+        if self.under_compile != "pytorch":
+            text += f", under_compile={self.under_compile!r}"
+        return text
 
     @classmethod
     def from_module(cls, m: nn.Module) -> LayerNorm2d:
@@ -60,7 +79,7 @@ class LayerNorm2d(nn.Module):
         A plain nn.LayerNorm normalizes the *last* dim and is rejected.
         """
         if isinstance(m, LayerNorm2d):
-            out = cls(m.channels, m.eps, elementwise_affine=False)
+            out = cls(m.channels, m.eps, elementwise_affine=False, under_compile=m.under_compile)
             out.elementwise_affine = m.elementwise_affine
             out.weight, out.bias = m.weight, m.bias
             return out
@@ -78,3 +97,15 @@ class LayerNorm2d(nn.Module):
         out.weight = m.weight
         out.bias = m.bias
         return out
+
+
+def _pytorch_layernorm_2d(x, weight, bias, eps: float) -> torch.Tensor:
+    """timm's LayerNorm2d: F.layer_norm over the channels of the permuted view (float32 when
+    weight/bias are float32 and x is not, rounded back to x's dtype, as spio's kernels do)."""
+    c = x.shape[1]
+    xp = x.permute(0, 2, 3, 1)
+    if any(t is not None and t.dtype != x.dtype for t in (weight, bias)):
+        y = F.layer_norm(xp.float(), (c,), weight, bias, eps).to(x.dtype)
+    else:
+        y = F.layer_norm(xp, (c,), weight, bias, eps)
+    return y.permute(0, 3, 1, 2)

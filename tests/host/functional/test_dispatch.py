@@ -56,3 +56,71 @@ def test_old_gpu_falls_back_or_raises(capabilities):
     text = str(e.value)
     assert "conv2d_gw8" in text and "compute capability 7.5" in text
     assert "SPIO_DISABLE_FALLBACK" in text and "8.0 or newer" in text
+
+
+# ---- the eager path: when a call may launch its plan directly ------------------------------
+
+
+def test_untraced_sees_every_tracer():
+    """An op call skips the dispatcher only when nothing records or intercepts it."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    assert _dispatch.untraced()
+
+    class Seen(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            return func(*args, **(kwargs or {}))
+
+    with Seen():
+        assert not _dispatch.untraced()
+    import torch.autograd.forward_ad as fwAD
+
+    with fwAD.dual_level():
+        assert not _dispatch.untraced()
+    seen_in_vmap = []
+
+    def f(x):
+        seen_in_vmap.append(_dispatch.untraced())
+        return x
+
+    torch.vmap(f)(torch.ones(2, 3))
+    assert seen_in_vmap == [False]
+    traced = []
+
+    def g(x):
+        traced.append(_dispatch.untraced())
+        return x * 2
+
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # torch.jit.trace is deprecated
+        torch.jit.trace(g, torch.ones(2))
+    assert traced[0] is False  # (jit.trace then runs g untraced to check the trace)
+    assert _dispatch.untraced()
+
+
+def test_autocast_dtype_is_cuda_autocasts():
+    assert _dispatch.autocast_dtype() is None
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert _dispatch.autocast_dtype() is None  # CPU autocast does not change CUDA ops
+
+
+def test_plain_types_are_tensors_and_parameters_only():
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    assert type(torch.ones(1)) in _dispatch.PLAIN_TYPES
+    assert type(torch.nn.Parameter(torch.ones(1))) in _dispatch.PLAIN_TYPES
+    with FakeTensorMode() as mode:
+        fake = mode.from_tensor(torch.ones(1))
+    assert type(fake) not in _dispatch.PLAIN_TYPES
+
+
+def test_plan_caches_clear_together():
+    from spio.functional import _plans, clear_plans
+
+    cache = _plans.PlanCache("test")
+    cache["k"] = object()
+    assert cache in _plans.caches() and "test" in repr(cache)
+    clear_plans()
+    assert len(cache) == 0

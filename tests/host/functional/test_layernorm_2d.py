@@ -235,3 +235,31 @@ def test_backward_config_depends_on_the_layer_alone(tmp_path):
             assert fresh == default_selector().select(k.BWD, at_fixed, dev)
         finally:
             default_selector().clear()
+
+
+@pytest.mark.parametrize("under_compile, op_calls", [("pytorch", 0), ("spio", 1)])
+def test_layer_steps_aside_under_compile(under_compile, op_calls, seed, monkeypatch):
+    """Under torch.compile the layer runs timm's permute + F.layer_norm (inductor fuses it) unless
+    under_compile="spio"; both compute what the eager layer computes."""
+    import spio.layers.layernorm_2d as layer_module
+
+    calls = []
+    real = layer_module.layernorm_2d
+    monkeypatch.setattr(
+        layer_module, "layernorm_2d", lambda *a, **k: calls.append(1) or real(*a, **k)
+    )
+    layer = LayerNorm2d(32, eps=1e-5, under_compile=under_compile)
+    with torch.no_grad():
+        layer.weight.normal_()
+        layer.bias.normal_()
+    x, _, _ = _inputs(seed, (2, 32, 5, 5), torch.float32)
+    eager = layer(x)
+    calls.clear()
+    torch._dynamo.reset()
+    compiled = torch.compile(layer, fullgraph=True, backend="aot_eager")(x)
+    assert len(calls) == op_calls
+    assert_close(compiled, eager.double(), tolerance(torch.float32, depth=32), "compiled layer")
+    assert "under_compile='spio'" in repr(layer) or under_compile == "pytorch"
+    with pytest.raises(ValueError, match="under_compile must be one of"):
+        LayerNorm2d(8, under_compile="inductor")
+    assert LayerNorm2d.from_module(layer).under_compile == under_compile
