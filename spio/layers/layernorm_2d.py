@@ -8,7 +8,6 @@ from torch import nn
 
 from spio.functional.layernorm_2d import layernorm_2d
 
-
 UNDER_COMPILE = ("pytorch", "spio")
 
 
