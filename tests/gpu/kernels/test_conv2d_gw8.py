@@ -138,7 +138,7 @@ def run_wgrad(p, cfg, cache, x, dy):
         dy,
         _stream(),
     )
-    rcfg = rd.config_for(slices)  # as the op
+    rcfg = rd.reduce_config(p, cfg, dev)  # as the op
     rd.reduce_launch(
         cache.get(rd.WGRAD_REDUCE, p.variant(), rcfg, dev),
         p,

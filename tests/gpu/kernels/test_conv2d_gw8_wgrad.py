@@ -94,7 +94,7 @@ def _run(p, cfg, cache, x, dy):
     stream = torch.cuda.current_stream().cuda_stream
     kernel = cache.get(wg.WGRAD, p.variant(), cfg, dev)
     wg.launch(kernel, p, cfg, dev, partial, bias_partial, x, dy, stream)
-    rcfg = rd.config_for(slices)  # as the op
+    rcfg = rd.reduce_config(p, cfg, dev)  # as the op
     reduce = cache.get(rd.WGRAD_REDUCE, p.variant(), rcfg, dev)
     rd.reduce_launch(reduce, p, rcfg, dw, db, partial, bias_partial, slices, stream)
     torch.cuda.synchronize()
