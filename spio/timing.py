@@ -69,6 +69,12 @@ def _hold(cycles: int) -> None:
         )
 
 
+def hold_for(host_us: float, device: torch.device) -> None:
+    """Queues a GPU spin on the current stream long enough (`hold_cycles`) for the host to enqueue
+    `host_us` of work behind it, so that work then runs back to back, without host gaps."""
+    _hold(hold_cycles(host_us, _clock_khz(device)))
+
+
 def _host_us(fn: Callable[[], object], calls: int = 5) -> float:
     """The longest host time of `calls` calls of fn (enqueue only, no synchronisation), in µs."""
     longest = 0.0

@@ -33,11 +33,12 @@ def print_table(rows: Sequence[dict], columns: Sequence[str] | None = None) -> s
 
 def write_csv(rows: Sequence[dict], path: Path) -> None:
     """Writes rows to path atomically (a temporary file renamed over it), so a run killed while
-    writing leaves the previous complete file."""
+    writing leaves the previous complete file. The columns are every row's keys in first-seen
+    order; a row without one leaves its cell empty."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
     with tmp.open("w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0].keys()))
+        w = csv.DictWriter(f, fieldnames=list(dict.fromkeys(k for r in rows for k in r)))
         w.writeheader()
         w.writerows(rows)
     os.replace(tmp, path)

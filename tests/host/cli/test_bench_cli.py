@@ -18,7 +18,11 @@ FLAGS = {
     "conv2d-gw8": ("--quick", "--csv", "--plot", "--kernel", "--dtype", "fprop,dgrad,wgrad"),
     "layernorm2d": ("--quick", "--csv", "--plot", "--dtype", "--sweep-bwd", "--sweep-reduce"),
     "matmul": ("--quick", "--csv", "--plot", "--dtype", "--sweep SIZE"),
-}
+    "overhead": ("--quick", "--csv", "--ops", "--calls", "--batches"),
+    "e2e": ("--quick", "--csv", "--models", "--batch", "--dtype", "--modes", "--steps", "--rounds",
+            "--layers"),
+}  # fmt: skip
+PLOTTING = ("conv2d-gw8", "layernorm2d", "matmul")  # the families with --plot
 
 
 @pytest.mark.parametrize("family", sorted(FLAGS))
@@ -103,7 +107,7 @@ def test_option_of_another_family_is_a_usage_error(no_run, capsys):
     assert "unrecognized arguments: --sweep 8192" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("family", sorted(FLAGS))
+@pytest.mark.parametrize("family", PLOTTING)
 def test_plot_without_matplotlib_is_a_clear_error(family, no_run, capsys):
     no_run.setitem(sys.modules, "matplotlib", None)  # `import matplotlib` raises ImportError
     with pytest.raises(SystemExit) as e:
@@ -182,3 +186,58 @@ def test_output_files_get_the_family_name_when_several_families_run(monkeypatch,
     seen.clear()
     assert main(["bench", "layernorm2d", "--csv", str(csv)]) == 0
     assert seen == {"layernorm2d": ["--csv", str(csv)]}
+
+
+def test_plain_spio_bench_runs_the_kernel_families_only(monkeypatch):
+    # overhead and e2e take other options (and e2e many minutes): they run only when named.
+    seen = {}
+    monkeypatch.setattr(cli_bench, "_has_gpu", lambda: True)
+    for family, module in cli_bench.FAMILIES.items():
+        mod = importlib.import_module(module)
+        monkeypatch.setattr(
+            mod, "main", lambda argv, family=family: seen.setdefault(family, argv) and 0
+        )
+    assert main(["bench", "--quick"]) == 0
+    assert sorted(seen) == sorted(cli_bench.KERNEL_FAMILIES) == sorted(PLOTTING)
+    seen.clear()
+    assert main(["bench", "overhead", "--quick", "--calls", "50"]) == 0
+    assert seen == {"overhead": ["--quick", "--calls", "50"]}
+
+
+def test_overhead_without_gpu_says_so(monkeypatch, capsys):
+    monkeypatch.setattr(cli_bench, "_has_gpu", lambda: False)
+    assert main(["bench", "overhead", "--quick"]) == 1
+    err = capsys.readouterr().err
+    assert "spio bench overhead: needs a CUDA GPU" in err and "nothing measured" in err
+    assert "Traceback" not in err
+
+
+def test_kernel_and_op_call_families_without_gpu(monkeypatch, capsys):
+    # The kernel family still gets its compile + fallback check; the op-call family says why not.
+    checked = []
+    monkeypatch.setattr(cli_bench, "_has_gpu", lambda: False)
+    monkeypatch.setattr(
+        cli_bench, "_compile_check", lambda chosen, options: checked.append(chosen) or 0
+    )
+    assert main(["bench", "matmul", "overhead"]) == 1
+    assert checked == [["matmul"]]
+    assert "spio bench overhead: needs a CUDA GPU" in capsys.readouterr().err
+
+
+def test_e2e_without_timm_is_a_usage_error_before_anything_runs(no_run, capsys):
+    no_run.setitem(sys.modules, "timm", None)  # `import timm` raises ImportError
+    with pytest.raises(SystemExit) as e:
+        main(["bench", "e2e", "--quick"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert "spio bench e2e: error: needs timm" in err and "pip install 'spio[bench]'" in err
+
+
+def test_e2e_without_timm_from_the_spio_command():
+    code = (
+        "import sys; sys.modules['timm'] = None; from spio.cli.main import main; "
+        "sys.exit(main(['bench', 'e2e']))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 2, out.stderr
+    assert "needs timm" in out.stderr and "Traceback" not in out.stderr
