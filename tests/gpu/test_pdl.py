@@ -48,13 +48,18 @@ def _skip_without_pdl():
 
 @contextlib.contextmanager
 def _pdl(on: bool):
-    """SPIO_PDL=on for kernels loaded inside (the loaded-kernel cache is cleared both ways)."""
+    """SPIO_PDL=on for kernels loaded inside (the loaded-kernel cache and the ops' launch plans,
+    which hold loaded kernels, are cleared both ways)."""
+    from spio.functional import clear_plans
+
     default_function_cache().clear()
+    clear_plans()
     try:
         with override(pdl=on):
             yield
     finally:
         default_function_cache().clear()
+        clear_plans()
 
 
 # ---- the binding: a producer/consumer pair ---------------------------------------------------
