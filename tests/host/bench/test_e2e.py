@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from spio.bench import e2e
-from spio.bench.gpu_time import device_time_us
+from spio.bench.gpu_time import device_times
 from spio.bench.interleave import compare, time_rounds
 from spio.bench.layer_profile import describe, layer_inputs, layer_step
 from spio.bench.model_pair import build_pair, logits_rel_err, summary
@@ -185,13 +185,16 @@ def test_layer_step_resets_the_gradients(pair):
     assert x.grad is None and all(p.grad is None for p in pair.spio[0].parameters())
 
 
-def test_device_time_sums_gpu_events_only():
+def test_device_times_sum_gpu_events_per_call_and_name():
     cuda, cpu = torch.autograd.DeviceType.CUDA, torch.autograd.DeviceType.CPU
 
-    def event(device, us):
-        return SimpleNamespace(
-            device_type=device, time_range=SimpleNamespace(elapsed_us=lambda: us)
-        )
+    def event(name, device, us):
+        elapsed = SimpleNamespace(elapsed_us=lambda: us)
+        return SimpleNamespace(name=name, device_type=device, time_range=elapsed)
 
-    assert device_time_us([event(cuda, 5.0), event(cpu, 100.0), event(cuda, 2.5)]) == 7.5
-    assert device_time_us([]) == 0.0
+    events = [event("gemm", cuda, 6.0), event("aten::mm", cpu, 100.0), event("memset", cuda, 1.0),
+              event("gemm", cuda, 4.0)]  # fmt: skip
+    t = device_times(events, calls=2)
+    assert t.total_us == 5.5 and t.by_name == {"gemm": 5.0, "memset": 0.5}
+    assert t.top(1) == "gemm 5.0" and t.top(5, width=3) == "gem 5.0; mem 0.5"
+    assert device_times([]).total_us == 0.0
