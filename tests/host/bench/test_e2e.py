@@ -140,6 +140,25 @@ def test_pair_starts_from_the_same_weights_and_computes_the_same(pair):
     assert pair.torch.training and pair.spio.training
 
 
+def test_summary_counts_kinds_conditions_and_rules():
+    from spio.layers import TransformReport
+
+    report = TransformReport(
+        replaced=[("a", "Conv2dGw8"), ("b", "Conv2dGw8"), ("n", "LayerNorm2d")],
+        skipped=[
+            ("c", "Conv2dGw8.from_conv2d: stride must be 1, got (2, 2)"),
+            ("d", "Conv2dGw8.from_conv2d: group width must be 8 (groups = C / 8 = 3), got 1"),
+            ("e", "Conv2dGw8.from_conv2d: stride must be 1, got (1, 2)"),
+        ],
+        conditions={"a": "float32 weights: ...", "b": "float32 weights: ..."},
+    )
+    assert summary(report) == (
+        "replaced 3 modules: 2 Conv2dGw8, 1 LayerNorm2d (2 with a condition); kept 3 "
+        "(2x stride must be 1; 1x group width must be 8)"
+    )
+    assert summary(TransformReport()) == "replaced 0 modules: nothing; kept 0"
+
+
 def test_training_steps_and_interleaved_timing_on_the_cpu(pair):
     x = torch.randn(4, 16, 6, 6, dtype=torch.bfloat16).to(memory_format=torch.channels_last)
     y = torch.randint(0, 10, (4,))
