@@ -3,6 +3,9 @@
 # wheels, build in place, then run the requested stages, writing logs under $OUT (or ./gpu-out).
 #   scripts/gpu-session.sh test            GPU suite (JUnit + log)
 #   scripts/gpu-session.sh bench           quick benchmarks of every family + launch overhead
+#                                          + host cost per op call (spio bench overhead)
+#   scripts/gpu-session.sh e2e             timm training steps with/without spio, and the
+#                                          per-layer profile (needs timm, in the device image)
 #   scripts/gpu-session.sh tune MINUTES    collect samples for every family, train, eval
 #                                          (MINUTES per family: 6 families, plus compiles)
 #   scripts/gpu-session.sh sweep           every conv2d_gw8 fprop/dgrad config at the 3x3 and 7x7 points
@@ -37,6 +40,11 @@ while [ $# -gt 0 ]; do
       for f in conv2d-gw8 layernorm2d matmul; do
         SPIO_ASSERT_NO_COMPILE=0 python3 -m spio.cli.main bench --quick "$f" 2>&1 | tee "$OUT/bench-$f.log"
       done
+      python3 -m spio.cli.main bench overhead --csv "$OUT/overhead.csv" 2>&1 | tee "$OUT/overhead.log"
+      ;;
+    e2e)
+      python3 -m spio.cli.main bench e2e --csv "$OUT/e2e.csv" 2>&1 | tee "$OUT/e2e.log"
+      python3 -m spio.cli.main bench e2e --layers --csv "$OUT/layers.csv" 2>&1 | tee "$OUT/layers.log"
       ;;
     tune)
       shift; minutes="$1"

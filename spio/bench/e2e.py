@@ -147,6 +147,8 @@ def _models(args: argparse.Namespace, device: torch.device):
         x, y = batch(size, getattr(pair.torch, "num_classes", 1000), device)
         err = logits_rel_err(pair, x, DTYPES[args.dtype])
         print(f"\n{name}, batch {size}: {summary(pair.report)}", flush=True)
+        for note in getattr(pair.report, "notes", ()):  # what the layers do differently, if any
+            print(f"  note: {note}", flush=True)
         print(f"  logits spio vs torch (eval, {args.dtype}): max rel err {err:.2e}", flush=True)
         yield pair, x, y, size
         del pair, x, y

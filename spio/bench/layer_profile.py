@@ -7,7 +7,9 @@ shape and settings are timed once and counted. A layer's time is one training st
 y = layer(x) under autocast, y.backward(gy), x's and the parameters' grads set back to None;
 the GPU time is the sum of the GPU activities' durations under torch.profiler
 (spio.bench.gpu_time), so it includes autocast's weight casts and the gradient reductions, and
-no host time. The model's time per training step is measured the same way over eager steps.
+no host time; each side's longest GPU activities go to the CSV (`torch_kernels`,
+`spio_kernels`). The model's GPU time per training step is measured the same way over eager
+steps.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from spio.bench.gpu_time import profiled_gpu_us
+from spio.bench.gpu_time import GpuTime, profiled_gpu_time
 from spio.bench.model_pair import ModelPair
 from spio.bench.train_step import DTYPES, train_step
 
@@ -89,14 +91,15 @@ def layer_step(module: nn.Module, x: torch.Tensor, dtype: str) -> Callable[[], N
     return step
 
 
-def _gpu_us(fn: Callable[[], object], calls: int, device: torch.device) -> float:
+def _gpu_time(fn: Callable[[], object], calls: int, device: torch.device) -> GpuTime:
     for _ in range(WARMUP):
         fn()
-    return profiled_gpu_us(fn, calls, device)
+    return profiled_gpu_time(fn, calls, device)
 
 
 def profile_layers(pair: ModelPair, inputs: torch.Tensor, dtype: str) -> list[dict]:
-    """One row per distinct replaced layer: shape, count, fwd+bwd GPU µs of each side."""
+    """One row per distinct replaced layer: shape, count, fwd+bwd GPU µs of each side, and
+    each side's longest GPU activities (`torch_kernels`, `spio_kernels`: for the CSV)."""
     groups: dict[tuple, list[str]] = {}
     for path, shape_dtype in layer_inputs(pair, inputs, dtype).items():
         module = pair.torch.get_submodule(path)
@@ -109,7 +112,7 @@ def profile_layers(pair: ModelPair, inputs: torch.Tensor, dtype: str) -> list[di
         times = {}
         for side, model in (("torch", pair.torch), ("spio", pair.spio)):
             step = layer_step(model.get_submodule(paths[0]), x, dtype)
-            times[side] = _gpu_us(step, LAYER_CALLS, inputs.device)
+            times[side] = _gpu_time(step, LAYER_CALLS, inputs.device)
         rows.append(
             {
                 "model": pair.name,
@@ -117,10 +120,12 @@ def profile_layers(pair: ModelPair, inputs: torch.Tensor, dtype: str) -> list[di
                 "shape": shape,
                 "dtype": str(layer_input.dtype).removeprefix("torch."),
                 "count": len(paths),
-                "torch_us": times["torch"],
-                "spio_us": times["spio"],
-                "speedup": times["torch"] / times["spio"],
+                "torch_us": times["torch"].total_us,
+                "spio_us": times["spio"].total_us,
+                "speedup": times["torch"].total_us / times["spio"].total_us,
                 "first": paths[0],
+                "torch_kernels": times["torch"].top(),
+                "spio_kernels": times["spio"].top(),
             }
         )
     return rows
@@ -133,5 +138,5 @@ def profile_steps(
     out = {}
     for side, model in (("torch", pair.torch), ("spio", pair.spio)):
         step = train_step(model, inputs, labels, dtype=dtype, mode="eager")
-        out[side] = _gpu_us(step, steps, inputs.device) / 1e3
+        out[side] = _gpu_time(step, steps, inputs.device).total_us / 1e3
     return out

@@ -50,10 +50,11 @@ def timm_model(name: str) -> Callable[[], nn.Module]:
 
 
 def summary(report: TransformReport) -> str:
-    """One line of counts: replaced per layer type, kept per reason."""
+    """One line of counts: replaced per layer type (and how many run under a condition, such as
+    float32 weights needing autocast), kept per reason."""
     kinds = Counter(kind for _, kind in report.replaced)
     replaced = ", ".join(f"{n} {kind}" for kind, n in sorted(kinds.items())) or "nothing"
-    cond = f" ({len(report.conditions)} under autocast)" if report.conditions else ""
+    cond = f" ({len(report.conditions)} with a condition)" if report.conditions else ""
     text = f"replaced {len(report.replaced)} modules: {replaced}{cond}; kept {len(report.skipped)}"
     reasons = Counter(_rule(why) for _, why in report.skipped)
     if reasons:

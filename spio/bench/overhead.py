@@ -186,8 +186,8 @@ def main(argv: list[str] | None = None) -> int:
         rows += case_rows
         notes += case_notes
     print("\nµs per call (median); spio = spio.functional, torch = the PyTorch call:")
-    for case in {c.op: c for c in chosen}.values():
-        print(f"  {case.op}: {case.baseline}")
+    for op, baseline in dict.fromkeys((c.op, c.baseline) for c in chosen):
+        print(f"  {op}: {baseline}")
     print_table([{c: "-" if r[c] is None else r[c] for c in COLUMNS} for r in rows], COLUMNS)
     for note in notes:
         print(f"note: {note}", file=sys.stderr)

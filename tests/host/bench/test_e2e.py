@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from spio.bench import e2e
-from spio.bench.gpu_time import device_time_us
+from spio.bench.gpu_time import device_times
 from spio.bench.interleave import compare, time_rounds
 from spio.bench.layer_profile import describe, layer_inputs, layer_step
 from spio.bench.model_pair import build_pair, logits_rel_err, summary
@@ -140,6 +140,25 @@ def test_pair_starts_from_the_same_weights_and_computes_the_same(pair):
     assert pair.torch.training and pair.spio.training
 
 
+def test_summary_counts_kinds_conditions_and_rules():
+    from spio.layers import TransformReport
+
+    report = TransformReport(
+        replaced=[("a", "Conv2dGw8"), ("b", "Conv2dGw8"), ("n", "LayerNorm2d")],
+        skipped=[
+            ("c", "Conv2dGw8.from_conv2d: stride must be 1, got (2, 2)"),
+            ("d", "Conv2dGw8.from_conv2d: group width must be 8 (groups = C / 8 = 3), got 1"),
+            ("e", "Conv2dGw8.from_conv2d: stride must be 1, got (1, 2)"),
+        ],
+        conditions={"a": "float32 weights: ...", "b": "float32 weights: ..."},
+    )
+    assert summary(report) == (
+        "replaced 3 modules: 2 Conv2dGw8, 1 LayerNorm2d (2 with a condition); kept 3 "
+        "(2x stride must be 1; 1x group width must be 8)"
+    )
+    assert summary(TransformReport()) == "replaced 0 modules: nothing; kept 0"
+
+
 def test_training_steps_and_interleaved_timing_on_the_cpu(pair):
     x = torch.randn(4, 16, 6, 6, dtype=torch.bfloat16).to(memory_format=torch.channels_last)
     y = torch.randint(0, 10, (4,))
@@ -185,13 +204,16 @@ def test_layer_step_resets_the_gradients(pair):
     assert x.grad is None and all(p.grad is None for p in pair.spio[0].parameters())
 
 
-def test_device_time_sums_gpu_events_only():
+def test_device_times_sum_gpu_events_per_call_and_name():
     cuda, cpu = torch.autograd.DeviceType.CUDA, torch.autograd.DeviceType.CPU
 
-    def event(device, us):
-        return SimpleNamespace(
-            device_type=device, time_range=SimpleNamespace(elapsed_us=lambda: us)
-        )
+    def event(name, device, us):
+        elapsed = SimpleNamespace(elapsed_us=lambda: us)
+        return SimpleNamespace(name=name, device_type=device, time_range=elapsed)
 
-    assert device_time_us([event(cuda, 5.0), event(cpu, 100.0), event(cuda, 2.5)]) == 7.5
-    assert device_time_us([]) == 0.0
+    events = [event("gemm", cuda, 6.0), event("aten::mm", cpu, 100.0), event("memset", cuda, 1.0),
+              event("gemm", cuda, 4.0)]  # fmt: skip
+    t = device_times(events, calls=2)
+    assert t.total_us == 5.5 and t.by_name == {"gemm": 5.0, "memset": 0.5}
+    assert t.top(1) == "gemm 5.0" and t.top(5, width=3) == "gem 5.0; mem 0.5"
+    assert device_times([]).total_us == 0.0
