@@ -18,7 +18,8 @@ Needs timm (`pip install 'spio[bench]'`). Long: each model compiles twice per co
 
     spio bench e2e [--models regnetx_002,regnety_004,convnext_atto] [--batch N]
                    [--dtype fp16|bf16] [--modes eager,compile,reduce-overhead] [--steps N]
-                   [--rounds N] [--warmup N] [--quick] [--csv out.csv]
+                   [--rounds N] [--warmup N] [--layernorm-under-compile pytorch|spio]
+                   [--quick] [--csv out.csv]
     spio bench e2e --layers [--models ...] [--batch N] [--dtype ...] [--steps N] [--csv ...]
 """
 
@@ -93,6 +94,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="untimed steps of each model before timing (default 10, --quick 5)",
     )
+    ap.add_argument(
+        "--layernorm-under-compile",
+        choices=("pytorch", "spio"),
+        default="pytorch",
+        help="what spio's LayerNorm2d layers run while torch.compile traces them "
+        "(spio.layers.LayerNorm2d.under_compile; default pytorch)",
+    )
     ap.add_argument("--quick", action="store_true", help="3 rounds of 10 steps, 5 warm-up steps")
     ap.add_argument(
         "--layers",
@@ -140,10 +148,14 @@ def _models(args: argparse.Namespace, device: torch.device):
     """Yields each model's (pair, inputs, labels, batch), printing what the transform did."""
     from spio.bench.model_pair import build_pair, logits_rel_err, summary, timm_model
     from spio.bench.train_step import batch
+    from spio.layers import LayerNorm2d
 
     for name in args.models:
         size = args.batch or MODELS.get(name, OTHER_BATCH)
         pair = build_pair(name, timm_model(name), device)
+        for module in pair.spio.modules():
+            if isinstance(module, LayerNorm2d):
+                module.under_compile = args.layernorm_under_compile
         x, y = batch(size, getattr(pair.torch, "num_classes", 1000), device)
         err = logits_rel_err(pair, x, DTYPES[args.dtype])
         print(f"\n{name}, batch {size}: {summary(pair.report)}", flush=True)
