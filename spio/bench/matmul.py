@@ -180,6 +180,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def check_args(ap: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """Option combinations the parser cannot express (a usage error, before anything runs)."""
+    if args.sweep is not None and args.sweep < 1:
+        ap.error(f"--sweep SIZE: a matrix size of at least 1, got {args.sweep}")
     if args.sweep and args.plot:
         ap.error(
             "--plot draws the shape table; --sweep prints its configs (use --csv to keep them)"

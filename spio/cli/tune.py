@@ -1,4 +1,10 @@
-"""`spio tune {collect,train,eval,select}`."""
+"""`spio tune {collect,train,eval,select}`.
+
+A bad option value (an unknown or untuned --kernel, a --device or --params that names nothing,
+a --data file that is not there, a count out of range) is a usage error: one line on stderr, exit
+2. A precondition the command cannot meet (no usable GPU for collect, too few samples to
+evaluate, a dataset's GPU that spio does not know) is one line on stderr, exit 1.
+"""
 
 from __future__ import annotations
 
@@ -8,8 +14,9 @@ import json
 import sys
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 from spio.settings import settings
 
@@ -17,12 +24,31 @@ if TYPE_CHECKING:
     from spio.cuda import DeviceAttributes
 
 
+def _usage_error(cmd: str, message: str) -> NoReturn:
+    """A bad option value: `spio tune cmd: message` on stderr, exit status 2."""
+    print(f"spio tune {cmd}: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+def _number(kind: type[int] | type[float], least: float) -> Callable[[str], float]:
+    """An argparse type: a number of `kind` that is at least `least` (else exit 2 with usage)."""
+
+    def parse(text: str) -> float:
+        value = kind(text)  # a ValueError becomes argparse's "invalid int value: 'x'"
+        if not value >= least:  # NaN too
+            raise argparse.ArgumentTypeError(f"must be at least {least}, got {text}")
+        return value
+
+    parse.__name__ = kind.__name__
+    return parse
+
+
 def _data_path(kernel: str) -> Path:
     return Path(settings().cache_dir) / "tune" / f"{kernel}.jsonl"
 
 
 def _kernels(name: str, cmd: str) -> list[str]:
-    """The registry names `--kernel name` means for `spio tune cmd`; SystemExit with the choices
+    """The registry names `--kernel name` means for `spio tune cmd`; a usage error with the choices
     for an unknown name, or for a family that is not tuned (no sample_params: the reduce passes,
     whose config is derived from their first pass's, so no model ranks them)."""
     from spio.kernels import KERNELS
@@ -31,32 +57,39 @@ def _kernels(name: str, cmd: str) -> list[str]:
     if name == "all":
         return tuned
     if name not in KERNELS:
-        raise SystemExit(
-            f"spio tune {cmd}: unknown kernel {name!r}; tuned kernels: {', '.join(tuned)} "
-            "(or 'all')"
-        )
+        _usage_error(cmd, f"unknown kernel {name!r}; tuned kernels: {', '.join(tuned)} (or 'all')")
     if name not in tuned:
         parent = name.removesuffix("_reduce")
         via = f" from {parent}'s config" if parent in tuned else ""
-        raise SystemExit(
-            f"spio tune {cmd}: {name} is not tuned: its config is derived{via} (it has no "
-            "sample_params), so there is nothing to collect, train, evaluate or rank; tuned "
-            f"kernels: {', '.join(tuned)}"
+        _usage_error(
+            cmd,
+            f"{name} is not tuned: its config is derived{via} (it has no sample_params), so "
+            f"there is nothing to collect, train, evaluate or rank; tuned kernels: "
+            f"{', '.join(tuned)}",
         )
     return [name]
 
 
-def _samples(kernel: str, data: list[str]) -> list:
+def _samples(kernel: str, data: list[str], cmd: str) -> list:
+    """The samples of `kernel` in the --data files (each with its per-GPU shards, FILE.gpuN, from
+    `collect --device all`), by default the cache's dataset; a usage error for a --data file
+    that is not there, shards included."""
     from spio.tune.dataset import read
 
     paths = [Path(p) for p in data] or [_data_path(kernel)]
-    files = [f for p in paths for f in ([p] + sorted(p.parent.glob(p.name + ".gpu*")))]
+    files = []
+    for p in paths:
+        shards = sorted(p.parent.glob(p.name + ".gpu*"))
+        if data and not p.exists() and not shards:
+            _usage_error(cmd, f"--data {p}: no such file (nor per-GPU shards {p}.gpuN)")
+        files += [p, *shards]
     return [s for f in files for s in read(f, kernel)]
 
 
-def _device_for(name: str, cmd: str = "") -> DeviceAttributes:
-    """Attributes of a named GPU model: the real one if present, else spio's table; SystemExit
-    listing the known names when it is neither."""
+def _device_for(name: str, cmd: str, option: bool = False) -> DeviceAttributes:
+    """Attributes of a named GPU model: the real one if present, else spio's table. When it is
+    neither, the known names: a usage error for an `option` (select --device), else exit 1 (a
+    dataset's GPU)."""
     from spio.cuda import device_attributes, device_count, known_device
 
     for i in range(device_count()):
@@ -65,8 +98,10 @@ def _device_for(name: str, cmd: str = "") -> DeviceAttributes:
     try:
         return known_device(name)
     except ValueError as e:
-        where = f"spio tune {cmd}".strip()
-        raise SystemExit(f"{where}: {str(e).removeprefix('known_device: ')}") from None
+        message = str(e).removeprefix("known_device: ")
+        if option:
+            _usage_error(cmd, message)
+        raise SystemExit(f"spio tune {cmd}: {message}") from None
 
 
 def _collect_ordinals(device: str) -> list[int]:
@@ -90,9 +125,8 @@ def _collect_ordinals(device: str) -> list[int]:
         except ValueError:
             ordinals = [-1]
         if not 0 <= ordinals[0] < count:
-            raise SystemExit(
-                f"spio tune collect: --device must be a GPU ordinal 0..{count - 1} or 'all', "
-                f"got {device!r}"
+            _usage_error(
+                "collect", f"--device must be a GPU ordinal 0..{count - 1} or 'all', got {device!r}"
             )
     for i in ordinals:
         cc = torch.cuda.get_device_capability(i)
@@ -130,7 +164,7 @@ def cmd_train(a: argparse.Namespace) -> int:
     out_dir = PACKAGE_MODELS if a.ship else Path(a.out) if a.out else local_models_dir()
     for k in _kernels(a.kernel, "train"):
         by_device = defaultdict(list)
-        for s in _samples(k, a.data):
+        for s in _samples(k, a.data, a.cmd):
             by_device[s.device].append(s)
         if not by_device:
             print(f"{k}: no samples (run `spio tune collect --kernel {k}` on a GPU first)")
@@ -156,12 +190,16 @@ def cmd_eval(a: argparse.Namespace) -> int:
 
     for k in _kernels(a.kernel, "eval"):
         by_device = defaultdict(list)
-        for s in _samples(k, a.data):
+        for s in _samples(k, a.data, a.cmd):
             by_device[s.device].append(s)
         if not by_device:
             print(f"{k}: no samples (run `spio tune collect --kernel {k}` on a GPU first)")
         for device_name, samples in sorted(by_device.items()):
-            print(evaluate(KERNELS[k], samples, _device_for(device_name, "eval"), folds=a.folds))
+            dev = _device_for(device_name, "eval")
+            try:
+                print(evaluate(KERNELS[k], samples, dev, folds=a.folds))
+            except ValueError as e:  # too few layers to hold one out
+                raise SystemExit(f"spio tune eval: {str(e).removeprefix('evaluate: ')}") from None
     return 0
 
 
@@ -171,16 +209,14 @@ def cmd_select(a: argparse.Namespace) -> int:
     from spio.tune.features import from_dict
 
     if a.kernel == "all":
-        raise SystemExit("spio tune select: --kernel needs one kernel's name, not 'all'")
+        _usage_error("select", "--kernel needs one kernel's name, not 'all'")
     kdef = KERNELS[_kernels(a.kernel, "select")[0]]
     try:
         params = from_dict(kdef.params_type, json.loads(a.params))
     except (TypeError, ValueError) as e:
         fields = [f.name for f in dataclasses.fields(kdef.params_type)]
-        raise SystemExit(
-            f"spio tune select: --params for {kdef.name} needs the fields {fields}: {e}"
-        ) from None
-    dev = _device_for(a.device, "select")
+        _usage_error("select", f"--params for {kdef.name} needs the fields {fields}: {e}")
+    dev = _device_for(a.device, "select", option=True)
     start = time.perf_counter()
     ranked = Selector().ranked(kdef, params, dev)
     ms = (time.perf_counter() - start) * 1e3
@@ -205,11 +241,15 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="cmd", required=True)
     c = sub.add_parser("collect", help="measure samples on a GPU")
     c.add_argument("--kernel", required=True, help="registry name, or 'all'")
-    c.add_argument("--minutes", type=float, default=10.0, help="time budget (default 10)")
+    c.add_argument(
+        "--minutes", type=_number(float, 0.01), default=10.0, help="time budget (default 10)"
+    )
     c.add_argument("--device", default="0", help="GPU ordinal, or 'all' (one worker per GPU)")
     c.add_argument("--out", help="dataset file (default: <cache dir>/tune/<kernel>.jsonl)")
     c.add_argument("--seed", type=int, default=0, help="shape sampling seed (default 0)")
-    c.add_argument("--max-configs", type=int, default=None, help="configs sampled per shape")
+    c.add_argument(
+        "--max-configs", type=_number(int, 1), default=None, help="configs sampled per shape"
+    )
     c.set_defaults(func=cmd_collect)
     t = sub.add_parser("train", help="fit one model per kernel and GPU")
     t.add_argument("--kernel", required=True, help="registry name, or 'all'")
@@ -220,7 +260,9 @@ def build_parser() -> argparse.ArgumentParser:
     e = sub.add_parser("eval", help="regret of the top-1 pick on held-out shapes")
     e.add_argument("--kernel", required=True, help="registry name, or 'all'")
     e.add_argument("--data", action="append", default=[], help="dataset file(s)")
-    e.add_argument("--folds", type=int, default=5, help="cross-validation folds (default 5)")
+    e.add_argument(
+        "--folds", type=_number(int, 2), default=5, help="cross-validation folds (default 5)"
+    )
     e.set_defaults(func=cmd_eval)
     s = sub.add_parser("select", help="ranked configs for a layer (no GPU needed)")
     s.add_argument("--kernel", required=True, help="registry name, e.g. conv2d_gw8_fprop")
@@ -230,7 +272,7 @@ def build_parser() -> argparse.ArgumentParser:
         default="NVIDIA H100 80GB HBM3",
         help="GPU name or model (H100, A100, ...) or arch (sm_90); default H100",
     )
-    s.add_argument("--top", type=int, default=10, help="configs to list (default 10)")
+    s.add_argument("--top", type=_number(int, 1), default=10, help="configs to list (default 10)")
     s.set_defaults(func=cmd_select)
     return p
 

@@ -107,6 +107,22 @@ def test_option_of_another_family_is_a_usage_error(no_run, capsys):
     assert "unrecognized arguments: --sweep 8192" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    "tokens, says",
+    [
+        (["matmul", "--sweep", "0"], "--sweep SIZE: a matrix size of at least 1, got 0"),
+        (["matmul", "--sweep", "big"], "argument --sweep: invalid int value: 'big'"),
+        (["matmul", "--dtype", "fp8"], "argument --dtype: invalid choice: 'fp8'"),
+        (["conv2d-gw8", "--kernel", "fwd"], "argument --kernel: invalid choice: 'fwd'"),
+    ],
+)
+def test_bad_option_value_is_a_usage_error(tokens, says, no_run, capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["bench", *tokens])
+    assert e.value.code == 2
+    assert says in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("family", PLOTTING)
 def test_plot_without_matplotlib_is_a_clear_error(family, no_run, capsys):
     no_run.setitem(sys.modules, "matplotlib", None)  # `import matplotlib` raises ImportError

@@ -48,6 +48,42 @@ def test_compile_error_exits_nonzero_with_log(tmp_path: Path):
     assert "undefined_name" in out.stderr
 
 
+@pytest.mark.parametrize(
+    "option, says",
+    [
+        (["--arch", "sm_999"], "spio compile: arch='sm_999' is not a target of NVRTC"),
+        (["--arch", "90"], "spio compile: arch='90' is not a target of NVRTC"),
+        (["-I", "{tmp}/no-such-dir"], "spio compile: -I {tmp}/no-such-dir: no such directory"),
+        (
+            ["-o", "{tmp}/no-dir/k.cubin"],
+            "spio compile: -o {tmp}/no-dir/k.cubin: no such directory",
+        ),
+    ],
+)
+def test_compile_bad_option_is_one_line_and_exit_2(tmp_path: Path, option, says):
+    # docs/cli.md: a bad option value is a usage error, exit 2, with no traceback.
+    src = tmp_path / "k.cu"
+    src.write_text(KERNEL)
+    out = _spio("compile", str(src), *(o.format(tmp=tmp_path) for o in option))
+    assert out.returncode == 2, out.stderr
+    assert out.stderr.startswith(says.format(tmp=tmp_path)), out.stderr
+    assert out.stderr.count("\n") == 1 and "Traceback" not in out.stderr, out.stderr
+    assert "sm_90" in out.stderr or "-I" in option or "-o" in option, out.stderr  # names the fix
+
+
+@pytest.mark.parametrize("content", ["missing", "directory", "not utf-8"])
+def test_compile_unreadable_source_is_one_line_and_exit_2(tmp_path: Path, content):
+    src = tmp_path / "k.cu"
+    if content == "directory":
+        src.mkdir()
+    elif content == "not utf-8":
+        src.write_bytes(b"\xff\xfe __global__")
+    out = _spio("compile", str(src))
+    assert out.returncode == 2, out.stderr
+    assert out.stderr.startswith("spio compile: "), out.stderr
+    assert out.stderr.count("\n") == 1 and "Traceback" not in out.stderr, out.stderr
+
+
 def test_unknown_bench_family_is_a_clear_error():
     out = _spio("bench", "conv3d")
     assert out.returncode == 2

@@ -1,5 +1,6 @@
 """`spio tune` says clearly what is missing instead of raising tracebacks (SPEC §10): collect with
-no (usable) GPU, an unknown --device, kernels that are not tuned and unknown kernel names."""
+no (usable) GPU (exit 1), and the usage errors (exit 2): an unknown --device, kernels that are not
+tuned, unknown kernel names, bad --params, --data files that are not there, counts out of range."""
 
 from __future__ import annotations
 
@@ -17,11 +18,23 @@ LAYER = json.dumps({"n": 8, "c": 64, "h": 56, "w": 56})
 
 
 def _exit_message(argv: list[str]) -> str:
-    """Runs `spio tune argv` in-process; returns the SystemExit message (it must exit non-zero)."""
+    """Runs `spio tune argv` in-process; returns the SystemExit message of a precondition it
+    cannot meet (exit status 1)."""
     with pytest.raises(SystemExit) as e:
         main(argv)
     assert isinstance(e.value.code, str), e.value.code  # a message, so the exit status is 1
     return e.value.code
+
+
+def _usage_error(argv: list[str], capsys) -> str:
+    """Runs `spio tune argv` in-process; returns the one line it printed for a bad option value
+    (exit status 2)."""
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    assert e.value.code == 2, e.value.code
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1, err  # one line, no usage block, no traceback
+    return err.strip()
 
 
 def test_collect_without_a_gpu_says_so(monkeypatch, tmp_path):
@@ -67,8 +80,8 @@ def one_gpu(monkeypatch):
 
 
 @pytest.mark.parametrize("device", ["1", "-1", "gpu0"])
-def test_collect_rejects_a_device_that_is_not_here(one_gpu, device):
-    msg = _exit_message(["collect", "--kernel", "matmul", "--device", device])
+def test_collect_rejects_a_device_that_is_not_here(one_gpu, device, capsys):
+    msg = _usage_error(["collect", "--kernel", "matmul", "--device", device], capsys)
     assert "--device must be a GPU ordinal 0..0 or 'all'" in msg and repr(device) in msg, msg
 
 
@@ -86,29 +99,78 @@ def test_collect_rejects_a_gpu_below_sm80(one_gpu):
         ("conv2d_gw8_wgrad_reduce", "conv2d_gw8_wgrad"),
     ],
 )
-def test_untuned_reduce_kernels_are_a_clear_message(cmd, kernel, parent):
+def test_untuned_reduce_kernels_are_a_clear_message(cmd, kernel, parent, capsys):
     extra = ["--params", "{}"] if cmd == "select" else []
-    msg = _exit_message([cmd, "--kernel", kernel, *extra])
+    msg = _usage_error([cmd, "--kernel", kernel, *extra], capsys)
     assert msg.startswith(f"spio tune {cmd}: {kernel} is not tuned"), msg
     assert f"derived from {parent}'s config" in msg and "conv2d_gw8_fprop" in msg, msg
 
 
-def test_unknown_kernel_lists_the_tuned_ones():
-    msg = _exit_message(["eval", "--kernel", "conv3d"])
+def test_unknown_kernel_lists_the_tuned_ones(capsys):
+    msg = _usage_error(["eval", "--kernel", "conv3d"], capsys)
     assert "unknown kernel 'conv3d'" in msg and "matmul" in msg and "'all'" in msg, msg
     assert "_reduce" not in msg, msg  # only kernels that can be tuned are offered
 
 
-def test_select_unknown_device_lists_known_devices():
-    msg = _exit_message(["select", "--kernel", "conv2d_gw8_fprop", "--params", LAYER,
-                         "--device", "RTX9999"])  # fmt: skip
+def test_select_unknown_device_lists_known_devices(capsys):
+    msg = _usage_error(["select", "--kernel", "conv2d_gw8_fprop", "--params", LAYER,
+                        "--device", "RTX9999"], capsys)  # fmt: skip
     assert msg.startswith("spio tune select: unknown GPU 'RTX9999'"), msg
     assert "H100" in msg and "A100" in msg and "sm_90" in msg, msg
 
 
-def test_select_all_is_a_clear_message():
-    msg = _exit_message(["select", "--kernel", "all", "--params", LAYER])
+def test_select_all_is_a_clear_message(capsys):
+    msg = _usage_error(["select", "--kernel", "all", "--params", LAYER], capsys)
     assert "one kernel's name" in msg, msg
+
+
+@pytest.mark.parametrize(
+    "params, says",
+    [
+        ("{", "Expecting"),
+        ('{"n": 8}', "missing"),
+        ('{"n": -8, "c": 64, "h": 56, "w": 56}', "got -8"),
+    ],
+)
+def test_select_bad_params_name_the_fields(params, says, capsys):
+    msg = _usage_error(["select", "--kernel", "conv2d_gw8_fprop", "--params", params], capsys)
+    assert msg.startswith("spio tune select: --params for conv2d_gw8_fprop needs the fields")
+    assert "'n'" in msg and says in msg, msg
+
+
+@pytest.mark.parametrize("cmd", ["train", "eval"])
+def test_data_that_is_not_there_is_a_usage_error(cmd, tmp_path, capsys):
+    missing = tmp_path / "nope.jsonl"
+    msg = _usage_error([cmd, "--kernel", "matmul", "--data", str(missing)], capsys)
+    assert msg == f"spio tune {cmd}: --data {missing}: no such file (nor per-GPU shards " + (
+        f"{missing}.gpuN)"
+    ), msg
+
+
+def test_data_given_as_its_shards_is_read(tmp_path, capsys):
+    # `collect --device all` writes FILE.gpu0, FILE.gpu1, ...; --data FILE reads them.
+    (tmp_path / "d.jsonl.gpu0").write_text("")
+    assert main(["eval", "--kernel", "matmul", "--data", str(tmp_path / "d.jsonl")]) == 0
+    assert "matmul: no samples" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "argv, says",
+    [
+        (["collect", "--kernel", "matmul", "--minutes", "-1"], "--minutes: must be at least"),
+        (["collect", "--kernel", "matmul", "--minutes", "nan"], "--minutes: must be at least"),
+        (["collect", "--kernel", "matmul", "--max-configs", "0"], "--max-configs: must be at"),
+        (["eval", "--kernel", "matmul", "--folds", "1"], "--folds: must be at least 2"),
+        (["eval", "--kernel", "matmul", "--folds", "x"], "--folds: invalid int value: 'x'"),
+        (["select", "--kernel", "matmul", "--params", "{}", "--top", "0"], "--top: must be at"),
+    ],
+)
+def test_counts_out_of_range_are_usage_errors(argv, says, capsys):
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert says in err and "Traceback" not in err, err
 
 
 def test_select_known_device_still_ranks(capsys):
