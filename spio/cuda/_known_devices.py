@@ -1,6 +1,8 @@
 """Real GPUs spio knows without a driver: what cuDeviceGetAttribute reports for each product.
 
-Only figures from the products' published specifications and the driver's per-arch limits. Shared
+Figures from the products' published specifications and the driver's per-arch limits, checked
+against what the driver reports on the GPUs spio's GPU suite ran on (H100 SXM, H200:
+tests/gpu/test_launch.py); where the two differ, the driver's value is the one to hold. Shared
 memory and thread limits are per compute capability; SM counts, L2, clocks and memory per product.
 The memory clock is the driver's (half the data rate): peak GB/s = 2 x clock x bus bytes.
 total_mem_bytes is the nominal capacity; the driver reports slightly less (reserved memory).
@@ -60,7 +62,9 @@ KNOWN: tuple[DeviceAttributes, ...] = (
     #    driver name                 cc      SMs  L2         clock  mem clk bus   memory
     _gpu("NVIDIA H100 80GB HBM3", (9, 0), 132, 50 * MiB, 1980, 2619, 5120, 80 * GiB),
     _gpu("NVIDIA H100 PCIe", (9, 0), 114, 50 * MiB, 1755, 1593, 5120, 80 * GiB),
-    _gpu("NVIDIA H200", (9, 0), 132, 50 * MiB, 1980, 3201, 6144, 141 * GiB),
+    # H200: 60 MiB of L2 (not the H100's 50) and a 6016-bit bus as the driver reports them
+    # (measured: driver 580, SXM): 2 x 3201 MHz x 752 B = 4.8 TB/s, NVIDIA's figure.
+    _gpu("NVIDIA H200", (9, 0), 132, 60 * MiB, 1980, 3201, 6016, 141 * GiB),
     _gpu("NVIDIA A100-SXM4-80GB", (8, 0), 108, 40 * MiB, 1410, 1593, 5120, 80 * GiB),
     _gpu("NVIDIA A100-SXM4-40GB", (8, 0), 108, 40 * MiB, 1410, 1215, 5120, 40 * GiB),
     _gpu("NVIDIA A10", (8, 6), 72, 6 * MiB, 1695, 6251, 384, 24 * GiB),

@@ -93,6 +93,14 @@ def test_published_figures_of_two_gpus():
     )
 
 
+def test_h200_figures_are_the_drivers():
+    # What the driver reports on an H200 (SXM, driver 580): 60 MiB of L2, a 6016-bit bus at
+    # 3201 MHz, i.e. NVIDIA's 4.8 TB/s; tests/gpu/test_launch.py checks every field on the GPU.
+    h200 = known_device("H200")
+    assert (h200.sm_count, h200.l2_bytes, h200.memory_bus_bits) == (132, 60 * 2**20, 6016)
+    assert round(h200.dram_bandwidth_gbps / 100) == 48
+
+
 def test_unknown_device_lists_what_is_known():
     with pytest.raises(ValueError, match=r"unknown GPU 'V100'; known: .*H100.*sm_90"):
         known_device("V100")
