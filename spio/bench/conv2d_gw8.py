@@ -1,6 +1,6 @@
 """`spio bench conv2d-gw8`: spio's grouped-conv kernels vs cuDNN vs an elementwise pass, same run.
 
-Grid (../shared/BASELINE.md): C 64/128/256/512 at 56²/28²/14²/7², kernel 3/5/7 (padding k // 2),
+Grid (docs/baseline.md): C 64/128/256/512 at 56²/28²/14²/7², kernel 3/5/7 (padding k // 2),
 N 1/8/32/128/256, fp16, channels_last; passes fprop, dgrad (input gradient) and wgrad (weight +
 bias gradient). For each point:
 
@@ -13,7 +13,7 @@ bias gradient). For each point:
   `torch.backends.cudnn.benchmark = True`.
 - elementwise: `x + 1` on the input activation, the memory-bound reference of that size.
 
-Effective bandwidth is BASELINE's formula: (input + output + weight bytes) / time, the same bytes
+Effective bandwidth as in docs/baseline.md: (input + output + weight bytes) / time, the same bytes
 for all three passes; the elementwise pass counts its own read + write. `copy` is the measured
 device-to-device copy bandwidth (read + write), the speed-of-light line of the plots.
 Method: spio.bench.timing.bench (CUDA events, L2 flushed before every rep, median); the variants
@@ -284,7 +284,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(
         prog="spio bench conv2d-gw8",
         description=__doc__.split("\n")[0]
-        + " Grid: C 64-512 at 56x56-7x7, kernels 3/5/7, N 1-256 (BASELINE.md).",
+        + " Grid: C 64-512 at 56x56-7x7, kernels 3/5/7, N 1-256 (docs/baseline.md).",
     )
     ap.add_argument("--quick", action="store_true", help="a handful of grid points")
     ap.add_argument("--csv", type=Path, help="write the rows to this CSV file (after every point)")

@@ -1,7 +1,7 @@
 """`spio bench layernorm2d`: spio's LayerNorm2d kernels vs PyTorch and an elementwise pass.
 
-Shapes: the BASELINE ConvNeXt-like stages at N=128 (C64@56², C128@28², C256@14², C512@7²) and the
-ConvNeXt widths up to C=1024 (C96@56², C192@28², C384@14², C768@7², C1024@7²); fp16 by default.
+Shapes: docs/baseline.md's ConvNeXt-like stages at N=128 (C64@56², C128@28², C256@14², C512@7²)
+and ConvNeXt widths up to C=1024 (C96@56², C192@28², C384@14², C768@7², C1024@7²); fp16 default.
 
 Columns (GB/s, each counting the same bytes: spio's traffic per the kernel's header comment):
   spio        forward: the kernel the op picks (heuristic/model), launch only, no Python dispatch
@@ -26,7 +26,7 @@ copy speed counting its real traffic (read x, dy; write dx; mean/rstd), reported
 the same-size copy and the large-copy bandwidth.
 
 `--sweep-bwd` then times every backward config (dx kernel + reduce) and the reduce alone at the
-BASELINE shapes and prints the fastest five next to the heuristic's pick: the data for the
+baseline shapes and prints the fastest five next to the heuristic's pick: the data for the
 heuristic (docs/ops/layernorm_2d.md says which choices are measured and which expected).
 
     spio bench layernorm2d [--quick] [--csv out.csv] [--plot out.png] [--dtype fp16|bf16|fp32]
@@ -231,7 +231,7 @@ def _targets(rows: list[dict], copy_gbps: float) -> list[str]:
 
 
 def sweep_backward(dtype: torch.dtype, reps: int, copy_gbps: float) -> None:
-    """Every backward config at the BASELINE shapes, fastest first, vs the heuristic's."""
+    """Every backward config at the baseline shapes, fastest first, vs the heuristic's."""
     from spio.cuda import device_attributes
     from spio.errors import OutOfResources
     from spio.kernels import layernorm_2d as k
@@ -301,16 +301,16 @@ def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(
         prog="spio bench layernorm2d",
         description=__doc__.split("\n")[0]
-        + " Shapes: the BASELINE stages and ConvNeXt widths up to C=1024, N=128.",
+        + " Shapes: the baseline stages (docs/baseline.md), ConvNeXt widths up to C=1024, N=128.",
     )
-    ap.add_argument("--quick", action="store_true", help="the four BASELINE shapes, fewer reps")
+    ap.add_argument("--quick", action="store_true", help="the four baseline shapes, fewer reps")
     ap.add_argument("--csv", type=Path, default=None, help="write the table as CSV")
     ap.add_argument(
         "--plot", type=Path, default=None, help="write a PNG bar chart (needs matplotlib)"
     )
     ap.add_argument("--dtype", choices=tuple(DTYPES), default="fp16", help="default fp16")
     ap.add_argument(
-        "--sweep-bwd", action="store_true", help="also time every backward config (BASELINE)"
+        "--sweep-bwd", action="store_true", help="also time every backward config (baseline shapes)"
     )
     ap.add_argument(
         "--sweep-reduce",

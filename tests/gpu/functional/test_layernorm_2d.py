@@ -16,7 +16,8 @@ from spio.testing import assert_close, tolerance
 
 pytestmark = pytest.mark.gpu
 
-# (N, C, H, W): N·H·W of 1, 7 and 1000+, the BASELINE ConvNeXt stages scaled down, C up to 4096.
+# (N, C, H, W): N·H·W of 1, 7 and 1000+, docs/baseline.md's ConvNeXt stages scaled down, C up
+# to 4096.
 SHAPES = [
     (1, 8, 1, 1),
     (1, 96, 7, 1),
