@@ -21,6 +21,12 @@ NAMING = sorted(
         *(ROOT / "benchmarks").rglob("*.py"),
     ]
 )
+# Named before they exist, each with who adds it; the test fails once one is no longer named.
+PENDING = {
+    # spio/functional's comments on the host-path rewrite point at its measurements, which
+    # docs/cli.md's `spio bench overhead` section holds for now.
+    "docs/ops/overhead.md": "spio/functional (the host-path rewrite)",
+}
 # A path to a .md file, not part of a longer word or path (`../shared/X.md` is matched whole).
 MD_NAME = re.compile(r"(?<![\w/.-])(?:[\w.-]+/)*[\w.-]+\.md\b")
 
@@ -40,10 +46,12 @@ def _resolves(path: Path, name: str) -> bool:
 
 
 def test_named_markdown_files_exist():
+    named = {(path, name) for path in NAMING for name in _names(path)}
     missing = [
         f"{path.relative_to(ROOT)}: {name}"
-        for path in NAMING
-        for name in _names(path)
-        if not _resolves(path, name)
+        for path, name in sorted(named)
+        if not _resolves(path, name) and name not in PENDING
     ]
     assert not missing, f"names of Markdown files that the repo does not hold: {missing}"
+    stale = set(PENDING) - {name for path, name in named if not _resolves(path, name)}
+    assert not stale, f"no longer missing (or no longer named), drop from PENDING: {stale}"
