@@ -452,6 +452,9 @@ _LIB.define(
 
 
 def _conv2d_gw8_op(input, weight, bias, padding):
+    plan = _FORWARD.get(_key(input, weight, bias, padding, None))
+    if plan is not None and plan is not _plans.DISPATCH:  # a signature seen before: launch
+        return plan.forward(input, weight, bias)
     pads = (int(padding[0]), int(padding[1]))
     if use_fallback("conv2d_gw8", input, weight, bias):
         return ref.fprop(input, weight, bias, pads).contiguous(memory_format=_CL)
@@ -460,10 +463,9 @@ def _conv2d_gw8_op(input, weight, bias, padding):
         return torch.empty(
             (0, p.c, p.p, p.q), dtype=input.dtype, device=input.device, memory_format=_CL
         )
-    key = _key(input, weight, bias, pads, None)
-    plan = _FORWARD.get(key)
-    if plan is None or plan is _plans.DISPATCH:
-        plan = _FORWARD[key] = _forward_plan(input, weight, bias, pads, None)
+    plan = _FORWARD[_key(input, weight, bias, pads, None)] = _forward_plan(
+        input, weight, bias, pads, None
+    )
     return plan.forward(input, weight, bias)
 
 
@@ -485,22 +487,33 @@ def _layer(t, rs, hw, pads, has_bias: bool, wdtype: torch.dtype | None = None) -
     )  # fmt: skip
 
 
+def _expect(op: str, what: str, t, shape: tuple[int, ...], dtype) -> None:
+    """Raises ValueError unless t has `shape` and `dtype` (a gradient op's consistency rule)."""
+    if tuple(t.shape) != shape or t.dtype != dtype:
+        raise ValueError(
+            f"spio {op}: {what} must have shape {shape} and dtype {dtype} for this layer, got "
+            f"{tuple(t.shape)} and {t.dtype}"
+        )
+
+
 def _dgrad_op(grad_output, weight, input_hw, padding):
-    pads = (int(padding[0]), int(padding[1]))
-    hw = (int(input_hw[0]), int(input_hw[1]))
-    if use_fallback("conv2d_gw8_dgrad", grad_output, weight):
-        return ref.dgrad(grad_output, weight, hw, pads).contiguous(memory_format=_CL)
-    n, c = (int(v) for v in grad_output.shape[:2])
-    if not _gpu_batch("conv2d_gw8_dgrad", n):
-        return torch.empty(
-            (0, c, hw[0], hw[1]), dtype=grad_output.dtype, device=grad_output.device,
-            memory_format=_CL,
-        )  # fmt: skip
     key = (grad_output.shape, grad_output.dtype, grad_output.device, weight.shape, weight.dtype,
-           hw, pads)  # fmt: skip
+           tuple(input_hw), tuple(padding))  # fmt: skip
     plan = _DGRAD.get(key)
     if plan is None:
+        pads = (int(padding[0]), int(padding[1]))
+        hw = (int(input_hw[0]), int(input_hw[1]))
+        if use_fallback("conv2d_gw8_dgrad", grad_output, weight):
+            return ref.dgrad(grad_output, weight, hw, pads).contiguous(memory_format=_CL)
+        n, c = (int(v) for v in grad_output.shape[:2])
+        if not _gpu_batch("conv2d_gw8_dgrad", n):
+            return torch.empty(
+                (0, c, hw[0], hw[1]), dtype=grad_output.dtype, device=grad_output.device,
+                memory_format=_CL,
+            )  # fmt: skip
         p = _layer(grad_output, weight.shape[2:], hw, pads, False, weight.dtype)
+        _expect("conv2d_gw8_dgrad", "grad_output", grad_output, (n, c, p.p, p.q), grad_output.dtype)
+        _expect("conv2d_gw8_dgrad", "weight", weight, (c, GROUP_WIDTH, p.r, p.s), weight.dtype)
         index = grad_output.device.index
         plan = _DGRAD[key] = _dgrad_plan(p, device_attributes(index))
     dy = grad_output
@@ -521,23 +534,24 @@ def _dgrad_fake(grad_output, weight, input_hw, padding):
 
 def _wgrad_op(input, grad_output, kernel_rs, padding, with_bias):
     """(grad_weight (C, 8, R, S), grad_bias (C,) or an empty (0,) tensor when not with_bias)."""
-    pads = (int(padding[0]), int(padding[1]))
-    rs = (int(kernel_rs[0]), int(kernel_rs[1]))
-    if use_fallback("conv2d_gw8_wgrad", input, grad_output):
-        gw = ref.wgrad(input, grad_output, rs, pads).contiguous()
-        gb = ref.bias_grad(grad_output) if with_bias else grad_output.new_empty((0,))
-        return gw, gb
-    if not _gpu_batch("conv2d_gw8_wgrad", int(input.shape[0])):
-        c = int(input.shape[1])  # the gradients of an empty batch are zero
-        gw = input.new_zeros((c, GROUP_WIDTH, rs[0], rs[1]))
-        return gw, input.new_zeros((c,) if with_bias else (0,))
-    with_bias = bool(with_bias)
-    key = (input.shape, input.dtype, input.device, rs, pads, with_bias)
+    key = (input.shape, input.dtype, input.device, grad_output.shape, grad_output.dtype,
+           tuple(kernel_rs), tuple(padding), bool(with_bias))  # fmt: skip
     plan = _WGRAD.get(key)
     if plan is None:
+        pads = (int(padding[0]), int(padding[1]))
+        rs = (int(kernel_rs[0]), int(kernel_rs[1]))
+        if use_fallback("conv2d_gw8_wgrad", input, grad_output):
+            gw = ref.wgrad(input, grad_output, rs, pads).contiguous()
+            gb = ref.bias_grad(grad_output) if with_bias else grad_output.new_empty((0,))
+            return gw, gb
+        if not _gpu_batch("conv2d_gw8_wgrad", int(input.shape[0])):
+            c = int(input.shape[1])  # the gradients of an empty batch are zero
+            gw = input.new_zeros((c, GROUP_WIDTH, rs[0], rs[1]))
+            return gw, input.new_zeros((c,) if with_bias else (0,))
         hw = (int(input.shape[2]), int(input.shape[3]))
-        p = _layer(input, rs, hw, pads, with_bias)
-        plan = _WGRAD[key] = _wgrad_plan(p, with_bias, device_attributes(input.device.index))
+        p = _layer(input, rs, hw, pads, bool(with_bias))
+        _expect("conv2d_gw8_wgrad", "grad_output", grad_output, (p.n, p.c, p.p, p.q), input.dtype)
+        plan = _WGRAD[key] = _wgrad_plan(p, bool(with_bias), device_attributes(input.device.index))
     x, dy = input, grad_output
     if not x.is_contiguous(memory_format=_CL) or x.data_ptr() & 15:
         x = x.clone(memory_format=_CL)

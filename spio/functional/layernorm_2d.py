@@ -407,23 +407,23 @@ _LIB.define(
 
 def _forward_op(input, weight, bias, eps):
     """(y, mean, rstd): y channels_last like input; mean, rstd (N, H, W) fp32 (fp64 for fp64)."""
-    _check(input, weight, bias, eps)
-    if _runs_fallback(input, weight, bias):
-        return _forward_fallback(input, weight, bias, eps)
-    n, _, h, w = input.shape
-    if input.numel() == 0:
-        y = torch.empty_like(input, memory_format=_CL)
-        return (
-            y,
-            input.new_empty((n, h, w), dtype=torch.float32),
-            input.new_empty((n, h, w), dtype=torch.float32),
-        )
-    plan = _plan_for(input, weight, bias, eps)
+    plan = _FORWARD.get(_key(input, weight, bias, eps))
+    if plan is None or plan is _plans.DISPATCH:
+        _check(input, weight, bias, eps)
+        if _runs_fallback(input, weight, bias):
+            return _forward_fallback(input, weight, bias, eps)
+        if input.numel() == 0:
+            n, _, h, w = input.shape
+            y = torch.empty_like(input, memory_format=_CL)
+            mean = input.new_empty((n, h, w), dtype=torch.float32)
+            return y, mean, torch.empty_like(mean)
+        plan = _plan_for(input, weight, bias, eps)
     x = plan.rows(input)
     weight, bias = _aligned(weight), _aligned(bias)
-    y = torch.empty_like(x, memory_format=_CL)
-    mean = x.new_empty((n, h, w), dtype=torch.float32)
-    rstd = x.new_empty((n, h, w), dtype=torch.float32)
+    y = _empty_strided(plan.size, plan.stride, dtype=plan.dtype, device=plan.device)
+    n, _, h, w = plan.size
+    mean = _empty((n, h, w), dtype=torch.float32, device=plan.device)
+    rstd = _empty((n, h, w), dtype=torch.float32, device=plan.device)
     plan.fwd(x, weight, bias, y, mean, rstd, plan.eps, raw_stream(plan.index))
     return y, mean, rstd
 
@@ -450,25 +450,35 @@ def _backward_op(grad, input, mean, rstd, weight, bias):
 
     bias is only read for its dtype (dbias = Σ grad does not depend on its value).
     """
-    _check(input, weight, bias, 0.0)
     if grad.shape != input.shape or grad.dtype != input.dtype:
         raise ValueError(
             f"{OP}_backward: grad must match input (shape {tuple(input.shape)}, "
             f"{input.dtype}), got {tuple(grad.shape)}, {grad.dtype}"
         )
-    if _runs_fallback(input, weight, bias):
-        return _backward_fallback(grad, input, mean, rstd, weight, bias)
-    c = input.shape[1]
-    if input.numel() == 0:
-        dx = torch.empty_like(input, memory_format=_CL)
-        dweight = input.new_zeros((c,), dtype=weight.dtype) if weight is not None else None
-        dbias = input.new_zeros((c,), dtype=bias.dtype) if bias is not None else None
-    else:
+    plan = _FORWARD.get(_key(input, weight, bias, 0.0))
+    if plan is None or plan is _plans.DISPATCH:
+        _check(input, weight, bias, 0.0)
+        if _runs_fallback(input, weight, bias):
+            return _backward_fallback(grad, input, mean, rstd, weight, bias)
+        if input.numel() == 0:
+            c = input.shape[1]
+            empty = input.new_empty((0,))
+            return (
+                torch.empty_like(input, memory_format=_CL),
+                input.new_zeros((c,), dtype=weight.dtype) if weight is not None else empty,
+                input.new_zeros((c,), dtype=bias.dtype) if bias is not None else empty,
+            )
         plan = _plan_for(input, weight, bias, 0.0)
-        x = plan.rows(input)
-        dx, dweight, dbias = plan.backward(
-            grad, x, mean.contiguous(), rstd.contiguous(), _aligned(weight)
-        )
+    for name, t in (("mean", mean), ("rstd", rstd)):
+        if t.numel() != plan.m or t.dtype != torch.float32 or t.device != plan.device:
+            raise ValueError(
+                f"{OP}_backward: {name} must hold the forward's {plan.m} float32 statistics on "
+                f"{plan.device}, got {t.numel()} {t.dtype} on {t.device}"
+            )
+    x = plan.rows(input)
+    dx, dweight, dbias = plan.backward(
+        grad, x, mean.contiguous(), rstd.contiguous(), _aligned(weight)
+    )
     empty = input.new_empty((0,))
     return dx, dweight if dweight is not None else empty, dbias if dbias is not None else empty
 

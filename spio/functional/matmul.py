@@ -269,6 +269,9 @@ _LIB.define(
 
 def _matmul_op(a, b, bias, out_dtype, b_transposed):
     out_dtype = out_dtype or a.dtype
+    plan = _PLANS.get(_key(a, b, bias, out_dtype, b_transposed))
+    if plan is not None and plan is not _plans.DISPATCH:  # a signature seen before: launch
+        return plan.forward(a, b, bias)
     if use_fallback("matmul", a, b, bias):
         return _fallback(a, b, bias, out_dtype, b_transposed).to(out_dtype).contiguous()
     return _run_kernel(a, b, bias, out_dtype, b_transposed)

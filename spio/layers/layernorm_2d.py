@@ -99,11 +99,14 @@ class LayerNorm2d(nn.Module):
 
 
 def _pytorch_layernorm_2d(x, weight, bias, eps: float) -> torch.Tensor:
-    """timm's LayerNorm2d: F.layer_norm over the channels of the permuted view (float32 when
-    weight/bias are float32 and x is not, rounded back to x's dtype, as spio's kernels do)."""
+    """timm's LayerNorm2d, F.layer_norm over the channels of the permuted view, as the module
+    spio replaced computes it (under autocast F.layer_norm runs in float32, as there). Outside
+    autocast, float32 weight/bias with fp16/bf16 x run in float32, rounded back to x's dtype,
+    as spio's kernels do."""
     c = x.shape[1]
     xp = x.permute(0, 2, 3, 1)
-    if any(t is not None and t.dtype != x.dtype for t in (weight, bias)):
+    mixed = any(t is not None and t.dtype != x.dtype for t in (weight, bias))
+    if mixed and not torch.is_autocast_enabled(x.device.type):
         y = F.layer_norm(xp.float(), (c,), weight, bias, eps).to(x.dtype)
     else:
         y = F.layer_norm(xp, (c,), weight, bias, eps)
