@@ -332,3 +332,19 @@ def test_params_has_bias_must_be_a_bool():
     with pytest.raises(TypeError, match="has_bias must be a bool, got int"):
         Conv2dGw8Params(n=1, c=8, h=4, w=4, has_bias=1)  # type: ignore[arg-type]
     assert Conv2dGw8Params(n=1, c=8, h=4, w=4, has_bias=True).has_bias is True
+
+
+def test_gradient_ops_check_their_tensors_against_the_layer(seed, monkeypatch):
+    """Called directly, the gradient ops refuse a grad_output or weight that does not fit the
+    layer their other arguments describe (the kernels would read past them), before any GPU."""
+    _gpu_path(monkeypatch)
+    x, wt, _ = _inputs(seed, n=2, c=16, h=9, w=7, r=3, s=3, dtype=torch.float16)
+    dy = torch.randn(2, 16, 9, 7).half()
+    with pytest.raises(ValueError, match=r"conv2d_gw8_dgrad: grad_output must have shape"):
+        torch.ops.spio.conv2d_gw8_dgrad(dy, wt, [9, 9], [1, 1])  # dy is 9x7, the layer 9x9
+    with pytest.raises(ValueError, match=r"conv2d_gw8_dgrad: weight must have shape"):
+        torch.ops.spio.conv2d_gw8_dgrad(dy, wt[:8], [9, 7], [1, 1])
+    with pytest.raises(ValueError, match=r"conv2d_gw8_wgrad: grad_output must have shape"):
+        torch.ops.spio.conv2d_gw8_wgrad(x, dy[:, :, :8], [3, 3], [1, 1], True)
+    with pytest.raises(ValueError, match=r"conv2d_gw8_wgrad: grad_output must have .*float16"):
+        torch.ops.spio.conv2d_gw8_wgrad(x, dy.bfloat16(), [3, 3], [1, 1], True)
