@@ -16,14 +16,6 @@ FLOAT32_CONDITION = (
 )
 
 
-# LayerNorm2d steps aside while torch.compile traces it (spio.layers.LayerNorm2d.under_compile).
-LAYERNORM_UNDER_COMPILE = (
-    "LayerNorm2d layers run PyTorch's layer_norm while torch.compile traces them (inductor fuses "
-    "it with its neighbours, which spio's opaque op would prevent) and spio's kernels in eager "
-    "mode; set layer.under_compile = 'spio' to keep spio's kernel under torch.compile"
-)
-
-
 @dataclass
 class TransformReport:
     """What `transform` did: the replaced module paths, the conditions some replacements run
@@ -32,7 +24,6 @@ class TransformReport:
     replaced: list[tuple[str, str]] = field(default_factory=list)  # (path, new layer type)
     skipped: list[tuple[str, str]] = field(default_factory=list)  # (path, reason)
     conditions: dict[str, str] = field(default_factory=dict)  # replaced path -> what it needs
-    notes: list[str] = field(default_factory=list)  # how replaced layers behave, once per kind
 
     def __str__(self) -> str:
         cond = f" ({len(self.conditions)} with a condition)" if self.conditions else ""
@@ -40,7 +31,6 @@ class TransformReport:
             f"spio.transform: replaced {len(self.replaced)} modules{cond}, "
             f"skipped {len(self.skipped)}"
         ]
-        lines += [f"  note: {note}" for note in self.notes]
         for path, kind in self.replaced:
             needs = f" [{self.conditions[path]}]" if path in self.conditions else ""
             lines.append(f"  replaced {path} -> {kind}{needs}")
@@ -121,8 +111,6 @@ def transform(model: nn.Module, *, verbose: bool = False) -> TransformReport:
                     report.conditions[full] = condition
             elif why:
                 report.skipped.append((full, why))
-    if any(kind == "LayerNorm2d" for _, kind in report.replaced):
-        report.notes.append(LAYERNORM_UNDER_COMPILE)
     if verbose:
         print(report)
     return report

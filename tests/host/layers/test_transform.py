@@ -55,7 +55,6 @@ def test_transform_swaps_eligible_modules_and_keeps_outputs(seed):
     assert_close(after, before, tolerance(torch.float32, depth=72), where=f"seed={seed}")
     text = str(report)
     assert "replaced 2 modules" in text and "kept" in text
-    assert "under_compile" in text  # the replaced LayerNorm2d steps aside under torch.compile
 
 
 def test_transform_shares_parameters():
