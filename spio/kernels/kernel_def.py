@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -97,3 +98,15 @@ class KernelDef:
         """The params the compiled variant of `params` depends on (`compiled_params`, or params
         itself): the key under which one loaded kernel serves them all."""
         return params if self.compiled_params is None else self.compiled_params(params)
+
+
+def to_dict(obj: Any) -> dict[str, Any]:
+    """A params/config dataclass as JSON-able data (tuples become lists): how datasets and
+    persisted selections store them."""
+    return {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)}
+
+
+def from_dict(cls: type, data: dict[str, Any]) -> Any:
+    """Rebuilds a params/config dataclass from `to_dict` output (lists back to tuples)."""
+    kwargs = {k: tuple(v) if isinstance(v, list) else v for k, v in data.items()}
+    return cls(**kwargs)

@@ -59,7 +59,7 @@ class PickStore:
 
     def save_winner(self, kdef: KernelDef, params: Any, device: Any, config: Any) -> None:
         """Persists an autotune winner (errors propagate: the caller asked to persist)."""
-        from spio.tune.features import to_dict
+        from spio.kernels.kernel_def import to_dict
 
         key = _params_key(params)
         self._update(self.path(kdef, device), _winners, lambda t: {**t, key: to_dict(config)})
@@ -78,7 +78,7 @@ class PickStore:
     ) -> None:
         """Persists a model or heuristic pick; a failure costs only the next process's time (one
         warning per file)."""
-        from spio.tune.features import to_dict
+        from spio.kernels.kernel_def import to_dict
 
         if source not in SOURCES:
             raise ValueError(f"save_pick: source must be one of {SOURCES}, got {source!r}")
@@ -105,7 +105,7 @@ class PickStore:
 
     def _config_from(self, kdef: KernelDef, params: Any, device: Any, entry: Any) -> Any | None:
         """The config an entry names, if it is still one of the family's configs for params."""
-        from spio.tune.features import from_dict
+        from spio.kernels.kernel_def import from_dict
 
         if not isinstance(entry, dict):
             return None
@@ -163,7 +163,7 @@ class PickStore:
 
 def _params_key(params: Any) -> str:
     """The key of `params` in a store file: its fields as JSON, keys sorted."""
-    from spio.tune.features import to_dict
+    from spio.kernels.kernel_def import to_dict
 
     return json.dumps(to_dict(params), sort_keys=True)
 

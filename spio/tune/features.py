@@ -11,6 +11,8 @@ from typing import Any
 import numpy as np
 
 from spio.kernels.kernel_def import KernelDef
+from spio.kernels.kernel_def import from_dict as from_dict
+from spio.kernels.kernel_def import to_dict as to_dict
 
 
 def _numeric_fields(prefix: str, obj: Any) -> dict[str, float]:
@@ -62,14 +64,3 @@ def feature_matrix(
     values = itertools.chain.from_iterable(map(dict.values, rows))
     x = np.fromiter(values, dtype=np.float64, count=len(rows) * k)
     return x.reshape(len(rows), k).astype(np.float32)
-
-
-def to_dict(obj: Any) -> dict[str, Any]:
-    """A params/config dataclass as JSON-able data (tuples become lists)."""
-    return {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)}
-
-
-def from_dict(cls: type, data: dict[str, Any]) -> Any:
-    """Rebuilds a params/config dataclass from `to_dict` output (lists back to tuples)."""
-    kwargs = {k: tuple(v) if isinstance(v, list) else v for k, v in data.items()}
-    return cls(**kwargs)

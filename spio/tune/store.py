@@ -3,7 +3,9 @@
 File names are `<kernel>__<device slug>.json.gz`. Lookup for (kernel, device): a local model for
 that exact GPU, then a shipped one, then (with a log line) a model of another GPU of the same
 arch. `model_identity(kernel)` describes the files that lookup may read (path, size, mtime)
-without opening them: persisted picks (`spio.select.basis`) key on it.
+without opening them: persisted picks (`spio.select.basis`) key on it. Importing this module
+loads neither numpy nor XGBoost (`spio.tune.model` loads with the first model), so a process
+that finds its picks persisted never imports them.
 """
 
 from __future__ import annotations
@@ -12,11 +14,14 @@ import functools
 import json
 import re
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from spio.errors import ModelFormatError
 from spio.logs import logger
 from spio.settings import settings
-from spio.tune.model import PerfModel, read_text
+
+if TYPE_CHECKING:
+    from spio.tune.model import PerfModel
 
 PACKAGE_MODELS = Path(__file__).resolve().parent / "models"
 SUFFIX = ".json.gz"
@@ -45,6 +50,8 @@ def list_models() -> list[str]:
     for d in _dirs():
         for p in sorted(d.glob(f"*__*{SUFFIX}")):
             try:
+                from spio.tune.model import read_text
+
                 head = json.loads(read_text(p))
                 out.append(
                     f"{head['kernel']} for {head['device']} ({head['arch']}, "
@@ -76,6 +83,8 @@ def model_identity(kernel: str) -> list[str]:
 
 @functools.cache
 def _load(path: Path, mtime: float) -> PerfModel:
+    from spio.tune.model import PerfModel
+
     return PerfModel.load(path)
 
 
