@@ -136,7 +136,7 @@ class FallbackDisabledError(SpioError):
         self.op = op
         self.reason = reason
         super().__init__(
-            f"{op}: would fall back to PyTorch because {reason}, but SPIO_DISABLE_FALLBACK=1; "
+            f"spio {op}: would fall back to PyTorch because {reason}, but SPIO_DISABLE_FALLBACK=1; "
             "run on a CUDA GPU of compute capability 8.0 or newer, or unset SPIO_DISABLE_FALLBACK"
         )
 

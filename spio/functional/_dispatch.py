@@ -21,24 +21,36 @@ _compiling = torch.compiler.is_compiling
 _dispatch_modes = torch._C._len_torch_dispatch_stack
 _functorch_transforms = torch._C._functorch.peek_interpreter_stack
 _jit_tracing = torch._C._get_tracing_state
+_function_modes = torch._C._len_torch_function_stack
+_function_mode_at = torch._C._get_function_stack_at
 _any_autocast = torch._C._is_any_autocast_enabled
 
 
 def untraced() -> bool:
     """Whether nothing records or intercepts this call, so an op may launch its plan directly:
     not under torch.compile (dynamo), no TorchDispatchMode (make_fx / export tracing, fake
-    tensor mode, FlopCounterMode, ...), no functorch transform (vmap, grad, jvp), no
+    tensor mode, FlopCounterMode, ...), no TorchFunctionMode but `with torch.device(...)`'s (a
+    user's mode sees `torch.ops.spio.*` calls), no functorch transform (vmap, grad, jvp), no
     forward-mode AD level and no torch.jit trace. Otherwise the op goes through the dispatcher,
-    where its fake, autograd and fallback registrations serve those tools. About 0.2 µs.
+    where its fake, autograd and fallback registrations serve those tools. About 0.3 µs.
 
     The ops check `torch.compiler.is_compiling()` first and on their own line (dynamo folds it
     to a constant and never traces the rest, which it could not)."""
     return (
         _forward_ad._current_level < 0
         and not _dispatch_modes()
+        and (not _function_modes() or _only_device_modes())
         and _functorch_transforms() is None
         and _jit_tracing() is None
     )
+
+
+def _only_device_modes() -> bool:
+    """Whether every active TorchFunctionMode is a `with torch.device(...)` context (they set
+    factory functions' default device; spio's ops pass their devices explicitly)."""
+    from torch.utils._device import DeviceContext
+
+    return all(type(_function_mode_at(i)) is DeviceContext for i in range(_function_modes()))
 
 
 def autocast_dtype() -> torch.dtype | None:
@@ -87,12 +99,6 @@ def raw_stream(index: int) -> int:
     if _raw_stream is not None:
         return _raw_stream(index)
     return torch.cuda.current_stream(index).cuda_stream
-
-
-def stream_of(t: torch.Tensor) -> int:
-    """The raw handle of PyTorch's current stream on t's device."""
-    index = t.device.index if t.device.index is not None else torch.cuda.current_device()
-    return raw_stream(index)
 
 
 @functools.cache

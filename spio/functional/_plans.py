@@ -16,6 +16,11 @@ from typing import Any
 _ALL: list[PlanCache] = []
 _lock = threading.Lock()
 
+# Plans one op keeps before it starts over (a plan is rebuilt from the selector's and the
+# function cache's memory in well under a millisecond): a bound on what varying shapes (a server's
+# token counts, say) can hold.
+MAX_PLANS = 4096
+
 # Stored for a signature whose calls go through the dispatcher instead of a plan (the CPU
 # fallback, an empty batch, a batch above the kernels' limit): the op decides there.
 DISPATCH: Any = object()
@@ -33,6 +38,11 @@ class PlanCache(dict):
 
     def __repr__(self) -> str:
         return f"PlanCache({self.name!r}, {len(self)} plans)"
+
+    def __setitem__(self, key: Any, plan: Any) -> None:
+        if len(self) >= MAX_PLANS and key not in self:
+            self.clear()  # the plans in use stay alive with their callers
+        super().__setitem__(key, plan)
 
 
 def caches() -> list[PlanCache]:

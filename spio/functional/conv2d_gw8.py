@@ -16,9 +16,11 @@ conv2d_gw8_*.cu) on CUDA GPUs of compute capability 8.0+.
   transposed within each 8x8 group and rotated 180 degrees (no separate weight op); the weight and
   bias gradients run the deterministic wgrad kernel (per-CTA partials + an ordered reduction pass).
 - Autocast: under CUDA autocast, `conv2d_gw8` computes in the autocast dtype like F.conv2d (an
-  fp16-listed op): a float32 input is cast, and a float32 weight and bias are read by the kernels
-  as they are (rounded to the autocast dtype as they load, what autocast's cast would give), so
-  no cast runs per call; their gradients come out float32. Other weight dtypes are cast.
+  fp16-listed op): a float32 input is cast; on the eager path a float32 weight and bias are read
+  by the kernels as they are (rounded to the autocast dtype as they load, what autocast's cast
+  would give), so no cast runs per call, and their gradients come out as the float32 sums; a
+  traced call (torch.compile) casts them first, as autocast does, so there the weight gradient
+  is rounded through the autocast dtype. Other half-type weights are cast; float64 is refused.
 - torch.compile: the ops have fake implementations, so they trace without graph breaks.
 - CUDA graphs: launches go to PyTorch's current stream and every buffer (including the wgrad
   partials) comes from PyTorch's caching allocator. Run one eager call per shape before capture
@@ -131,7 +133,7 @@ def _key(input, weight, bias, padding, amp) -> tuple:
         input.shape, input.stride(), input.dtype, input.device,
         weight.shape, weight.stride(), weight.dtype, weight.device,
         None if b is None else (b.shape, b.stride(), b.dtype, b.device),
-        tuple(padding) if type(padding) is list else padding,
+        type(padding), tuple(padding) if type(padding) is list else padding,
         amp,
     )  # fmt: skip
 
@@ -141,9 +143,13 @@ def _through_op(input, weight, bias, padding) -> torch.Tensor:
     autocast's casts (under torch.compile, tensor subclasses, dispatch modes, the fallback)."""
     _check_types(input, weight, bias)
     if input.device.type == "cuda" and torch.is_autocast_enabled("cuda"):
+        # autocast's rule: floating tensors other than float64 go to the autocast dtype (a
+        # float64 one stays and is then refused, as on the eager path)
         dtype = torch.get_autocast_dtype("cuda")
-        input, weight = input.to(dtype), weight.to(dtype)
-        bias = bias.to(dtype) if bias is not None else None
+        input, weight, bias = (
+            t.to(dtype) if t is not None and t.dtype not in (dtype, torch.float64) else t
+            for t in (input, weight, bias)
+        )
     pads = _validate(input, weight, bias, padding)
     return torch.ops.spio.conv2d_gw8(input, weight, bias, list(pads))
 
@@ -295,10 +301,7 @@ class _ForwardPlan:
         return out
 
     def forward(self, x, w, b) -> torch.Tensor:
-        x, w, b = self.prepare(x, w, b)
-        out = _empty_strided(self.size, self.stride, dtype=self.dtype, device=self.device)
-        self.launch(out, x, w, b, raw_stream(self.index))
-        return out
+        return self.run(*self.prepare(x, w, b))
 
     def backward(self, dy, x, w, need_x: bool, need_w: bool, need_b: bool) -> tuple:
         """(dx, dw, db) for the prepared x and w the forward ran on (None where not needed)."""
@@ -329,8 +332,8 @@ def _selected(kdef, p: Conv2dGw8Params, dev) -> tuple[Any, Any]:
     from spio.kernels.loader import default_function_cache
     from spio.select import op_config
 
-    cfg = op_config(kdef, p, dev)
-    with torch.cuda.device(dev.ordinal):
+    with torch.cuda.device(dev.ordinal):  # an autotune measures on the plan's GPU
+        cfg = op_config(kdef, p, dev)
         return cfg, default_function_cache().get(kdef, kdef.compiled(p), cfg, dev)
 
 
@@ -487,6 +490,20 @@ def _layer(t, rs, hw, pads, has_bias: bool, wdtype: torch.dtype | None = None) -
     )  # fmt: skip
 
 
+def _check_gradient_op(op: str, first, name: str, other) -> None:
+    """The first tensor of a gradient op is 4-D fp16/bf16 and `other` is on its device."""
+    if first.dim() != 4 or first.dtype not in _KERNEL_DTYPES:
+        raise TypeError(
+            f"spio {op}: expected a 4-D float16 or bfloat16 tensor, got shape "
+            f"{tuple(first.shape)} {first.dtype}"
+        )
+    if other.device != first.device:
+        raise ValueError(
+            f"spio {op}: {name} is on {other.device} but the activations are on {first.device}; "
+            "move both to one device"
+        )
+
+
 def _expect(op: str, what: str, t, shape: tuple[int, ...], dtype) -> None:
     """Raises ValueError unless t has `shape` and `dtype` (a gradient op's consistency rule)."""
     if tuple(t.shape) != shape or t.dtype != dtype:
@@ -505,12 +522,18 @@ def _dgrad_op(grad_output, weight, input_hw, padding):
         hw = (int(input_hw[0]), int(input_hw[1]))
         if use_fallback("conv2d_gw8_dgrad", grad_output, weight):
             return ref.dgrad(grad_output, weight, hw, pads).contiguous(memory_format=_CL)
+        _check_gradient_op("conv2d_gw8_dgrad", grad_output, "weight", weight)
         n, c = (int(v) for v in grad_output.shape[:2])
         if not _gpu_batch("conv2d_gw8_dgrad", n):
             return torch.empty(
                 (0, c, hw[0], hw[1]), dtype=grad_output.dtype, device=grad_output.device,
                 memory_format=_CL,
             )  # fmt: skip
+        if weight.dtype not in (grad_output.dtype, torch.float32):
+            raise TypeError(
+                f"spio conv2d_gw8_dgrad: weight must be {grad_output.dtype} (grad_output's "
+                f"dtype) or float32, got {weight.dtype}"
+            )
         p = _layer(grad_output, weight.shape[2:], hw, pads, False, weight.dtype)
         _expect("conv2d_gw8_dgrad", "grad_output", grad_output, (n, c, p.p, p.q), grad_output.dtype)
         _expect("conv2d_gw8_dgrad", "weight", weight, (c, GROUP_WIDTH, p.r, p.s), weight.dtype)
@@ -544,6 +567,7 @@ def _wgrad_op(input, grad_output, kernel_rs, padding, with_bias):
             gw = ref.wgrad(input, grad_output, rs, pads).contiguous()
             gb = ref.bias_grad(grad_output) if with_bias else grad_output.new_empty((0,))
             return gw, gb
+        _check_gradient_op("conv2d_gw8_wgrad", input, "grad_output", grad_output)
         if not _gpu_batch("conv2d_gw8_wgrad", int(input.shape[0])):
             c = int(input.shape[1])  # the gradients of an empty batch are zero
             gw = input.new_zeros((c, GROUP_WIDTH, rs[0], rs[1]))

@@ -127,13 +127,13 @@ def _kernel_limit(input: Tensor) -> str | None:
 
 
 def _runs_fallback(input: Tensor, weight: Tensor | None, bias: Tensor | None) -> bool:
-    if use_fallback(OP, input, weight, bias):
+    if use_fallback("layernorm_2d", input, weight, bias):
         return True
     reason = _kernel_limit(input)
     if reason is None:
         return False
     if settings().disable_fallback:
-        raise FallbackDisabledError(OP, reason)
+        raise FallbackDisabledError("layernorm_2d", reason)
     return True
 
 
@@ -194,7 +194,7 @@ def _key(input: Tensor, weight: Tensor | None, bias: Tensor | None, eps: Any) ->
         input.shape, input.stride(), input.dtype, input.device,
         None if w is None else (w.shape, w.stride(), w.dtype, w.device),
         None if b is None else (b.shape, b.stride(), b.dtype, b.device),
-        eps,
+        type(eps), eps,  # the type too: True == 1.0 would otherwise reuse eps=1.0's plan
     )  # fmt: skip
 
 
@@ -219,7 +219,7 @@ class _Plan:
 
     __slots__ = (
         "p", "dev", "fwd", "_bwd", "size", "stride", "dtype", "wdtype", "device", "index",
-        "x_cl", "m", "eps", "_scratch",
+        "x_cl", "m", "eps",
     )  # fmt: skip
 
     def __init__(self, x: Tensor, weight: Tensor | None, bias: Tensor | None, eps: float) -> None:
@@ -229,7 +229,8 @@ class _Plan:
         self.index = x.device.index
         self.dev = device_attributes(self.index)
         cfg, loaded = _selected(k.FWD, self.p, self.dev)
-        self.fwd = k.ForwardLaunch(loaded, self.p, cfg, self.dev)
+        with torch.cuda.device(self.index):  # the occupancy query runs on the plan's GPU
+            self.fwd = k.ForwardLaunch(loaded, self.p, cfg, self.dev)
         self._bwd: Any = None
         self.size = tuple(x.shape)
         self.stride = tuple(torch.empty(self.size, device="meta", memory_format=_CL).stride())
@@ -289,8 +290,8 @@ def _selected(kdef, p: LayerNorm2dParams, dev) -> tuple[Any, Any]:
     from spio.kernels.loader import default_function_cache
     from spio.select import op_config
 
-    cfg = op_config(kdef, p, dev)
-    with torch.cuda.device(dev.ordinal):
+    with torch.cuda.device(dev.ordinal):  # an autotune measures on the plan's GPU
+        cfg = op_config(kdef, p, dev)
         return cfg, default_function_cache().get(kdef, kdef.compiled(p), cfg, dev)
 
 

@@ -89,7 +89,7 @@ def _key(a, b, bias, out_dtype, b_transposed) -> tuple:
     return (
         a.shape, a.stride(), a.dtype, a.device, b.shape, b.stride(), b.dtype, b.device,
         None if bias is None else (bias.shape, bias.stride(), bias.dtype, bias.device),
-        out_dtype, b_transposed,
+        out_dtype, type(b_transposed), b_transposed,
     )  # fmt: skip
 
 
@@ -203,8 +203,8 @@ class _Plan:
         )  # fmt: skip
         self.index = a.device.index
         dev = device_attributes(self.index)
-        cfg = op_config(mm.DEF, p, dev)  # selected for the bucketed token count
-        with torch.cuda.device(a.device):
+        with torch.cuda.device(a.device):  # an autotune measures on the plan's GPU
+            cfg = op_config(mm.DEF, p, dev)  # selected for the bucketed token count
             kernel = default_function_cache().get(mm.DEF, mm.DEF.compiled(p), cfg, dev)
         # Rows of a row-major B must start 16-byte aligned: its columns are padded to 8.
         self.pad_n = 0 if b_transposed else (-n) % 8

@@ -306,7 +306,10 @@ def features(p: Conv2dGw8Params, cfg: Conv2dGw8Config, dev: Any) -> dict[str, fl
 def one_config_per_layer(p: Conv2dGw8Params) -> tuple[Conv2dGw8Params, Conv2dGw8Params]:
     """fprop/dgrad's selection rule (`KernelDef.select_key`): the config chosen for a layer's first
     batch size serves its other batch sizes (the batch is a launch argument, so a new batch size
-    compiles nothing)."""
+    compiles nothing). The output's bits do not depend on the config: every element sums its
+    taps in the same order (input rows, then filter columns, 8 channels per MMA) whatever the
+    tiling. The weight's dtype (float32 under autocast) does not enter the selection."""
+    p = replace(p, wdtype=None)
     return p, p.variant()
 
 

@@ -56,8 +56,9 @@ def _tensors(p: Conv2dGw8Params):
     cl = torch.channels_last
     x = torch.randn(p.n, p.c, p.h, p.w, device=dev).to(dt).contiguous(memory_format=cl)
     dy = torch.randn(p.n, p.c, p.p, p.q, device=dev).to(dt).contiguous(memory_format=cl)
-    w = torch.randn(p.c, 8, p.r, p.s, device=dev).to(dt)
-    b = torch.randn(p.c, device=dev).to(dt)
+    wdt = getattr(torch, p.weight_dtype)  # float32 under autocast: the kernels read it so
+    w = torch.randn(p.c, 8, p.r, p.s, device=dev).to(wdt)
+    b = torch.randn(p.c, device=dev).to(wdt)
     return x, dy, w, b, torch.cuda.current_stream(dev).cuda_stream
 
 

@@ -384,8 +384,15 @@ SELECT_BATCH = 64
 
 def select_at_fixed_batch(p: Conv2dGw8Params) -> tuple[Conv2dGw8Params, None]:
     """wgrad's selection rule (`KernelDef.select_key`): the config selected for the layer at
-    SELECT_BATCH images serves every batch size (see SELECT_BATCH)."""
-    return p.with_batch(SELECT_BATCH), None
+    SELECT_BATCH images serves every batch size (see SELECT_BATCH); the weight's dtype does not
+    enter (it changes only the reduction's output type)."""
+    return replace(p, n=SELECT_BATCH, wdtype=None), None
+
+
+def compiled_variant(p: Conv2dGw8Params) -> Conv2dGw8Params:
+    """What a compiled wgrad kernel depends on (`KernelDef.compiled_params`): the layer without
+    its batch and without the weight's dtype, which only the reduction reads."""
+    return replace(p, n=1, wdtype=None)
 
 
 def examples() -> list[Conv2dGw8Params]:
@@ -406,7 +413,7 @@ WGRAD = KernelDef(
     examples=examples,
     sample_params=_tune.sample_params,
     make_runner=_tune.make_wgrad_runner,
-    compiled_params=Conv2dGw8Params.variant,
+    compiled_params=compiled_variant,
     # Selected for the layer at SELECT_BATCH, not per batch and not shared from the first batch
     # seen: the config fixes the partial sums and their order, so dweight's bits depend on the
     # shape alone, and no batch size compiles a new variant.

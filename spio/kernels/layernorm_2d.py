@@ -343,23 +343,18 @@ def reference_backward(x: Any, dy: Any, weight: Any, eps: float) -> tuple[Any, A
     return grads[0], (grads[2] if wd is not None else None), grads[1]
 
 
-def one_config_per_layer(p: LayerNorm2dParams) -> tuple[LayerNorm2dParams, LayerNorm2dParams]:
-    """The forward's selection rule (`KernelDef.select_key`): the config chosen for a layer's
-    first row count serves its others (M is a launch argument, so a new M compiles nothing)."""
-    return p, replace(p, m=1)
-
-
-# The rows the ops select a layer's backward config for, whatever the real M (N*H*W): 2**17,
-# e.g. 128 images of 32x32, enough CTAs to fill any GPU, so the pick is the steady-state
-# kernel's. See `select_at_fixed_rows`.
+# The rows the ops select a layer's forward and backward configs for, whatever the real M
+# (N*H*W): 2**17, e.g. 128 images of 32x32, enough CTAs to fill any GPU, so the pick is the
+# steady-state kernel's. See `select_at_fixed_rows`.
 SELECT_ROWS = 2**17
 
 
 def select_at_fixed_rows(p: LayerNorm2dParams) -> tuple[LayerNorm2dParams, None]:
-    """The backward's selection rule (`KernelDef.select_key`): the config selected for the
-    layer at SELECT_ROWS rows serves every M. The config fixes the partial sums and their order,
-    so selecting per M would make a new batch size compile, and sharing the first M's config
-    would make dweight's bits depend on which M a process saw first."""
+    """The forward's and the backward's selection rule (`KernelDef.select_key`): the config
+    selected for the layer at SELECT_ROWS rows serves every M. A config fixes the order of the
+    row sums (and the backward's partial sums), so selecting per M would make a new batch size
+    compile, and sharing the first M's config would make y's and dweight's bits depend on which
+    M a process saw first."""
     return replace(p, m=SELECT_ROWS), None
 
 
@@ -415,7 +410,10 @@ FWD = KernelDef(
     sample_params=sample_params,
     make_runner=make_runner,
     compiled_params=LayerNorm2dParams.static,
-    select_key=one_config_per_layer,
+    # Selected at SELECT_ROWS like the backward: the config (threads per row, vector width)
+    # fixes the order of the row sums, so selecting per first-seen M would make y's and the
+    # statistics' bits depend on which M a process saw first.
+    select_key=select_at_fixed_rows,
 )
 
 BWD = KernelDef(

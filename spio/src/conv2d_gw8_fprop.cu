@@ -36,8 +36,9 @@
 ///   coalesced loads while the prologue rows are in flight (a float32 weight, WElem = float
 ///   under autocast, rounded to Elem on the way), then read into registers.
 /// Assumes: NHWC (channels_last) x and y, C % 8 == 0, 16-byte aligned x/y, weight (C, 8, R, S)
-///   contiguous, bias (C) contiguous, both of WElem (Elem, or float); one image of x and y below 2^31 elements (the batch offset is
-///   64-bit); `batch` = N (the second image of the last CTA is masked when N is odd).
+///   contiguous, bias (C) contiguous, both of WElem (Elem, or float); one image of x and y below
+///   2^31 elements (the batch offset is 64-bit); `batch` = N (the second image of the last CTA
+///   is masked when N is odd).
 
 #include "spio/async_copy.h"
 #include "spio/mma.h"

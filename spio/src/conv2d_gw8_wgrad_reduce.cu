@@ -14,8 +14,8 @@
 ///   DRAM/L2 (one add per 4 B read). One thread per element (the first version) had 4 loads in
 ///   flight per thread and ~20 CTAs for a 3x3 C64 layer: latency-bound at ~10+ us; here PARTS
 ///   warps per element column and UNROLL independent loads per thread, the last partial group
-///   too (guarded loads issued together, then the adds in slice order): a run shorter than UNROLL no longer waits
-///   out one DRAM latency per slice (7-25 us on the H100 before). PARTS comes from the most
+///   too (guarded loads issued together, then the adds in slice order): a run shorter than
+///   UNROLL no longer waits out one DRAM latency per slice (7-25 us on the H100 before). PARTS comes from the most
 ///   slices the wgrad launch writes at any batch (spio.kernels.conv2d_gw8_wgrad_reduce.
 ///   reduce_config) so a run is <= UNROLL there; a smaller batch leaves some warps idle.
 /// Launch: on sm_90+ the host launches this kernel with programmatic dependent launch (PDL), so

@@ -19,7 +19,7 @@ INSTANCES = [
     errors.CompileForbiddenError("k.cu"),
     errors.CudaDriverError(1, "CUDA_ERROR_INVALID_VALUE", "invalid argument", "cuLaunchKernel"),
     errors.OutOfResources("shared memory", 300_000, 232_448, hint="use fewer stages"),
-    errors.FallbackDisabledError("spio::matmul", "no CUDA GPU"),
+    errors.FallbackDisabledError("matmul", "no CUDA GPU"),
     errors.GeneratorError(
         "'X' uses a Dim that is not among the specs", file="k.cu", line=3, spec="X"
     ),

@@ -348,3 +348,18 @@ def test_gradient_ops_check_their_tensors_against_the_layer(seed, monkeypatch):
         torch.ops.spio.conv2d_gw8_wgrad(x, dy[:, :, :8], [3, 3], [1, 1], True)
     with pytest.raises(ValueError, match=r"conv2d_gw8_wgrad: grad_output must have .*float16"):
         torch.ops.spio.conv2d_gw8_wgrad(x, dy.bfloat16(), [3, 3], [1, 1], True)
+
+
+def test_gradient_ops_check_dtypes_dims_and_devices(seed, monkeypatch):
+    """dgrad's weight is grad_output's dtype or float32 (another half type would be read as the
+    wrong format); the activations are 4-D fp16/bf16. (That the tensors share a device needs two
+    devices with kernels: not checked here.)"""
+    _gpu_path(monkeypatch)
+    _, wt, _ = _inputs(seed, n=2, c=16, h=9, w=7, r=3, s=3, dtype=torch.float16)
+    dy = torch.randn(2, 16, 9, 7).half()
+    with pytest.raises(TypeError, match=r"dgrad: weight must be torch.float16 .* or float32"):
+        torch.ops.spio.conv2d_gw8_dgrad(dy, wt.bfloat16(), [9, 7], [1, 1])
+    with pytest.raises(TypeError, match=r"dgrad: expected a 4-D float16 or bfloat16 tensor"):
+        torch.ops.spio.conv2d_gw8_dgrad(dy.float(), wt, [9, 7], [1, 1])
+    with pytest.raises(TypeError, match=r"wgrad: expected a 4-D float16 or bfloat16 tensor"):
+        torch.ops.spio.conv2d_gw8_wgrad(dy[0], dy, [3, 3], [1, 1], True)

@@ -73,6 +73,18 @@ def test_untraced_sees_every_tracer():
 
     with Seen():
         assert not _dispatch.untraced()
+    from torch.overrides import TorchFunctionMode
+
+    class Logged(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            return func(*args, **(kwargs or {}))
+
+    with Logged():
+        assert not _dispatch.untraced()  # a user's function mode sees torch.ops.spio.*
+    with torch.device("cpu"):
+        assert _dispatch.untraced()  # torch.device's mode only sets factories' default device
+        with Logged():
+            assert not _dispatch.untraced()
     import torch.autograd.forward_ad as fwAD
 
     with fwAD.dual_level():
