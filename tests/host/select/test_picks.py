@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import synthetic_family
+from synthetic_family import Cfg, P
 
 import spio
 import spio.kernels.kernel_def as kernel_def
@@ -29,31 +31,12 @@ from spio.tune.model import PerfModel
 from spio.tune.rank import rank
 
 
-@dataclass(frozen=True, slots=True)
-class P:
-    n: int
-    c: int
-
-
-@dataclass(frozen=True, slots=True)
-class Cfg:
-    tile: int
-    warps: int
-
-
 @dataclass(frozen=True)
-class Dev:
+class Dev(synthetic_family.Dev):
     name: str = "Store Test GPU"
-    arch: str = "sm_90"
-    sm_count: int = 100
-    ordinal: int = 0
 
 
 HEURISTIC_CALLS: list[P] = []
-
-
-def _configs(p: P, dev) -> list[Cfg]:
-    return [Cfg(t, w) for t in (16, 32, 64, 128) for w in (1, 2, 4, 8) if t * w <= 4 * p.c]
 
 
 def _heuristic(p: P, dev) -> Cfg:
@@ -74,7 +57,7 @@ KDEF = KernelDef(
     name="store_synthetic",
     params_type=P,
     config_type=Cfg,
-    configs=_configs,
+    configs=synthetic_family.configs,
     spec=None,
     heuristic=_heuristic,
     stats=None,
@@ -89,7 +72,7 @@ def _model(invert: bool = False) -> PerfModel:
     shapes = [P(rng.choice([1000, 20000, 300000]), rng.choice([32, 64, 128])) for _ in range(20)]
     rows, us = [], []
     for p in shapes:
-        for cfg in _configs(p, Dev()):
+        for cfg in synthetic_family.configs(p, Dev()):
             rows.append(_feat(p, cfg, Dev()))
             us.append(1e4 / _us(p, cfg) if invert else _us(p, cfg))
     return PerfModel.train(KDEF.name, Dev().name, "sm_90", rows, us, rounds=60)

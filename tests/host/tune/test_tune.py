@@ -3,103 +3,23 @@
 from __future__ import annotations
 
 import json
-import math
 import random
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from synthetic_family import KDEF, Cfg, Dev, P
+from synthetic_family import configs as _configs
+from synthetic_family import dataset as _dataset
+from synthetic_family import shape as _shape
+from synthetic_family import true_us as _true_us
 
-from spio.kernels.kernel_def import KernelDef, KernelStats
+from spio.kernels.kernel_def import KernelDef
 from spio.tune.dataset import Sample, append, read
 from spio.tune.evaluate import evaluate, feature_rows
 from spio.tune.features import features, from_dict, to_dict
 from spio.tune.model import MODEL_FORMAT, ModelFormatError, PerfModel, read_text
 from spio.tune.rank import rank
 from spio.tune.store import slug
-
-
-@dataclass(frozen=True, slots=True)
-class P:
-    n: int
-    c: int
-
-
-@dataclass(frozen=True, slots=True)
-class Cfg:
-    tile: int
-    warps: int
-
-
-@dataclass(frozen=True)
-class Dev:
-    name: str = "Synthetic GPU"
-    arch: str = "sm_90"
-    sm_count: int = 100
-
-
-def _configs(p: P, dev) -> list[Cfg]:
-    return [Cfg(t, w) for t in (16, 32, 64, 128) for w in (1, 2, 4, 8) if t * w <= 4 * p.c]
-
-
-def _true_us(p: P, cfg: Cfg) -> float:
-    # Waves of tiles plus a per-warp overhead: the best tile depends on the shape.
-    tiles = math.ceil(p.n / cfg.tile)
-    waves = math.ceil(tiles / (100 * 4 / cfg.warps))
-    return 5.0 + waves * cfg.tile * p.c / (cfg.warps * 40.0) + 0.3 * cfg.warps
-
-
-def _feat(p: P, cfg: Cfg, dev) -> dict[str, float]:
-    tiles = math.ceil(p.n / cfg.tile)
-    return {
-        "n": p.n,
-        "c": p.c,
-        "tile": cfg.tile,
-        "warps": cfg.warps,
-        "tiles": tiles,
-        "waves": math.ceil(tiles / (dev.sm_count * 4 / cfg.warps)),
-    }
-
-
-KDEF = KernelDef(
-    name="synthetic",
-    params_type=P,
-    config_type=Cfg,
-    configs=_configs,
-    spec=None,
-    heuristic=lambda p, dev: Cfg(32, 4),
-    stats=lambda p: KernelStats(0),
-    features=_feat,
-    make_runner=lambda p, cfg: lambda: None,
-)
-
-
-def _shape(rng: random.Random) -> P:
-    """One layer shape; training and held-out shapes come from this same distribution."""
-    return P(
-        rng.choice([1000, 5000, 20000, 100000, 400000]) + rng.randrange(1000),
-        rng.choice([16, 32, 64, 128]),
-    )
-
-
-def _dataset(shapes: int, seed: int) -> list[Sample]:
-    rng = random.Random(seed)
-    out = []
-    for _ in range(shapes):
-        p = _shape(rng)
-        for cfg in _configs(p, Dev()):
-            noise = 1 + 0.01 * rng.uniform(-1, 1)
-            out.append(
-                Sample(
-                    "synthetic",
-                    Dev().name,
-                    "sm_90",
-                    to_dict(p),
-                    to_dict(cfg),
-                    _true_us(p, cfg) * noise,
-                )
-            )
-    return out
 
 
 def test_dataset_round_trip_skips_truncated_line(tmp_path: Path):
