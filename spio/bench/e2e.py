@@ -32,6 +32,7 @@ import traceback
 
 import torch
 
+from spio.bench.gpu import gpu_unavailable
 from spio.bench.options import bounded_int, choice_list, name_list, output_file
 from spio.bench.report import parse_args, print_table, write_csv
 from spio.bench.train_step import DTYPES, MODES
@@ -133,15 +134,6 @@ def check_args(ap: argparse.ArgumentParser, args: argparse.Namespace) -> None:
         ap.error(f"--models: timm has no model {unknown} (timm.list_models('regnet*') lists some)")
     if args.layers and (args.modes or args.rounds or args.warmup):
         ap.error("--layers profiles eager steps; --modes, --rounds and --warmup time steps")
-
-
-def _gpu_reason() -> str | None:
-    if not torch.cuda.is_available():
-        return "needs a CUDA GPU (torch.cuda.is_available() is False)"
-    cc = torch.cuda.get_device_capability()
-    if cc < (8, 0):
-        return f"needs a GPU of compute capability 8.0+ (this one is {cc[0]}.{cc[1]}: fallbacks)"
-    return None
 
 
 def _models(args: argparse.Namespace, device: torch.device):
@@ -252,7 +244,7 @@ def profile_models(args: argparse.Namespace, device: torch.device) -> list[dict]
 def main(argv: list[str] | None = None) -> int:
     ap = build_parser()
     args = parse_args(ap, argv, check_args)
-    why = _gpu_reason()
+    why = gpu_unavailable()
     if why:
         print(f"spio bench e2e: {why}; nothing measured")
         return 2

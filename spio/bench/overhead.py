@@ -29,6 +29,7 @@ import sys
 
 import torch
 
+from spio.bench.gpu import gpu_unavailable
 from spio.bench.host_timing import time_calls
 from spio.bench.options import bounded_int, choice_list, output_file
 from spio.bench.overhead_cases import OPS, PASSES, Case, cases, grad_leaves, pass_call
@@ -149,20 +150,10 @@ def _finish(row: dict) -> dict:
     return {**{c: row[c] for c in COLUMNS}, **row}
 
 
-def _gpu_reason() -> str | None:
-    """Why this machine can't run the benchmark, or None."""
-    if not torch.cuda.is_available():
-        return "needs a CUDA GPU (torch.cuda.is_available() is False)"
-    cc = torch.cuda.get_device_capability()
-    if cc < (8, 0):
-        return f"needs a GPU of compute capability 8.0+ (this one is {cc[0]}.{cc[1]}: fallbacks)"
-    return None
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = build_parser()
     args = parse_args(ap, argv)
-    why = _gpu_reason()
+    why = gpu_unavailable()
     if why:
         print(f"spio bench overhead: {why}; nothing measured")
         return 2

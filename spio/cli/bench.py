@@ -35,9 +35,9 @@ KERNEL_FAMILIES = ("conv2d-gw8", "layernorm2d", "matmul")
 
 
 def _has_gpu() -> bool:
-    import torch
+    from spio.bench.gpu import gpu_unavailable
 
-    return torch.cuda.is_available() and torch.cuda.get_device_capability(0) >= (8, 0)
+    return gpu_unavailable() is None
 
 
 def family_parser(family: str) -> argparse.ArgumentParser:

@@ -24,7 +24,7 @@ class LayerNorm2d(nn.Module):
             spio's op, as in eager mode) or "pytorch" (timm's permute + F.layer_norm, which
             inductor fuses with the neighbouring ops). Measured on an H100 (convnext_atto,
             batch 128, AMP training step vs timm's model): spio's op 1.07x (torch.compile) and
-            1.12x (reduce-overhead), stepping aside 0.90x and 1.01x; docs/ops/layernorm_2d.md.
+            1.12x (reduce-overhead), stepping aside 0.90x and 1.01x; docs/ops/overhead.md.
             An attribute: set it on a layer to change it.
 
     The output is channels_last; channels_last inputs avoid a copy (see
