@@ -32,7 +32,7 @@ class ModelPair:
 def build_pair(name: str, create: Callable[[], nn.Module], device: torch.device) -> ModelPair:
     """create() (seeded), moved to `device` channels_last, deep-copied, the copy transformed."""
     torch.manual_seed(0)
-    base = create().to(device).to(memory_format=torch.channels_last)  # type: ignore[call-overload]
+    base = create().to(device).to(memory_format=torch.channels_last)  # type: ignore[call-overload, unused-ignore]
     twin = copy.deepcopy(base)
     report = transform(twin)
     return ModelPair(name, base, twin, report)

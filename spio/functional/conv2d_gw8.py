@@ -231,6 +231,22 @@ def _cl_stride(size: tuple[int, int, int, int]) -> tuple[int, ...]:
     return tuple(torch.empty(size, device="meta", memory_format=_CL).stride())
 
 
+def _contiguous_stride(size: tuple[int, ...]) -> tuple[int, ...]:
+    stride, out = 1, []
+    for n in reversed(size):
+        out.append(stride)
+        stride *= max(n, 1)
+    return tuple(reversed(out))
+
+
+def _weight_cl(w) -> bool | None:
+    """The kernels' weight layout for w: False contiguous, True channels_last (as
+    `module.to(memory_format=torch.channels_last)` leaves conv weights), None neither (a copy)."""
+    if w.is_contiguous():
+        return False
+    return True if w.is_contiguous(memory_format=_CL) else None
+
+
 def _forward_plan(x, w, b, padding, amp: torch.dtype | None) -> Any:
     """The plan of a forward call signature, or DISPATCH when the op must decide (fallback,
     empty batch, a batch above the kernels' limit). Raises on invalid arguments."""
@@ -246,7 +262,7 @@ class _ForwardPlan:
 
     __slots__ = (
         "launch", "size", "stride", "dtype", "device", "index", "wdtype", "cast_x", "x_cl",
-        "cast_w", "w_contig", "cast_b", "b_contig", "p", "dev", "_dgrad", "_wgrad",
+        "cast_w", "w_layout_ok", "cast_b", "b_contig", "p", "dev", "_dgrad", "_wgrad",
     )  # fmt: skip
 
     def __init__(self, x, w, b, pads: tuple[int, int], amp: torch.dtype | None) -> None:
@@ -256,13 +272,15 @@ class _ForwardPlan:
         self.wdtype = torch.float32 if amp is not None and w.dtype == torch.float32 else self.dtype
         self.cast_x = x.dtype != self.dtype
         self.x_cl = x.is_contiguous(memory_format=_CL)
-        self.cast_w = w.dtype != self.wdtype
-        self.w_contig = w.is_contiguous()
+        self.cast_w = w.dtype != self.wdtype  # a cast keeps the layout (preserve_format)
+        weight_cl = _weight_cl(w)
+        self.w_layout_ok = weight_cl is not None
         self.cast_b = b is not None and b.dtype != self.wdtype
         self.b_contig = b is None or b.is_contiguous()
         self.p = Conv2dGw8Params.from_tensors(
-            x, w, b, pads, dtype=_dtype_name(self.dtype), wdtype=_dtype_name(self.wdtype)
-        )
+            x, w, b, pads, dtype=_dtype_name(self.dtype), wdtype=_dtype_name(self.wdtype),
+            weight_cl=bool(weight_cl),
+        )  # fmt: skip
         self.device = x.device
         self.index = x.device.index
         self.dev = device_attributes(self.index)
@@ -276,7 +294,8 @@ class _ForwardPlan:
 
     def prepare(self, x, w, b) -> tuple[Any, Any, Any]:
         """The tensors as the kernels read them: compute dtype, channels_last, 16-byte aligned x;
-        contiguous weight and bias of the weight dtype."""
+        weight and bias of the weight dtype, the weight contiguous or channels_last (as the plan
+        saw it), the bias contiguous."""
         if self.cast_x:
             x = x.to(self.dtype, memory_format=_CL)
         elif not self.x_cl:
@@ -285,7 +304,7 @@ class _ForwardPlan:
             x = x.clone(memory_format=_CL)
         if self.cast_w:
             w = w.to(self.wdtype)
-        if not self.w_contig:
+        if not self.w_layout_ok:
             w = w.contiguous()
         if b is not None:
             if self.cast_b:
@@ -340,11 +359,12 @@ def _selected(kdef, p: Conv2dGw8Params, dev) -> tuple[Any, Any]:
 class _DgradPlan:
     """The input gradient of one layer (batch included) on one GPU."""
 
-    __slots__ = ("launch", "size", "stride", "dtype", "device")
+    __slots__ = ("launch", "size", "stride", "dtype", "device", "weight_cl")
 
     def __init__(self, p: Conv2dGw8Params, dev) -> None:
         from spio.kernels.conv2d_gw8_fprop import DGRAD, DgradLaunch
 
+        self.weight_cl = p.weight_cl
         cfg, kernel = _selected(DGRAD, p, dev)
         self.launch = DgradLaunch(kernel, p, cfg)
         self.size = (p.n, p.c, p.h, p.w)
@@ -353,7 +373,7 @@ class _DgradPlan:
         self.device = torch.device("cuda", dev.ordinal)
 
     def run(self, dy, w, stream: int) -> torch.Tensor:
-        """dx for a channels_last, 16-byte aligned dy and a contiguous w."""
+        """dx for a channels_last, 16-byte aligned dy and w in the plan's layout (`weight_cl`)."""
         dx = _empty_strided(self.size, self.stride, dtype=self.dtype, device=self.device)
         self.launch(dx, dy, w, stream)
         return dx
@@ -362,7 +382,7 @@ class _DgradPlan:
 class _WgradPlan:
     """The weight (and bias) gradient of one layer (batch included) on one GPU: both passes."""
 
-    __slots__ = ("launch", "w_size", "c", "wdtype", "device", "with_bias", "workspace")
+    __slots__ = ("launch", "w_size", "w_stride", "c", "wdtype", "device", "with_bias", "workspace")
 
     def __init__(self, p: Conv2dGw8Params, dev) -> None:
         from spio.kernels import conv2d_gw8_wgrad as wg
@@ -377,6 +397,8 @@ class _WgradPlan:
             )
         self.launch = wg.WgradLaunch(kernel, reduce_kernel, p, cfg, dev)
         self.w_size = (p.c, GROUP_WIDTH, p.r, p.s)
+        # dw in the weight's layout, so autograd accumulates it without a copy
+        self.w_stride = _cl_stride(self.w_size) if p.weight_cl else _contiguous_stride(self.w_size)
         self.c = p.c
         self.wdtype = getattr(torch, p.weight_dtype)
         self.device = torch.device("cuda", dev.ordinal)
@@ -385,7 +407,7 @@ class _WgradPlan:
 
     def run(self, x, dy, stream: int) -> tuple[torch.Tensor, torch.Tensor | None]:
         """(dw, db or None) for channels_last, 16-byte aligned x and dy."""
-        dw = _empty(self.w_size, dtype=self.wdtype, device=self.device)
+        dw = _empty_strided(self.w_size, self.w_stride, dtype=self.wdtype, device=self.device)
         db = _empty(self.c, dtype=self.wdtype, device=self.device) if self.with_bias else None
         workspace = _empty(self.workspace, dtype=torch.float32, device=self.device)
         self.launch(dw, db, workspace, x, dy, stream)
@@ -450,12 +472,13 @@ _LIB.define(
 )
 _LIB.define(
     "conv2d_gw8_wgrad(Tensor input, Tensor grad_output, int[] kernel_rs, int[] padding, "
-    "bool with_bias) -> (Tensor, Tensor)"
+    "bool with_bias, bool weight_cl=False) -> (Tensor, Tensor)"
 )
 
 
 def _conv2d_gw8_op(input, weight, bias, padding):
-    plan = _FORWARD.get(_key(input, weight, bias, padding, None))
+    key = _key(input, weight, bias, padding, None)  # padding: the list the dispatcher passes
+    plan = _FORWARD.get(key)
     if plan is not None and plan is not _plans.DISPATCH:  # a signature seen before: launch
         return plan.forward(input, weight, bias)
     pads = (int(padding[0]), int(padding[1]))
@@ -466,9 +489,7 @@ def _conv2d_gw8_op(input, weight, bias, padding):
         return torch.empty(
             (0, p.c, p.p, p.q), dtype=input.dtype, device=input.device, memory_format=_CL
         )
-    plan = _FORWARD[_key(input, weight, bias, pads, None)] = _forward_plan(
-        input, weight, bias, pads, None
-    )
+    plan = _FORWARD[key] = _forward_plan(input, weight, bias, pads, None)
     return plan.forward(input, weight, bias)
 
 
@@ -479,14 +500,16 @@ def _conv2d_gw8_fake(input, weight, bias, padding):
     return torch.empty((n, c, p, q), dtype=input.dtype, device=input.device, memory_format=_CL)
 
 
-def _layer(t, rs, hw, pads, has_bias: bool, wdtype: torch.dtype | None = None) -> Conv2dGw8Params:
+def _layer(
+    t, rs, hw, pads, has_bias: bool, wdtype: torch.dtype | None = None, weight_cl: bool = False
+) -> Conv2dGw8Params:
     """The layer of a gradient op's arguments: batch and channels from t (dy or x)."""
     n, c = (int(v) for v in t.shape[:2])
     name = _dtype_name(t.dtype)
     return Conv2dGw8Params(
         n=n, c=c, h=hw[0], w=hw[1], r=int(rs[0]), s=int(rs[1]), pad_h=pads[0], pad_w=pads[1],
         has_bias=has_bias, dtype=name,
-        wdtype="float32" if wdtype == torch.float32 else name,
+        wdtype="float32" if wdtype == torch.float32 else name, weight_cl=weight_cl,
     )  # fmt: skip
 
 
@@ -514,8 +537,8 @@ def _expect(op: str, what: str, t, shape: tuple[int, ...], dtype) -> None:
 
 
 def _dgrad_op(grad_output, weight, input_hw, padding):
-    key = (grad_output.shape, grad_output.dtype, grad_output.device, weight.shape, weight.dtype,
-           tuple(input_hw), tuple(padding))  # fmt: skip
+    key = (grad_output.shape, grad_output.dtype, grad_output.device, weight.shape,
+           weight.stride(), weight.dtype, tuple(input_hw), tuple(padding))  # fmt: skip
     plan = _DGRAD.get(key)
     if plan is None:
         pads = (int(padding[0]), int(padding[1]))
@@ -534,7 +557,8 @@ def _dgrad_op(grad_output, weight, input_hw, padding):
                 f"spio conv2d_gw8_dgrad: weight must be {grad_output.dtype} (grad_output's "
                 f"dtype) or float32, got {weight.dtype}"
             )
-        p = _layer(grad_output, weight.shape[2:], hw, pads, False, weight.dtype)
+        weight_cl = _weight_cl(weight) if weight.dim() == 4 else None
+        p = _layer(grad_output, weight.shape[2:], hw, pads, False, weight.dtype, bool(weight_cl))
         _expect("conv2d_gw8_dgrad", "grad_output", grad_output, (n, c, p.p, p.q), grad_output.dtype)
         _expect("conv2d_gw8_dgrad", "weight", weight, (c, GROUP_WIDTH, p.r, p.s), weight.dtype)
         index = grad_output.device.index
@@ -542,7 +566,8 @@ def _dgrad_op(grad_output, weight, input_hw, padding):
     dy = grad_output
     if not dy.is_contiguous(memory_format=_CL) or dy.data_ptr() & 15:
         dy = dy.clone(memory_format=_CL)
-    return plan.run(dy, weight.contiguous(), raw_stream(grad_output.device.index))
+    w = weight if plan.weight_cl == _weight_cl(weight) else weight.contiguous()
+    return plan.run(dy, w, raw_stream(grad_output.device.index))
 
 
 def _dgrad_fake(grad_output, weight, input_hw, padding):
@@ -555,25 +580,28 @@ def _dgrad_fake(grad_output, weight, input_hw, padding):
     )
 
 
-def _wgrad_op(input, grad_output, kernel_rs, padding, with_bias):
-    """(grad_weight (C, 8, R, S), grad_bias (C,) or an empty (0,) tensor when not with_bias)."""
+def _wgrad_op(input, grad_output, kernel_rs, padding, with_bias, weight_cl=False):
+    """(grad_weight (C, 8, R, S), contiguous or channels_last (`weight_cl`: the weight's layout),
+    grad_bias (C,) or an empty (0,) tensor when not with_bias)."""
     key = (input.shape, input.dtype, input.device, grad_output.shape, grad_output.dtype,
-           tuple(kernel_rs), tuple(padding), bool(with_bias))  # fmt: skip
+           tuple(kernel_rs), tuple(padding), bool(with_bias), bool(weight_cl))  # fmt: skip
     plan = _WGRAD.get(key)
     if plan is None:
         pads = (int(padding[0]), int(padding[1]))
         rs = (int(kernel_rs[0]), int(kernel_rs[1]))
         if use_fallback("conv2d_gw8_wgrad", input, grad_output):
-            gw = ref.wgrad(input, grad_output, rs, pads).contiguous()
+            gw = ref.wgrad(input, grad_output, rs, pads)
+            gw = gw.contiguous(memory_format=_CL if weight_cl else torch.contiguous_format)
             gb = ref.bias_grad(grad_output) if with_bias else grad_output.new_empty((0,))
             return gw, gb
         _check_gradient_op("conv2d_gw8_wgrad", input, "grad_output", grad_output)
         if not _gpu_batch("conv2d_gw8_wgrad", int(input.shape[0])):
             c = int(input.shape[1])  # the gradients of an empty batch are zero
             gw = input.new_zeros((c, GROUP_WIDTH, rs[0], rs[1]))
+            gw = gw.contiguous(memory_format=_CL if weight_cl else torch.contiguous_format)
             return gw, input.new_zeros((c,) if with_bias else (0,))
         hw = (int(input.shape[2]), int(input.shape[3]))
-        p = _layer(input, rs, hw, pads, bool(with_bias))
+        p = _layer(input, rs, hw, pads, bool(with_bias), weight_cl=bool(weight_cl))
         _expect("conv2d_gw8_wgrad", "grad_output", grad_output, (p.n, p.c, p.p, p.q), input.dtype)
         plan = _WGRAD[key] = _wgrad_plan(p, bool(with_bias), device_attributes(input.device.index))
     x, dy = input, grad_output
@@ -585,9 +613,10 @@ def _wgrad_op(input, grad_output, kernel_rs, padding, with_bias):
     return dw, db if db is not None else input.new_empty((0,))
 
 
-def _wgrad_fake(input, grad_output, kernel_rs, padding, with_bias):
+def _wgrad_fake(input, grad_output, kernel_rs, padding, with_bias, weight_cl=False):
     c = input.shape[1]
     gw = input.new_empty((c, GROUP_WIDTH, kernel_rs[0], kernel_rs[1]))
+    gw = gw.contiguous(memory_format=_CL if weight_cl else torch.contiguous_format)
     gb = input.new_empty((c,) if with_bias else (0,))
     return gw, gb
 
@@ -607,6 +636,7 @@ def _setup_context(ctx, inputs, output):
     ctx.save_for_backward(input, weight)
     ctx.padding = list(padding)
     ctx.with_bias = bias is not None
+    ctx.weight_cl = _weight_cl(weight) is True  # dw in the weight's layout
 
 
 def _backward(ctx, grad_output):
@@ -625,6 +655,7 @@ def _backward(ctx, grad_output):
             [weight.shape[2], weight.shape[3]],
             ctx.padding,
             bool(ctx.with_bias and need_b),
+            ctx.weight_cl,
         )
         grad_weight = gw if need_w else None
         grad_bias = gb if ctx.with_bias and need_b else None

@@ -222,7 +222,7 @@ def spec(
         # One image of x (NHWC as 16-byte pixel groups) and of y (half2 channel pairs).
         "Input": Tensor((H(p.h), W(p.w), C8(g)), uint4),
         "Output": Tensor((P(p.p), Q(p.q), C8(g), CP(4)), uint32),
-        "Weight": Tensor((C8(g), KO(8), CI(8), R(p.r), S(p.s)), welem),
+        "Weight": Tensor(p.weight_dims(C8(g), KO(8), CI(8), R(p.r), S(p.s)), welem),
         "Bias": Tensor((C8(g), KO(8)), welem),
         "SmemInput": Tensor((STAGE(cfg.stages), C8(cfg.warps), W(images(cfg) * tw), CP(4)), uint32),
         "SmemOutput": Tensor(
@@ -230,7 +230,7 @@ def spec(
             uint32,
             strides={C8: 4 * out_plane(cfg)},
         ),
-        "SmemWeight": Tensor((C8(cfg.warps), KO(8), CI(8), R(p.r), S(p.s)), elem),
+        "SmemWeight": Tensor(p.weight_dims(C8(cfg.warps), KO(8), CI(8), R(p.r), S(p.s)), elem),
         "BlockIdx": CompoundIndex(
             PB(math.ceil(p.p / cfg.block_p)), QB(math.ceil(p.q / cfg.block_q)), GB(g // cfg.warps)
         ),
@@ -308,8 +308,8 @@ def one_config_per_layer(p: Conv2dGw8Params) -> tuple[Conv2dGw8Params, Conv2dGw8
     batch size serves its other batch sizes (the batch is a launch argument, so a new batch size
     compiles nothing). The output's bits do not depend on the config: every element sums its
     taps in the same order (input rows, then filter columns, 8 channels per MMA) whatever the
-    tiling. The weight's dtype (float32 under autocast) does not enter the selection."""
-    p = replace(p, wdtype=None)
+    tiling. The weight's dtype (float32 under autocast) and layout do not enter the selection."""
+    p = replace(p, wdtype=None, weight_cl=False)
     return p, p.variant()
 
 

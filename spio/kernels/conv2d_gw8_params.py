@@ -35,6 +35,10 @@ class Conv2dGw8Params:
         wdtype: the weight's and bias's type (and their gradients'): dtype, or "float32" (the
             kernels round a float32 weight and bias to dtype as they read them, what autocast's
             cast would do, and the weight gradient is written in float32); None means dtype.
+        weight_cl: the weight (C, 8, R, S), and the weight gradient the kernels write, is stored
+            channels_last: memory order (C, R, S, 8), strides (8RS, 1, 8S, 8), as
+            `module.to(memory_format=torch.channels_last)` leaves a conv weight; False:
+            contiguous. Normalized to False for 1x1 kernels (both layouts are one).
     """
 
     n: int
@@ -48,17 +52,19 @@ class Conv2dGw8Params:
     has_bias: bool = False
     dtype: str = "float16"
     wdtype: str | None = None
+    weight_cl: bool = False
 
     def __post_init__(self) -> None:
         for name in ("n", "c", "h", "w", "r", "s", "pad_h", "pad_w"):
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool):
                 raise TypeError(f"Conv2dGw8Params.{name} must be an int, got {type(v).__name__}")
-        if not isinstance(self.has_bias, bool):
-            raise TypeError(
-                f"Conv2dGw8Params.has_bias must be a bool, got {type(self.has_bias).__name__} "
-                f"{self.has_bias!r}"
-            )
+        for name in ("has_bias", "weight_cl"):
+            v = getattr(self, name)
+            if not isinstance(v, bool):
+                raise TypeError(
+                    f"Conv2dGw8Params.{name} must be a bool, got {type(v).__name__} {v!r}"
+                )
         if not 1 <= self.n <= MAX_BATCH:
             raise ValueError(
                 f"Conv2dGw8Params.n (batch) must be in 1..{MAX_BATCH} (the kernels run the batch "
@@ -89,6 +95,8 @@ class Conv2dGw8Params:
             raise ValueError(f"Conv2dGw8Params.dtype must be one of {DTYPES}, got {self.dtype!r}")
         if self.wdtype is None:
             object.__setattr__(self, "wdtype", self.dtype)
+        if self.weight_cl and self.r * self.s == 1:
+            object.__setattr__(self, "weight_cl", False)
         if self.wdtype not in (self.dtype, "float32"):
             raise ValueError(
                 f"Conv2dGw8Params.wdtype must be the data type ({self.dtype!r}) or 'float32', "
@@ -171,13 +179,14 @@ class Conv2dGw8Params:
         dtype: str | None = None,
         batch: int | None = None,
         wdtype: str | None = None,
+        weight_cl: bool = False,
     ) -> Conv2dGw8Params:
         """Params of conv2d_gw8(x, weight, bias, padding); raises on anything unsupported.
 
         `dtype` overrides x's dtype (the CPU fallback checks float32 shapes with it); `batch`
         overrides x's batch size (the op checks a layer's shape with batch=1, so an empty batch or
         one above MAX_BATCH, which only the GPU kernels cannot take, passes); `wdtype` is the
-        weight's dtype as the kernels read it (None: dtype).
+        weight's dtype as the kernels read it (None: dtype); `weight_cl` its layout.
         """
         if x.dim() != 4:
             raise ValueError(
@@ -218,7 +227,14 @@ class Conv2dGw8Params:
             has_bias=bias is not None,
             dtype=dtype,
             wdtype=wdtype,
+            weight_cl=weight_cl,
         )
+
+    def weight_dims(self, c8: Any, ko: Any, ci: Any, r: Any, s: Any) -> tuple[Any, ...]:
+        """The weight's dimensions (generator Dims, sized) in memory order, outermost first:
+        (C8, KO, CI, R, S) contiguous, (C8, KO, R, S, CI) channels_last (`weight_cl`). Kernels
+        index the weight by name (position-free), so the layout is this order alone."""
+        return (c8, ko, r, s, ci) if self.weight_cl else (c8, ko, ci, r, s)
 
 
 @functools.lru_cache(maxsize=256)
@@ -235,6 +251,7 @@ def _dgrad_as_fprop(p: Conv2dGw8Params) -> Conv2dGw8Params:
         has_bias=False,
         dtype=p.dtype,
         wdtype=p.wdtype,
+        weight_cl=p.weight_cl,
     )
 
 

@@ -213,11 +213,12 @@ def spec(p: Conv2dGw8Params, cfg: Conv2dGw8WgradConfig, dev: Any = None) -> Kern
         "Elem": Type(elem),
         "Input": Tensor((H(p.h), W(p.w), C8(g)), uint4),
         "Grad": Tensor((P(p.p), Q(p.q), C8(g)), uint4),
-        "Partial": Tensor((C8(g), KO(8), CI(8), R(p.r), S(p.s)), f32),
+        # The partials in the weight's layout: the reduction sums them flat into dw.
+        "Partial": Tensor(p.weight_dims(C8(g), KO(8), CI(8), R(p.r), S(p.s)), f32),
         "BiasPartial": Tensor((C8(g), KO(8)), f32),
         "SmemInput": Tensor((STAGE(cfg.stages), C8(cfg.warps), W(tile_w(p, cfg))), uint4),
         "SmemGrad": Tensor((DYROW(dy_rows(p, cfg)), C8(cfg.warps), Q(cfg.block_q)), uint4),
-        "SmemPartial": Tensor((C8(cfg.warps), KO(8), CI(8), R(p.r), S(p.s)), f32),
+        "SmemPartial": Tensor(p.weight_dims(C8(cfg.warps), KO(8), CI(8), R(p.r), S(p.s)), f32),
         "BlockIdx": CompoundIndex(QB(q_tiles(p, cfg)), GB(g // cfg.warps)),
         "IN_H": Constant(p.h),
         "IN_W": Constant(p.w),
@@ -385,8 +386,8 @@ SELECT_BATCH = 64
 def select_at_fixed_batch(p: Conv2dGw8Params) -> tuple[Conv2dGw8Params, None]:
     """wgrad's selection rule (`KernelDef.select_key`): the config selected for the layer at
     SELECT_BATCH images serves every batch size (see SELECT_BATCH); the weight's dtype does not
-    enter (it changes only the reduction's output type)."""
-    return replace(p, n=SELECT_BATCH, wdtype=None), None
+    enter (it changes only the reduction's output type), nor the weight's layout."""
+    return replace(p, n=SELECT_BATCH, wdtype=None, weight_cl=False), None
 
 
 def compiled_variant(p: Conv2dGw8Params) -> Conv2dGw8Params:

@@ -36,9 +36,10 @@
 ///   coalesced loads while the prologue rows are in flight (a float32 weight, WElem = float
 ///   under autocast, rounded to Elem on the way), then read into registers.
 /// Assumes: NHWC (channels_last) x and y, C % 8 == 0, 16-byte aligned x/y, weight (C, 8, R, S)
-///   contiguous, bias (C) contiguous, both of WElem (Elem, or float); one image of x and y below
-///   2^31 elements (the batch offset is 64-bit); `batch` = N (the second image of the last CTA
-///   is masked when N is odd).
+///   contiguous or channels_last (the Weight types' dimension order: (C8, KO, CI, R, S) or
+///   (C8, KO, R, S, CI); the kernel indexes it by name), bias (C) contiguous, both of WElem
+///   (Elem, or float); one image of x and y below 2^31 elements (the batch offset is 64-bit);
+///   `batch` = N (the second image of the last CTA is masked when N is odd).
 
 #include "spio/async_copy.h"
 #include "spio/mma.h"
@@ -85,7 +86,7 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
                                  SmemInput::storage_size());  // (OUTBUF, C8, Q, CP), padded
     const SmemWeight smem_weight(reinterpret_cast<Elem*>(
         reinterpret_cast<unsigned*>(smem_raw) + SmemInput::storage_size() +
-        SmemOutput::storage_size()));  // (C8, KO, CI, R, S): this CTA's WARPS groups
+        SmemOutput::storage_size()));  // this CTA's WARPS groups, in the weight's layout
     const int lane = spio::lane_id();
     const C8 warp_group(spio::warp_id());  // this warp's group within the CTA
     const BlockIdx block(blockIdx.x);
@@ -221,7 +222,7 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
     // B[c][k] = w[g8 + k, c, r, s], k = lane/4, c = 2t, 2t+1.
     // A float32 weight (WElem = float, under autocast) is rounded to Elem here, as autocast's
     // cast would round it.
-    const Weight weight(const_cast<WElem*>(weight_ptr));  // (C8, KO, CI, R, S)
+    const Weight weight(const_cast<WElem*>(weight_ptr));  // (C8, KO, CI, R, S) or (.., R, S, CI)
     const WElem* weight_block = weight[group0].get();
     for (int t = threadIdx.x; t < SmemWeight::storage_size(); t += WARPS * 32) {
         smem_weight.get()[t] = static_cast<Elem>(weight_block[t]);

@@ -48,7 +48,8 @@
 /// Launch: triggers its dependents at entry (sm_90+), so the reduction, launched with PDL, is
 ///   scheduled while this grid runs and waits in griddepcontrol.wait for its completion.
 /// Assumes: NHWC x and dy, C % 8 == 0, 16-byte aligned pointers (partial included); partials laid
-///   out like the weight (C, 8, R, S) in fp32, one slice per (split, column tile).
+///   out like the weight (C, 8, R, S), contiguous or channels_last, in fp32, one slice per
+///   (split, column tile).
 
 #include "spio/async_copy.h"
 #include "spio/ldmatrix.h"
@@ -237,13 +238,14 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
     spio::cp_async_wait<0>();
     __syncthreads();  // every warp is done with the pipeline's shared memory: reuse it below
 
-    // ---- epilogue: this CTA's partial, laid out like the weight (C8, KO, CI, R, S) ------------
+    // ---- epilogue: this CTA's partial, laid out like the weight: (C8, KO, CI, R, S), or
+    // (C8, KO, R, S, CI) for a channels_last weight (the Partial types' dimension order) --------
     // The CTA's WARPS groups are one contiguous block of the slice. Each warp puts its fragments
     // in the same layout in shared memory (a direct store would touch 32 sectors per
     // instruction), then the CTA copies the block out with coalesced 16-byte stores.
     // Fragment element e of a[j]: row = 8 * (e / 2) + lane / 4 -> (filter column 2j + e / 2,
     // input channel lane / 4); column = 2 * (lane % 4) + e % 2 -> output channel.
-    const SmemPartial smem_partial(reinterpret_cast<float*>(smem_raw));  // (C8, KO, CI, R, S)
+    const SmemPartial smem_partial(reinterpret_cast<float*>(smem_raw));  // the weight's layout
 #pragma unroll
     for (int r = 0; r < KERNEL_R; ++r) {
 #pragma unroll

@@ -84,6 +84,53 @@ def test_matmul_eager_and_dispatcher_paths_agree_bitwise(seed):
         assert torch.equal(got, want)
 
 
+def test_dispatcher_path_builds_each_plan_once(seed, monkeypatch):
+    """The ops as torch.compile calls them (through the dispatcher, padding as a list): the second
+    fwd+bwd with one signature builds no plan (a key mismatch between the lookup and the store
+    once rebuilt the conv forward plan, with its selection, on every compiled call)."""
+    import spio.functional.conv2d_gw8 as conv_mod
+    import spio.functional.layernorm_2d as ln_mod
+    import spio.functional.matmul as mm_mod
+
+    clear_plans()
+    built: list[str] = []
+
+    def counting(module, name):
+        original = getattr(module, name)
+
+        def wrapper(*args, **kwargs):
+            built.append(f"{module.__name__}.{name}")
+            return original(*args, **kwargs)
+
+        monkeypatch.setattr(module, name, wrapper)
+
+    for module, names in (
+        (conv_mod, ("_forward_plan", "_dgrad_plan", "_wgrad_plan")),
+        (ln_mod, ("_Plan",)),
+        (mm_mod, ("_Plan",)),
+    ):
+        for name in names:
+            counting(module, name)
+    x, wt, b, dy = _conv_inputs(seed)
+    a = torch.randn(40, 64, device="cuda").half()
+    bt = torch.randn(24, 64, device="cuda").half()
+    calls = (
+        (lambda x, w, b: conv2d_gw8(x, w, b), (x, wt, b), dy),
+        (lambda x, w, b: layernorm_2d(x, w, b), (x, wt[:, 0, 0, 0].contiguous(), b), dy),
+        (lambda a, b: matmul(a, b, b_transposed=True), (a, bt), torch.randn(40, 24,
+            device="cuda").half()),
+    )  # fmt: skip
+    with _Through():
+        for fn, tensors, grad in calls:
+            _grads(fn, tensors, grad)
+        first = list(built)
+        for fn, tensors, grad in calls:
+            _grads(fn, tensors, grad)
+    torch.cuda.synchronize()
+    assert first, "no plan was built: the spies are not on the op path"
+    assert built == first, f"plans rebuilt on the second call: {built[len(first) :]}"
+
+
 @pytest.mark.parametrize("amp", [torch.float16, torch.bfloat16])
 def test_conv_autocast_reads_float32_parameters(amp, seed):
     """Under autocast float32 weight and bias go to the kernels as they are (no cast per call):

@@ -61,6 +61,45 @@ def test_wgrad_is_deterministic(seed):
         assert torch.equal(gw, runs[0][0]) and torch.equal(gb, runs[0][1])
 
 
+class _Through(torch.utils._python_dispatch.TorchDispatchMode):
+    """A no-op dispatch mode: the ops go through the dispatcher (the path torch.compile takes)."""
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("path", ["eager", "dispatcher"])
+@pytest.mark.parametrize("r, s, wdtype", [(3, 3, None), (5, 3, None), (3, 3, torch.float32)])
+def test_channels_last_weight_is_read_and_written_in_place(path, r, s, wdtype, seed):
+    """A channels_last weight (what module.to(memory_format=channels_last) leaves) runs without a
+    copy: the same bits as the contiguous weight for y, dx, dw and db, and dw comes back
+    channels_last (so autograd accumulates it without a copy either); float32 under autocast."""
+    import contextlib
+
+    x, wt, b = _inputs(seed, r=r, s=s)
+    if wdtype is not None:
+        wt, b = wt.to(wdtype), b.to(wdtype)
+    g = torch.Generator("cuda").manual_seed(seed + 1)
+    dy = torch.randn(x.shape[0], 32, 15 + 2 * (r // 2) - r + 1, 17 + 2 * (s // 2) - s + 1,
+                     generator=g, device="cuda").half().contiguous(memory_format=CL)  # fmt: skip
+    results = []
+    for w in (wt.contiguous(), wt.contiguous(memory_format=CL)):
+        leaves = [t.detach().clone().requires_grad_() for t in (x, w, b)]
+        leaves[1] = w.detach().clone(memory_format=torch.preserve_format).requires_grad_()
+        amp = torch.autocast("cuda", dtype=torch.float16) if wdtype else contextlib.nullcontext()
+        mode = _Through() if path == "dispatcher" else contextlib.nullcontext()
+        with mode:
+            with amp:
+                y = conv2d_gw8(*leaves)
+            y.backward(dy)
+        results.append((y, *(t.grad for t in leaves)))
+    (y0, dx0, dw0, db0), (y1, dx1, dw1, db1) = results
+    assert dw1.is_contiguous(memory_format=CL) and not dw1.is_contiguous()
+    assert dw0.is_contiguous()
+    for name, a, e in (("y", y1, y0), ("dx", dx1, dx0), ("dw", dw1, dw0), ("db", db1, db0)):
+        assert torch.equal(a, e), f"{name} differs with a channels_last weight, seed={seed}"
+
+
 def test_non_channels_last_input_is_converted(seed):
     x, wt, b = _inputs(seed)
     y = conv2d_gw8(x.contiguous(), wt, b)

@@ -92,6 +92,12 @@ def test_params_types_and_output_size():
         Conv2dGw8Params(n=2.0, c=16, h=8, w=8)
     p = Conv2dGw8Params(n=2, c=16, h=10, w=7, r=5, s=3, pad_h=0, pad_w=2)
     assert (p.p, p.q, p.groups) == (6, 9, 2)
+    with pytest.raises(TypeError, match="weight_cl must be a bool"):
+        Conv2dGw8Params(n=2, c=16, h=8, w=8, weight_cl=1)
+    # one memory order for a 1x1 weight: one compiled variant, not two
+    one = Conv2dGw8Params(n=2, c=16, h=8, w=8, r=1, s=1, pad_h=0, pad_w=0, weight_cl=True)
+    assert not one.weight_cl
+    assert Conv2dGw8Params(n=2, c=16, h=8, w=8, weight_cl=True).dgrad_as_fprop().weight_cl
 
 
 @pytest.mark.parametrize(
@@ -227,6 +233,20 @@ COMPILE_PARAMS = [
     Conv2dGw8Params(n=4, c=64, h=20, w=37, r=3, s=3, pad_h=1, pad_w=1, has_bias=True),
     Conv2dGw8Params(n=2, c=24, h=9, w=7, r=7, s=5, pad_h=3, pad_w=2, dtype="bfloat16"),
     Conv2dGw8Params(n=1, c=8, h=5, w=70, r=1, s=2, pad_h=0, pad_w=0),
+    # a channels_last float32 weight (a channels_last model under autocast)
+    Conv2dGw8Params(
+        n=3,
+        c=32,
+        h=11,
+        w=13,
+        r=5,
+        s=3,
+        pad_h=2,
+        pad_w=1,
+        has_bias=True,
+        wdtype="float32",
+        weight_cl=True,
+    ),
 ]
 KDEFS = (fp.FPROP, fp.DGRAD, wg.WGRAD, rd.WGRAD_REDUCE)
 _PER_KERNEL = 2  # sampled configs per (params, kernel, arch) in CI
