@@ -88,9 +88,13 @@ def test_dispatcher_path_builds_each_plan_once(seed, monkeypatch):
     """The ops as torch.compile calls them (through the dispatcher, padding as a list): the second
     fwd+bwd with one signature builds no plan (a key mismatch between the lookup and the store
     once rebuilt the conv forward plan, with its selection, on every compiled call)."""
-    import spio.functional.conv2d_gw8 as conv_mod
-    import spio.functional.layernorm_2d as ln_mod
-    import spio.functional.matmul as mm_mod
+    import importlib
+
+    # the modules (spio.functional's attributes of these names are the functions)
+    conv_mod, ln_mod, mm_mod = (
+        importlib.import_module(f"spio.functional.{name}")
+        for name in ("conv2d_gw8", "layernorm_2d", "matmul")
+    )
 
     clear_plans()
     built: list[str] = []
