@@ -9,6 +9,8 @@
 #   scripts/gpu-session.sh tune MINUTES    collect samples for every family, train, eval
 #                                          (MINUTES per family: 6 families, plus compiles)
 #   scripts/gpu-session.sh sweep           every conv2d_gw8 fprop/dgrad config at the 3x3 and 7x7 points
+#   scripts/gpu-session.sh multi           on a 2-GPU machine: the two-GPU tests (DDP, FSDP2, one
+#                                          disk cache, two threads) and DDP scaling (needs timm)
 # Stages combine: scripts/gpu-session.sh test bench
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -31,6 +33,14 @@ while [ $# -gt 0 ]; do
       python3 -m pytest -q -m "gpu and not slow" -n 4 -p no:cacheprovider --timeout 600 \
           --ignore tests/gpu/test_timing.py --junitxml="$OUT/junit.xml" tests \
           ${SPIO_PYTEST_ARGS:-} 2>&1 | tee "$OUT/test.log" | tail -60
+      ;;
+    multi)
+      # NVLink multicast off: it can take the machine's GPUs out of service for others.
+      export NCCL_NVLS_ENABLE=0
+      python3 -m pytest -q -p no:cacheprovider --timeout 900 --junitxml="$OUT/junit-multi.xml" \
+          tests/gpu/test_distributed.py tests/gpu/test_launch.py \
+          tests/gpu/functional/test_call_path.py 2>&1 | tee "$OUT/test-multi.log" | tail -30
+      python3 benchmarks/bench_ddp.py --csv "$OUT/ddp.csv" 2>&1 | tee "$OUT/ddp.log"
       ;;
     sweep)
       python3 benchmarks/sweep_conv2d_gw8.py --kernel fprop,dgrad --csv "$OUT/sweep.csv" 2>&1 \
