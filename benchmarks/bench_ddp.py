@@ -1,12 +1,14 @@
 """Data-parallel scaling of a timm model's training step, with and without spio, on 1 and 2 GPUs.
 
-    python benchmarks/bench_ddp.py [--model regnetx_002] [--batch 256] [--steps 30] [--csv F]
+    python benchmarks/bench_ddp.py [--model regnetx_002] [--batch 256] [--steps 20] [--rounds 5]
+                                   [--csv F]
 
 For each side (PyTorch's model, and its copy after `spio.layers.transform`) and world size (1: the
 model alone on GPU 0; 2: DistributedDataParallel, one process per GPU, NCCL, launched with
 torch.multiprocessing.spawn): AMP fp16 with a GradScaler, SGD, channels_last, `--batch` random
-224x224 images per GPU; 10 warm-up steps, then `--steps` steps timed between two barriers.
-Reported: images/s over all GPUs, and scaling = 2-GPU / 1-GPU throughput (target >= 1.8). NVLink
+224x224 images per GPU; 10 warm-up steps, then `--rounds` rounds of `--steps` steps, each timed
+between two barriers. Reported: images/s over all GPUs (median round, lowest..highest), and
+scaling = 2-GPU / 1-GPU throughput (target >= 1.8). NVLink
 multicast stays off (NCCL_NVLS_ENABLE=0). Needs timm and two GPUs.
 """
 
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import sys
 import tempfile
 import time
@@ -47,18 +50,20 @@ def worker(rank: int, world: int, init: str, side: str, args: argparse.Namespace
     step = train_step(model, x, y, dtype="fp16", mode="eager")
     for _ in range(WARMUP):
         step()
-    torch.cuda.synchronize()
-    if world > 1:
-        dist.barrier()
-    t0 = time.perf_counter()
-    for _ in range(args.steps):
-        step()
-    torch.cuda.synchronize()
-    if world > 1:
-        dist.barrier()
-    seconds = time.perf_counter() - t0
+    rates = []
+    for _ in range(args.rounds):
+        torch.cuda.synchronize()
+        if world > 1:
+            dist.barrier()
+        t0 = time.perf_counter()
+        for _ in range(args.steps):
+            step()
+        torch.cuda.synchronize()
+        if world > 1:
+            dist.barrier()
+        rates.append(world * args.batch * args.steps / (time.perf_counter() - t0))
     if rank == 0:
-        Path(out).write_text(f"{world * args.batch * args.steps / seconds}")
+        Path(out).write_text(f"{statistics.median(rates)} {min(rates)} {max(rates)}")
     if world > 1:
         dist.destroy_process_group()
 
@@ -67,7 +72,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", default="regnetx_002")
     ap.add_argument("--batch", type=int, default=256, help="images per GPU")
-    ap.add_argument("--steps", type=int, default=30)
+    ap.add_argument("--steps", type=int, default=20, help="steps per timed round")
+    ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--csv", type=Path, default=None)
     args = ap.parse_args(argv)
     if torch.cuda.device_count() < 2:
@@ -84,11 +90,13 @@ def main(argv: list[str] | None = None) -> int:
                 torch.multiprocessing.spawn(
                     worker, args=(world, init, side, args, out), nprocs=world, join=True
                 )
-                speed[world] = float(Path(out).read_text())
-            rows.append((side, speed[1], speed[2], speed[2] / speed[1]))
+                speed[world] = [float(v) for v in Path(out).read_text().split()]
+            one, two = speed[1][0], speed[2][0]
+            rows.append((side, one, two, two / one))
             print(
-                f"{args.model} batch {args.batch}/GPU {side:>5}: 1 GPU {speed[1]:8.0f} img/s, "
-                f"2 GPUs (DDP) {speed[2]:8.0f} img/s, scaling {speed[2] / speed[1]:.3f}",
+                f"{args.model} batch {args.batch}/GPU {side:>5}: 1 GPU {one:8.0f} img/s "
+                f"({speed[1][1]:.0f}..{speed[1][2]:.0f}), 2 GPUs (DDP) {two:8.0f} img/s "
+                f"({speed[2][1]:.0f}..{speed[2][2]:.0f}), scaling {two / one:.3f}",
                 flush=True,
             )
     if args.csv:

@@ -51,7 +51,7 @@ def global_batch(seed: int) -> tuple[torch.Tensor, torch.Tensor]:
 
 def _step(model: nn.Module, x, y, variant: str, run=None) -> None:
     """One SGD step; variant "bf16" (bf16 model and input) or "amp" (fp32 model, fp16 autocast)."""
-    run = run or model
+    run = model if run is None else run  # (a compiled module has no truth value)
     opt = torch.optim.SGD(model.parameters(), lr=LR)
     if variant == "amp":
         with torch.autocast(x.device.type, dtype=torch.float16):
