@@ -1,9 +1,13 @@
-"""The GPU time of some work as the sum of its GPU activities' durations (kernels, memsets and
-copies), read from torch.profiler's CUDA trace (CUPTI), in total and per kernel name.
+"""The GPU time of some work from torch.profiler's CUDA trace (CUPTI): the time the GPU was busy
+with its activities (kernels, memsets and copies), in total, and each activity name's summed
+durations.
 
 It counts kernels whatever launched them (cuBLAS, cuDNN, Triton, spio's driver launches) and
-leaves out host gaps and idle time; concurrent kernels on several streams are counted each, so
-the sum can exceed the wall time.
+leaves out host gaps and idle time. The total is the union of the activities' intervals, not the
+sum of their durations: a kernel launched with programmatic dependent launch (spio's wgrad
+reduction) starts while its producer runs and waits in griddepcontrol.wait, so its duration
+covers the producer's, and a sum counted that stretch twice (the layer profile once showed the
+reduction as long as the wgrad kernel itself). Per-name durations still include such waits.
 """
 
 from __future__ import annotations
@@ -31,13 +35,33 @@ class GpuTime:
 
 def device_times(events: Iterable[Any], calls: int = 1) -> GpuTime:
     """GpuTime per call of the GPU-side events among profiler `events` (FunctionEvent-like:
-    name, device_type, time_range.elapsed_us()) recorded over `calls` calls."""
+    name, device_type, time_range with start, end in µs) recorded over `calls` calls: the total
+    is the busy time (overlapping activities counted once), by_name the summed durations."""
     cuda = torch.autograd.DeviceType.CUDA
     by_name: dict[str, float] = {}
+    spans = []
     for e in events:
         if e.device_type == cuda:
-            by_name[e.name] = by_name.get(e.name, 0.0) + float(e.time_range.elapsed_us()) / calls
-    return GpuTime(sum(by_name.values()), by_name)
+            start, end = float(e.time_range.start), float(e.time_range.end)
+            by_name[e.name] = by_name.get(e.name, 0.0) + (end - start) / calls
+            spans.append((start, end))
+    return GpuTime(busy_us(spans) / calls, by_name)
+
+
+def busy_us(spans: Iterable[tuple[float, float]]) -> float:
+    """Length of the union of [start, end) intervals (µs)."""
+    total = 0.0
+    ordered = sorted(spans)
+    if not ordered:
+        return total
+    run_start, run_end = ordered[0]
+    for start, end in ordered[1:]:
+        if start > run_end:  # a gap: the run so far is done
+            total += run_end - run_start
+            run_start, run_end = start, end
+        else:
+            run_end = max(run_end, end)
+    return total + run_end - run_start
 
 
 def profiled_gpu_time(fn: Callable[[], object], calls: int, device: torch.device) -> GpuTime:

@@ -204,16 +204,34 @@ def test_layer_step_resets_the_gradients(pair):
     assert x.grad is None and all(p.grad is None for p in pair.spio[0].parameters())
 
 
-def test_device_times_sum_gpu_events_per_call_and_name():
+def test_device_times_per_call_and_name():
     cuda, cpu = torch.autograd.DeviceType.CUDA, torch.autograd.DeviceType.CPU
 
-    def event(name, device, us):
-        elapsed = SimpleNamespace(elapsed_us=lambda: us)
-        return SimpleNamespace(name=name, device_type=device, time_range=elapsed)
+    def event(name, device, start, us):
+        return SimpleNamespace(
+            name=name, device_type=device, time_range=SimpleNamespace(start=start, end=start + us)
+        )
 
-    events = [event("gemm", cuda, 6.0), event("aten::mm", cpu, 100.0), event("memset", cuda, 1.0),
-              event("gemm", cuda, 4.0)]  # fmt: skip
+    events = [event("gemm", cuda, 0.0, 6.0), event("aten::mm", cpu, 0.0, 100.0),
+              event("memset", cuda, 10.0, 1.0), event("gemm", cuda, 20.0, 4.0)]  # fmt: skip
     t = device_times(events, calls=2)
     assert t.total_us == 5.5 and t.by_name == {"gemm": 5.0, "memset": 0.5}
     assert t.top(1) == "gemm 5.0" and t.top(5, width=3) == "gem 5.0; mem 0.5"
     assert device_times([]).total_us == 0.0
+
+
+def test_device_times_counts_overlapping_activities_once():
+    """A PDL-launched kernel (spio's wgrad reduction) starts while its producer runs: the busy
+    time counts the overlap once; the per-name durations keep each kernel's own span."""
+    cuda = torch.autograd.DeviceType.CUDA
+
+    def event(name, start, end):
+        return SimpleNamespace(
+            name=name, device_type=cuda, time_range=SimpleNamespace(start=start, end=end)
+        )
+
+    events = [event("wgrad", 0.0, 50.0), event("reduce", 5.0, 55.0), event("next", 60.0, 70.0),
+              event("inside", 10.0, 20.0)]  # fmt: skip
+    t = device_times(events)
+    assert t.total_us == 65.0
+    assert t.by_name == {"wgrad": 50.0, "reduce": 50.0, "next": 10.0, "inside": 10.0}
