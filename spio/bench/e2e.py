@@ -12,7 +12,7 @@ is synchronized at its end only). Reported: median ms per step of each, and torc
 
 `--layers` instead profiles the layers the transform replaced, each at its shape in the model
 (spio's layer next to the PyTorch module, fwd+bwd GPU time), and each model's whole GPU time per
-eager step with and without spio (spio.bench.layer_profile; torch.profiler kernel sums).
+eager step with and without spio (spio.bench.layer_profile; GPU busy time under torch.profiler).
 
 Needs timm (`pip install 'spio[bench]'`). Long: each model compiles twice per compiled mode.
 
@@ -255,7 +255,7 @@ def main(argv: list[str] | None = None) -> int:
     device = torch.device("cuda", torch.cuda.current_device())
     print(f"{torch.cuda.get_device_name(device)}, torch {torch.__version__}, {args.dtype} autocast")
     if args.layers:
-        print("per layer: fwd+bwd GPU µs (torch.profiler kernel sum), layers of one shape once")
+        print("per layer: fwd+bwd GPU busy µs (torch.profiler), layers of one shape once")
         rows, failed = profile_models(args, device), 0
     else:
         print(

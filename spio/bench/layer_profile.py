@@ -5,7 +5,7 @@ Shapes come from forward hooks on PyTorch's model during one forward of the benc
 (under autocast, so the recorded dtype is the one the layer sees in training). Layers of equal
 shape and settings are timed once and counted. A layer's time is one training step of it alone:
 y = layer(x) under autocast, y.backward(gy), x's and the parameters' grads set back to None;
-the GPU time is the sum of the GPU activities' durations under torch.profiler
+the GPU time is the GPU's busy time with its activities under torch.profiler
 (spio.bench.gpu_time), so it includes autocast's weight casts and the gradient reductions, and
 no host time; each side's longest GPU activities go to the CSV (`torch_kernels`,
 `spio_kernels`). The model's GPU time per training step is measured the same way over eager
