@@ -64,7 +64,7 @@ def summary(report: TransformReport) -> str:
 
 def _rule(why: str) -> str:
     """The rule a kept module broke, without its values: "Conv2dGw8.from_conv2d: stride must be
-    1, got (2, 2)" -> "stride must be 1"."""
+    1 or 2, got (3, 3)" -> "stride must be 1 or 2"."""
     text = why.split(": ", 1)[-1]
     for stop in (",", " ("):
         text = text.split(stop, 1)[0]

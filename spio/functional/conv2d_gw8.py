@@ -1,8 +1,8 @@
 """`spio.functional.conv2d_gw8` and the ops `torch.ops.spio.conv2d_gw8{,_dgrad,_wgrad}`.
 
-Grouped 2-D convolution with group width 8 (groups = C / 8, weight (C, 8, R, S)), stride 1, any
-padding, optional bias, fp16/bf16 with fp32 accumulation, on spio's kernels (spio/src/
-conv2d_gw8_*.cu) on CUDA GPUs of compute capability 8.0+.
+Grouped 2-D convolution with group width 8 (groups = C / 8, weight (C, 8, R, S)), stride 1 or 2
+on each axis, any padding, optional bias, fp16/bf16 with fp32 accumulation, on spio's kernels
+(spio/src/conv2d_gw8_*.cu) on CUDA GPUs of compute capability 8.0+.
 
 - Batch: any N >= 0. N = 0 gives an empty output (and zero weight/bias gradients), as F.conv2d
   does. The GPU kernels run the batch on gridDim.y, so on a GPU N > 65535 is a ValueError (split
@@ -58,6 +58,7 @@ from spio.kernels.conv2d_gw8_params import (
     MAX_KERNEL,
     Conv2dGw8Params,
     normalize_padding,
+    normalize_stride,
 )
 
 __all__ = ["conv2d_gw8"]
@@ -84,8 +85,9 @@ def conv2d_gw8(
     weight: torch.Tensor,
     bias: torch.Tensor | None = None,
     padding: int | tuple[int, int] | None = None,
+    stride: int | tuple[int, int] = 1,
 ) -> torch.Tensor:
-    """Grouped conv2d with 8 channels per group: y = conv2d(x, w, b, stride 1, padding, C / 8).
+    """Grouped conv2d with 8 channels per group: y = conv2d(x, w, b, stride, padding, C / 8).
 
     Args:
         input: (N, C, H, W), C a multiple of 8; fp16 or bf16 (float32 only on the CPU fallback
@@ -94,12 +96,14 @@ def conv2d_gw8(
             any of fp16, bf16, float32).
         bias: optional (C,), weight's dtype and input's device.
         padding: int or (pad_h, pad_w) >= 0; None means (R // 2, S // 2).
+        stride: int or (stride_h, stride_w), each 1 or 2.
 
     Returns:
-        (N, C, P, Q) in channels_last memory, P = H + 2 pad_h - R + 1, Q = W + 2 pad_w - S + 1.
+        (N, C, P, Q) in channels_last memory, P = (H + 2 pad_h - R) // stride_h + 1, Q likewise,
+        as F.conv2d.
     """
     if _compiling():
-        return _through_op(input, weight, bias, padding)
+        return _through_op(input, weight, bias, padding, stride)
     if (
         type(input) is _Tensor
         and type(weight) in PLAIN_TYPES
@@ -108,13 +112,13 @@ def conv2d_gw8(
         and untraced()
     ):
         amp = autocast_dtype()
-        key = _key(input, weight, bias, padding, amp)
+        key = _key(input, weight, bias, padding, amp, stride)
         try:
             plan = _FORWARD.get(key)
-        except TypeError:  # an unhashable padding: the op path reports it
-            return _through_op(input, weight, bias, padding)
+        except TypeError:  # an unhashable padding or stride: the op path reports it
+            return _through_op(input, weight, bias, padding, stride)
         if plan is None:
-            plan = _FORWARD[key] = _forward_plan(input, weight, bias, padding, amp)
+            plan = _FORWARD[key] = _forward_plan(input, weight, bias, padding, amp, stride)
         if plan is not _plans.DISPATCH:
             if _grad_enabled() and (
                 input.requires_grad
@@ -123,10 +127,10 @@ def conv2d_gw8(
             ):
                 return _conv2dgw8_apply(input, weight, bias, plan)
             return plan.forward(input, weight, bias)
-    return _through_op(input, weight, bias, padding)
+    return _through_op(input, weight, bias, padding, stride)
 
 
-def _key(input, weight, bias, padding, amp) -> tuple:
+def _key(input, weight, bias, padding, amp, stride) -> tuple:
     """A forward call's signature: what its plan depends on."""
     b = bias
     return (
@@ -135,10 +139,11 @@ def _key(input, weight, bias, padding, amp) -> tuple:
         None if b is None else (b.shape, b.stride(), b.dtype, b.device),
         type(padding), tuple(padding) if type(padding) is list else padding,
         amp,
+        type(stride), tuple(stride) if type(stride) is list else stride,
     )  # fmt: skip
 
 
-def _through_op(input, weight, bias, padding) -> torch.Tensor:
+def _through_op(input, weight, bias, padding, stride=1) -> torch.Tensor:
     """The call through the dispatcher: `torch.ops.spio.conv2d_gw8` after the checks, with
     autocast's casts (under torch.compile, tensor subclasses, dispatch modes, the fallback)."""
     _check_types(input, weight, bias)
@@ -150,8 +155,9 @@ def _through_op(input, weight, bias, padding) -> torch.Tensor:
             t.to(dtype) if t is not None and t.dtype not in (dtype, torch.float64) else t
             for t in (input, weight, bias)
         )
-    pads = _validate(input, weight, bias, padding)
-    return torch.ops.spio.conv2d_gw8(input, weight, bias, list(pads))
+    pads = _validate(input, weight, bias, padding, stride=stride)
+    strides = list(normalize_stride(stride))
+    return torch.ops.spio.conv2d_gw8(input, weight, bias, list(pads), strides)
 
 
 def _check_types(input, weight, bias) -> None:
@@ -164,7 +170,7 @@ def _check_types(input, weight, bias) -> None:
             )
 
 
-def _validate(x, w, b, padding, amp: torch.dtype | None = None) -> tuple[int, int]:
+def _validate(x, w, b, padding, amp: torch.dtype | None = None, stride=1) -> tuple[int, int]:
     """The padding as (pad_h, pad_w) after checking every argument; raises TypeError/ValueError
     naming the argument, the rule and the fix. `amp`: the CUDA autocast dtype the call computes
     in (then float32 and the other half type are accepted for input, weight and bias)."""
@@ -203,7 +209,7 @@ def _validate(x, w, b, padding, amp: torch.dtype | None = None) -> tuple[int, in
         )
     # Shapes, group width, kernel and output size (float32 is checked as if it were fp16). The
     # batch is checked where the op runs: the fallback takes any N, the GPU kernels N <= 65535.
-    Conv2dGw8Params.from_tensors(x, w, b, pads, dtype="float16", batch=1)
+    Conv2dGw8Params.from_tensors(x, w, b, pads, dtype="float16", batch=1, stride=stride)
     return pads
 
 
@@ -247,13 +253,13 @@ def _weight_cl(w) -> bool | None:
     return True if w.is_contiguous(memory_format=_CL) else None
 
 
-def _forward_plan(x, w, b, padding, amp: torch.dtype | None) -> Any:
+def _forward_plan(x, w, b, padding, amp: torch.dtype | None, stride=1) -> Any:
     """The plan of a forward call signature, or DISPATCH when the op must decide (fallback,
     empty batch, a batch above the kernels' limit). Raises on invalid arguments."""
-    pads = _validate(x, w, b, padding, amp)
+    pads = _validate(x, w, b, padding, amp, stride)
     if fallback_reason(x, w, b) is not None or not 0 < int(x.shape[0]) <= MAX_BATCH:
         return _plans.DISPATCH
-    return _ForwardPlan(x, w, b, pads, amp)
+    return _ForwardPlan(x, w, b, pads, amp, normalize_stride(stride))
 
 
 class _ForwardPlan:
@@ -265,7 +271,9 @@ class _ForwardPlan:
         "cast_w", "w_layout_ok", "cast_b", "b_contig", "p", "dev", "_dgrad", "_wgrad",
     )  # fmt: skip
 
-    def __init__(self, x, w, b, pads: tuple[int, int], amp: torch.dtype | None) -> None:
+    def __init__(
+        self, x, w, b, pads: tuple[int, int], amp: torch.dtype | None, stride: tuple[int, int]
+    ) -> None:
         from spio.kernels.conv2d_gw8_fprop import FPROP, FpropLaunch
 
         self.dtype = amp if amp is not None else x.dtype
@@ -279,7 +287,7 @@ class _ForwardPlan:
         self.b_contig = b is None or b.is_contiguous()
         self.p = Conv2dGw8Params.from_tensors(
             x, w, b, pads, dtype=_dtype_name(self.dtype), wdtype=_dtype_name(self.wdtype),
-            weight_cl=bool(weight_cl),
+            weight_cl=bool(weight_cl), stride=stride,
         )  # fmt: skip
         self.device = x.device
         self.index = x.device.index
@@ -352,7 +360,9 @@ def _selected(kdef, p: Conv2dGw8Params, dev) -> tuple[Any, Any]:
     from spio.select import op_config
 
     with torch.cuda.device(dev.ordinal):  # an autotune measures on the plan's GPU
-        cfg = op_config(kdef, p, dev)
+        # The performance models know stride-1 layers only: a strided layer (and its dgrad, a
+        # dilated problem) takes the family's heuristic until models are trained on them.
+        cfg = op_config(kdef, p, dev) if p.unit_stride else kdef.heuristic(p, dev)
         return cfg, default_function_cache().get(kdef, kdef.compiled(p), cfg, dev)
 
 
@@ -466,43 +476,49 @@ _conv2dgw8_apply = super(torch.autograd.Function, _Conv2dGw8).apply
 # define + impl + register_fake + register_autograd: the dispatcher's cheapest registration that
 # keeps opcheck, torch.compile and autocast (docs/ops/overhead.md has the measurements).
 _LIB = torch.library.Library("spio", "FRAGMENT")
-_LIB.define("conv2d_gw8(Tensor input, Tensor weight, Tensor? bias, int[] padding) -> Tensor")
 _LIB.define(
-    "conv2d_gw8_dgrad(Tensor grad_output, Tensor weight, int[] input_hw, int[] padding) -> Tensor"
+    "conv2d_gw8(Tensor input, Tensor weight, Tensor? bias, int[] padding, int[] stride=[1, 1]) "
+    "-> Tensor"
+)
+_LIB.define(
+    "conv2d_gw8_dgrad(Tensor grad_output, Tensor weight, int[] input_hw, int[] padding, "
+    "int[] stride=[1, 1]) -> Tensor"
 )
 _LIB.define(
     "conv2d_gw8_wgrad(Tensor input, Tensor grad_output, int[] kernel_rs, int[] padding, "
-    "bool with_bias, bool weight_cl=False) -> (Tensor, Tensor)"
+    "bool with_bias, bool weight_cl=False, int[] stride=[1, 1]) -> (Tensor, Tensor)"
 )
 
 
-def _conv2d_gw8_op(input, weight, bias, padding):
-    key = _key(input, weight, bias, padding, None)  # padding: the list the dispatcher passes
+def _conv2d_gw8_op(input, weight, bias, padding, stride=(1, 1)):
+    key = _key(input, weight, bias, padding, None, stride)  # lists, as the dispatcher passes
     plan = _FORWARD.get(key)
     if plan is not None and plan is not _plans.DISPATCH:  # a signature seen before: launch
         return plan.forward(input, weight, bias)
     pads = (int(padding[0]), int(padding[1]))
+    strides = normalize_stride([int(v) for v in stride])
     if use_fallback("conv2d_gw8", input, weight, bias):
-        return ref.fprop(input, weight, bias, pads).contiguous(memory_format=_CL)
+        return ref.fprop(input, weight, bias, pads, strides).contiguous(memory_format=_CL)
     if not _gpu_batch("conv2d_gw8", int(input.shape[0])):
-        p = Conv2dGw8Params.from_tensors(input, weight, bias, pads, batch=1)  # shape checks
+        p = Conv2dGw8Params.from_tensors(input, weight, bias, pads, batch=1, stride=strides)
         return torch.empty(
             (0, p.c, p.p, p.q), dtype=input.dtype, device=input.device, memory_format=_CL
         )
-    plan = _FORWARD[key] = _forward_plan(input, weight, bias, pads, None)
+    plan = _FORWARD[key] = _forward_plan(input, weight, bias, pads, None, strides)
     return plan.forward(input, weight, bias)
 
 
-def _conv2d_gw8_fake(input, weight, bias, padding):
+def _conv2d_gw8_fake(input, weight, bias, padding, stride=(1, 1)):
     n, c, h, w = input.shape
-    p = h + 2 * padding[0] - weight.shape[2] + 1
-    q = w + 2 * padding[1] - weight.shape[3] + 1
+    p = (h + 2 * padding[0] - weight.shape[2]) // stride[0] + 1
+    q = (w + 2 * padding[1] - weight.shape[3]) // stride[1] + 1
     return torch.empty((n, c, p, q), dtype=input.dtype, device=input.device, memory_format=_CL)
 
 
 def _layer(
-    t, rs, hw, pads, has_bias: bool, wdtype: torch.dtype | None = None, weight_cl: bool = False
-) -> Conv2dGw8Params:
+    t, rs, hw, pads, has_bias: bool, wdtype: torch.dtype | None = None, weight_cl: bool = False,
+    stride: tuple[int, int] = (1, 1),
+) -> Conv2dGw8Params:  # fmt: skip
     """The layer of a gradient op's arguments: batch and channels from t (dy or x)."""
     n, c = (int(v) for v in t.shape[:2])
     name = _dtype_name(t.dtype)
@@ -510,6 +526,7 @@ def _layer(
         n=n, c=c, h=hw[0], w=hw[1], r=int(rs[0]), s=int(rs[1]), pad_h=pads[0], pad_w=pads[1],
         has_bias=has_bias, dtype=name,
         wdtype="float32" if wdtype == torch.float32 else name, weight_cl=weight_cl,
+        stride_h=stride[0], stride_w=stride[1],
     )  # fmt: skip
 
 
@@ -536,15 +553,18 @@ def _expect(op: str, what: str, t, shape: tuple[int, ...], dtype) -> None:
         )
 
 
-def _dgrad_op(grad_output, weight, input_hw, padding):
+def _dgrad_op(grad_output, weight, input_hw, padding, stride=(1, 1)):
     key = (grad_output.shape, grad_output.dtype, grad_output.device, weight.shape,
-           weight.stride(), weight.dtype, tuple(input_hw), tuple(padding))  # fmt: skip
+           weight.stride(), weight.dtype, tuple(input_hw), tuple(padding),
+           tuple(stride))  # fmt: skip
     plan = _DGRAD.get(key)
     if plan is None:
         pads = (int(padding[0]), int(padding[1]))
+        strides = normalize_stride([int(v) for v in stride])
         hw = (int(input_hw[0]), int(input_hw[1]))
         if use_fallback("conv2d_gw8_dgrad", grad_output, weight):
-            return ref.dgrad(grad_output, weight, hw, pads).contiguous(memory_format=_CL)
+            dx = ref.dgrad(grad_output, weight, hw, pads, strides)
+            return dx.contiguous(memory_format=_CL)
         _check_gradient_op("conv2d_gw8_dgrad", grad_output, "weight", weight)
         n, c = (int(v) for v in grad_output.shape[:2])
         if not _gpu_batch("conv2d_gw8_dgrad", n):
@@ -558,7 +578,9 @@ def _dgrad_op(grad_output, weight, input_hw, padding):
                 f"dtype) or float32, got {weight.dtype}"
             )
         weight_cl = _weight_cl(weight) if weight.dim() == 4 else None
-        p = _layer(grad_output, weight.shape[2:], hw, pads, False, weight.dtype, bool(weight_cl))
+        p = _layer(
+            grad_output, weight.shape[2:], hw, pads, False, weight.dtype, bool(weight_cl), strides
+        )
         _expect("conv2d_gw8_dgrad", "grad_output", grad_output, (n, c, p.p, p.q), grad_output.dtype)
         _expect("conv2d_gw8_dgrad", "weight", weight, (c, GROUP_WIDTH, p.r, p.s), weight.dtype)
         index = grad_output.device.index
@@ -570,7 +592,7 @@ def _dgrad_op(grad_output, weight, input_hw, padding):
     return plan.run(dy, w, raw_stream(grad_output.device.index))
 
 
-def _dgrad_fake(grad_output, weight, input_hw, padding):
+def _dgrad_fake(grad_output, weight, input_hw, padding, stride=(1, 1)):
     n, c = grad_output.shape[:2]
     return torch.empty(
         (n, c, input_hw[0], input_hw[1]),
@@ -580,17 +602,19 @@ def _dgrad_fake(grad_output, weight, input_hw, padding):
     )
 
 
-def _wgrad_op(input, grad_output, kernel_rs, padding, with_bias, weight_cl=False):
+def _wgrad_op(input, grad_output, kernel_rs, padding, with_bias, weight_cl=False, stride=(1, 1)):
     """(grad_weight (C, 8, R, S), contiguous or channels_last (`weight_cl`: the weight's layout),
     grad_bias (C,) or an empty (0,) tensor when not with_bias)."""
     key = (input.shape, input.dtype, input.device, grad_output.shape, grad_output.dtype,
-           tuple(kernel_rs), tuple(padding), bool(with_bias), bool(weight_cl))  # fmt: skip
+           tuple(kernel_rs), tuple(padding), bool(with_bias), bool(weight_cl),
+           tuple(stride))  # fmt: skip
     plan = _WGRAD.get(key)
     if plan is None:
         pads = (int(padding[0]), int(padding[1]))
+        strides = normalize_stride([int(v) for v in stride])
         rs = (int(kernel_rs[0]), int(kernel_rs[1]))
         if use_fallback("conv2d_gw8_wgrad", input, grad_output):
-            gw = ref.wgrad(input, grad_output, rs, pads)
+            gw = ref.wgrad(input, grad_output, rs, pads, strides)
             gw = gw.contiguous(memory_format=_CL if weight_cl else torch.contiguous_format)
             gb = ref.bias_grad(grad_output) if with_bias else grad_output.new_empty((0,))
             return gw, gb
@@ -601,7 +625,7 @@ def _wgrad_op(input, grad_output, kernel_rs, padding, with_bias, weight_cl=False
             gw = gw.contiguous(memory_format=_CL if weight_cl else torch.contiguous_format)
             return gw, input.new_zeros((c,) if with_bias else (0,))
         hw = (int(input.shape[2]), int(input.shape[3]))
-        p = _layer(input, rs, hw, pads, bool(with_bias), weight_cl=bool(weight_cl))
+        p = _layer(input, rs, hw, pads, bool(with_bias), weight_cl=bool(weight_cl), stride=strides)
         _expect("conv2d_gw8_wgrad", "grad_output", grad_output, (p.n, p.c, p.p, p.q), input.dtype)
         plan = _WGRAD[key] = _wgrad_plan(p, bool(with_bias), device_attributes(input.device.index))
     x, dy = input, grad_output
@@ -613,7 +637,7 @@ def _wgrad_op(input, grad_output, kernel_rs, padding, with_bias, weight_cl=False
     return dw, db if db is not None else input.new_empty((0,))
 
 
-def _wgrad_fake(input, grad_output, kernel_rs, padding, with_bias, weight_cl=False):
+def _wgrad_fake(input, grad_output, kernel_rs, padding, with_bias, weight_cl=False, stride=(1, 1)):
     c = input.shape[1]
     gw = input.new_empty((c, GROUP_WIDTH, kernel_rs[0], kernel_rs[1]))
     gw = gw.contiguous(memory_format=_CL if weight_cl else torch.contiguous_format)
@@ -632,9 +656,10 @@ for _name, _impl, _fake in (
 
 
 def _setup_context(ctx, inputs, output):
-    input, weight, bias, padding = inputs
+    input, weight, bias, padding, *rest = inputs
     ctx.save_for_backward(input, weight)
     ctx.padding = list(padding)
+    ctx.stride = list(rest[0]) if rest else [1, 1]
     ctx.with_bias = bias is not None
     ctx.weight_cl = _weight_cl(weight) is True  # dw in the weight's layout
 
@@ -646,7 +671,7 @@ def _backward(ctx, grad_output):
     grad_input = grad_weight = grad_bias = None
     if need_x:
         grad_input = torch.ops.spio.conv2d_gw8_dgrad(
-            grad_output, weight, [input.shape[2], input.shape[3]], ctx.padding
+            grad_output, weight, [input.shape[2], input.shape[3]], ctx.padding, ctx.stride
         )
     if need_w or (ctx.with_bias and need_b):
         gw, gb = torch.ops.spio.conv2d_gw8_wgrad(
@@ -656,10 +681,11 @@ def _backward(ctx, grad_output):
             ctx.padding,
             bool(ctx.with_bias and need_b),
             ctx.weight_cl,
+            ctx.stride,
         )
         grad_weight = gw if need_w else None
         grad_bias = gb if ctx.with_bias and need_b else None
-    return grad_input, grad_weight, grad_bias, None
+    return grad_input, grad_weight, grad_bias, None, None
 
 
 torch.library.register_autograd(

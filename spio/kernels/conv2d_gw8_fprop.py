@@ -51,8 +51,14 @@ def m_tiles(cfg: Conv2dGw8Config) -> int:
 
 
 def tile_w(p: Conv2dGw8Params, cfg: Conv2dGw8Config) -> int:
-    """Input columns one image's tile reads: BLOCK_Q plus the S - 1 halo."""
-    return cfg.block_q + p.s - 1
+    """Input columns one image's tile reads: (BLOCK_Q - 1) * stride + S (BLOCK_Q plus the S - 1
+    halo at stride 1)."""
+    return (cfg.block_q - 1) * p.stride_w + p.s
+
+
+def tile_h(p: Conv2dGw8Params, cfg: Conv2dGw8Config) -> int:
+    """Input rows one tile streams: (BLOCK_P - 1) * stride + R."""
+    return (cfg.block_p - 1) * p.stride_h + p.r
 
 
 def out_plane(cfg: Conv2dGw8Config) -> int:
@@ -73,7 +79,7 @@ def smem_bytes(p: Conv2dGw8Params, cfg: Conv2dGw8Config) -> int:
 
 def live_regs(p: Conv2dGw8Params, cfg: Conv2dGw8Config) -> int:
     """Registers the accumulator ring and the weights need per thread."""
-    return p.r * p.s + p.r * m_tiles(cfg) * 4 + 2 * m_tiles(cfg)
+    return p.r * p.s + p.ring * m_tiles(cfg) * 4 + 2 * m_tiles(cfg)
 
 
 def grid(p: Conv2dGw8Params, cfg: Conv2dGw8Config) -> tuple[int, int, int]:
@@ -103,7 +109,7 @@ def configs(p: Conv2dGw8Params, dev: Any) -> list[Conv2dGw8Config]:
                 if p.groups % warps:
                     continue
                 for stages in STAGE_CHOICES:
-                    if stages > 3 and stages - 1 > block_p + p.r - 1:
+                    if stages > 3 and stages - 1 > (block_p - 1) * p.stride_h + p.r - 1:
                         continue  # more stages than the block has rows to prefetch
                     cfg = Conv2dGw8Config(
                         block_p=block_p, block_q=block_q, warps=warps, stages=stages
@@ -136,7 +142,7 @@ def resident_ctas(p: Conv2dGw8Params, cfg: Conv2dGw8Config, dev: Any) -> int:
 
 def in_flight_bytes(p: Conv2dGw8Params, cfg: Conv2dGw8Config, dev: Any) -> int:
     """Input bytes in flight per SM in the steady state: STAGES - 1 rows per resident CTA."""
-    rows = min(cfg.stages - 1, cfg.block_p + p.r - 1)
+    rows = min(cfg.stages - 1, tile_h(p, cfg) - 1)
     return resident_ctas(p, cfg, dev) * rows * row_bytes(p, cfg)
 
 
@@ -244,18 +250,24 @@ def spec(
         "PAD_W": Constant(p.pad_w),
         "HAS_BIAS": Constant(bool(p.has_bias)),
         "TRANSPOSED_WEIGHT": Constant(transposed),
+        "STRIDE_H": Constant(p.stride_h),
+        "STRIDE_W": Constant(p.stride_w),
+        "DILATE_H": Constant(p.dilate_h),
+        "DILATE_W": Constant(p.dilate_w),
+        "RING": Constant(p.ring),
+        "UNROLL": Constant(p.stride_h * p.ring),
         "WARPS": Constant(cfg.warps),
         "STAGES": Constant(cfg.stages),
-        "TILE_H": Constant(cfg.block_p + p.r - 1),
+        "TILE_H": Constant(tile_h(p, cfg)),
         "BLOCK_P": Constant(cfg.block_p),
         "TILE_W": Constant(tw),
         "MMA_M_TILES": Constant(m_tiles(cfg)),
         "BLOCK_Q": Constant(cfg.block_q),
         "IMAGES": Constant(images(cfg)),
         "STAGED_Q": Constant(16 * m_tiles(cfg)),
-        # Shared-memory column of fragment rows 8-15 relative to rows 0-7: the next 8 columns,
-        # or the second image's region.
-        "A_HI": Constant(tw if images(cfg) == 2 else 8),
+        # Shared-memory column of fragment rows 8-15 relative to rows 0-7: the next 8 output
+        # columns' (8 stride apart), or the second image's region.
+        "A_HI": Constant(tw if images(cfg) == 2 else 8 * p.stride_w),
     }
     shape = p.with_batch(1)
     return KernelSpec(

@@ -20,10 +20,14 @@ DTYPES = ("float16", "bfloat16")
 
 @dataclass(frozen=True, slots=True)
 class Conv2dGw8Params:
-    """Shape of one grouped 2-D convolution with group width 8, stride 1, NHWC activations.
+    """Shape of one grouped 2-D convolution with group width 8, NHWC activations.
 
-    y[n, k, p, q] = b[k] + sum_{r, s, c} x[n, g8 + c, p + r - pad_h, q + s - pad_w] w[k, c, r, s],
-    where g8 = 8 * (k // 8). P = H + 2 pad_h - R + 1, Q = W + 2 pad_w - S + 1.
+    y[n, k, p, q] = b[k] + sum_{r, s, c} x[n, g8 + c, SH p + r - pad_h, SW q + s - pad_w]
+    w[k, c, r, s], where g8 = 8 * (k // 8), SH/SW the stride. P = (H + 2 pad_h - R) // SH + 1
+    (likewise Q), as F.conv2d. The input gradient of a strided layer runs the same kernel on the
+    output gradient dilated by the stride (`dilate_h/w`, zeros between its rows and columns:
+    never stored, the kernel skips them) with end padding that makes the output the layer's input
+    size.
 
     Attributes:
         n, c, h, w: batch, channels (a multiple of 8), input height and width.
@@ -35,6 +39,11 @@ class Conv2dGw8Params:
         wdtype: the weight's and bias's type (and their gradients'): dtype, or "float32" (the
             kernels round a float32 weight and bias to dtype as they read them, what autocast's
             cast would do, and the weight gradient is written in float32); None means dtype.
+        stride_h, stride_w: 1 or 2.
+        dilate_h, dilate_w: input dilation, 1 or 2 (only the dgrad transform sets it; not with a
+            stride > 1 on the same axis): input row v of the conv is x row v / dilate when v is a
+            multiple of dilate, else zero. H and W are the undilated sizes.
+        pad_h_end, pad_w_end: padding after the last row / column; None means pad_h / pad_w.
         weight_cl: the weight (C, 8, R, S), and the weight gradient the kernels write, is stored
             channels_last: memory order (C, R, S, 8), strides (8RS, 1, 8S, 8), as
             `module.to(memory_format=torch.channels_last)` leaves a conv weight; False:
@@ -53,12 +62,30 @@ class Conv2dGw8Params:
     dtype: str = "float16"
     wdtype: str | None = None
     weight_cl: bool = False
+    stride_h: int = 1
+    stride_w: int = 1
+    dilate_h: int = 1
+    dilate_w: int = 1
+    pad_h_end: int | None = None
+    pad_w_end: int | None = None
 
     def __post_init__(self) -> None:
-        for name in ("n", "c", "h", "w", "r", "s", "pad_h", "pad_w"):
+        if self.pad_h_end is None:
+            object.__setattr__(self, "pad_h_end", self.pad_h)
+        if self.pad_w_end is None:
+            object.__setattr__(self, "pad_w_end", self.pad_w)
+        for name in ("n", "c", "h", "w", "r", "s", "pad_h", "pad_w", "stride_h", "stride_w",
+                     "dilate_h", "dilate_w", "pad_h_end", "pad_w_end"):  # fmt: skip
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool):
                 raise TypeError(f"Conv2dGw8Params.{name} must be an int, got {type(v).__name__}")
+        for axis in ("h", "w"):
+            st, dl = getattr(self, f"stride_{axis}"), getattr(self, f"dilate_{axis}")
+            if st not in (1, 2) or dl not in (1, 2) or st * dl == 4:
+                raise ValueError(
+                    f"Conv2dGw8Params: stride_{axis} and dilate_{axis} must each be 1 or 2, not "
+                    f"both 2, got {st} and {dl}; use torch.nn.functional.conv2d for other strides"
+                )
         for name in ("has_bias", "weight_cl"):
             v = getattr(self, name)
             if not isinstance(v, bool):
@@ -112,12 +139,38 @@ class Conv2dGw8Params:
     @property
     def p(self) -> int:
         """Output height."""
-        return self.h + 2 * self.pad_h - self.r + 1
+        span = (self.h - 1) * self.dilate_h + 1 + self.pad_h + self.pad_end_h - self.r
+        return span // self.stride_h + 1
 
     @property
     def q(self) -> int:
         """Output width."""
-        return self.w + 2 * self.pad_w - self.s + 1
+        span = (self.w - 1) * self.dilate_w + 1 + self.pad_w + self.pad_end_w - self.s
+        return span // self.stride_w + 1
+
+    @property
+    def pad_end_h(self) -> int:
+        """pad_h_end as an int: __post_init__ replaced None by pad_h, which the field type can't
+        say."""
+        return self.pad_h_end if self.pad_h_end is not None else self.pad_h
+
+    @property
+    def pad_end_w(self) -> int:
+        return self.pad_w_end if self.pad_w_end is not None else self.pad_w
+
+    @property
+    def unit_stride(self) -> bool:
+        """Stride and dilation 1 with symmetric padding: the layers the performance models know."""
+        return (
+            self.stride_h == self.stride_w == self.dilate_h == self.dilate_w == 1
+            and self.pad_end_h == self.pad_h
+            and self.pad_end_w == self.pad_w
+        )
+
+    @property
+    def ring(self) -> int:
+        """Output rows the fprop kernel accumulates at once: ceil(R / stride_h)."""
+        return -(-self.r // self.stride_h)
 
     @property
     def weight_dtype(self) -> str:
@@ -131,6 +184,10 @@ class Conv2dGw8Params:
     @property
     def padding(self) -> tuple[int, int]:
         return (self.pad_h, self.pad_w)
+
+    @property
+    def stride(self) -> tuple[int, int]:
+        return (self.stride_h, self.stride_w)
 
     def with_batch(self, n: int) -> Conv2dGw8Params:
         return replace(self, n=n)
@@ -180,13 +237,15 @@ class Conv2dGw8Params:
         batch: int | None = None,
         wdtype: str | None = None,
         weight_cl: bool = False,
+        stride: int | tuple[int, int] = 1,
     ) -> Conv2dGw8Params:
         """Params of conv2d_gw8(x, weight, bias, padding); raises on anything unsupported.
 
         `dtype` overrides x's dtype (the CPU fallback checks float32 shapes with it); `batch`
         overrides x's batch size (the op checks a layer's shape with batch=1, so an empty batch or
         one above MAX_BATCH, which only the GPU kernels cannot take, passes); `wdtype` is the
-        weight's dtype as the kernels read it (None: dtype); `weight_cl` its layout.
+        weight's dtype as the kernels read it (None: dtype); `weight_cl` its layout; `stride`
+        an int or a pair, each 1 or 2.
         """
         if x.dim() != 4:
             raise ValueError(
@@ -214,6 +273,7 @@ class Conv2dGw8Params:
                 f"spio conv2d_gw8: bias must have shape ({c},), got {tuple(bias.shape)}"
             )
         pad_h, pad_w = normalize_padding(padding, r, s)
+        stride_h, stride_w = normalize_stride(stride)
         dtype = dtype or str(x.dtype).removeprefix("torch.")
         return cls(
             n=n,
@@ -228,6 +288,8 @@ class Conv2dGw8Params:
             dtype=dtype,
             wdtype=wdtype,
             weight_cl=weight_cl,
+            stride_h=stride_h,
+            stride_w=stride_w,
         )
 
     def weight_dims(self, c8: Any, ko: Any, ci: Any, r: Any, s: Any) -> tuple[Any, ...]:
@@ -239,6 +301,10 @@ class Conv2dGw8Params:
 
 @functools.lru_cache(maxsize=256)
 def _dgrad_as_fprop(p: Conv2dGw8Params) -> Conv2dGw8Params:
+    # dx[h] = sum_r dy_dilated[h + r - (R - 1 - pad)] w[R - 1 - r]: a stride-1 conv of dy dilated
+    # by the stride, front padding R - 1 - pad, end padding so that the output has H rows.
+    if p.dilate_h != 1 or p.dilate_w != 1:
+        raise ValueError("Conv2dGw8Params.dgrad_as_fprop: the params are already a dgrad's")
     return Conv2dGw8Params(
         n=p.n,
         c=p.c,
@@ -252,7 +318,34 @@ def _dgrad_as_fprop(p: Conv2dGw8Params) -> Conv2dGw8Params:
         dtype=p.dtype,
         wdtype=p.wdtype,
         weight_cl=p.weight_cl,
+        dilate_h=p.stride_h,
+        dilate_w=p.stride_w,
+        pad_h_end=p.h - 1 - (p.p - 1) * p.stride_h + p.pad_h,
+        pad_w_end=p.w - 1 - (p.q - 1) * p.stride_w + p.pad_w,
     )
+
+
+STRIDES = (1, 2)
+
+
+def normalize_stride(stride: int | tuple[int, int] | list[int]) -> tuple[int, int]:
+    """The stride as (stride_h, stride_w), each 1 or 2."""
+    if isinstance(stride, int) and not isinstance(stride, bool):
+        pair = (stride, stride)
+    elif (
+        isinstance(stride, (tuple, list))
+        and len(stride) == 2
+        and all(isinstance(v, int) and not isinstance(v, bool) for v in stride)
+    ):
+        pair = (int(stride[0]), int(stride[1]))
+    else:
+        raise TypeError(f"spio conv2d_gw8: stride must be an int or a pair of ints, got {stride!r}")
+    if any(v not in STRIDES for v in pair):
+        raise ValueError(
+            f"spio conv2d_gw8: stride must be 1 or 2 on each axis, got {pair}; use "
+            "torch.nn.functional.conv2d for other strides"
+        )
+    return pair
 
 
 def normalize_padding(

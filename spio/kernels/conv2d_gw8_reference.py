@@ -14,10 +14,16 @@ from spio.kernels.conv2d_gw8_params import GROUP_WIDTH
 
 
 def fprop(
-    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, padding: tuple[int, int]
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    padding: tuple[int, int],
+    stride: tuple[int, int] = (1, 1),
 ) -> torch.Tensor:
-    """y = conv2d(x, weight, bias, stride 1, padding, groups C / 8)."""
-    return F.conv2d(x, weight, bias, padding=padding, groups=x.shape[1] // GROUP_WIDTH)
+    """y = conv2d(x, weight, bias, stride, padding, groups C / 8)."""
+    return F.conv2d(
+        x, weight, bias, stride=stride, padding=padding, groups=x.shape[1] // GROUP_WIDTH
+    )
 
 
 def dgrad(
@@ -25,22 +31,29 @@ def dgrad(
     weight: torch.Tensor,
     input_hw: tuple[int, int],
     padding: tuple[int, int],
+    stride: tuple[int, int] = (1, 1),
 ) -> torch.Tensor:
     """dx of fprop for grad_output, as PyTorch computes it."""
     n, c = grad_output.shape[:2]
     return torch.nn.grad.conv2d_input(
-        (n, c, *input_hw), weight, grad_output, padding=padding, groups=c // GROUP_WIDTH
-    )
+        (n, c, *input_hw), weight, grad_output, stride=stride, padding=padding,
+        groups=c // GROUP_WIDTH,
+    )  # fmt: skip
 
 
 def wgrad(
-    x: torch.Tensor, grad_output: torch.Tensor, kernel_rs: tuple[int, int], padding: tuple[int, int]
+    x: torch.Tensor,
+    grad_output: torch.Tensor,
+    kernel_rs: tuple[int, int],
+    padding: tuple[int, int],
+    stride: tuple[int, int] = (1, 1),
 ) -> torch.Tensor:
     """dw of fprop, as PyTorch computes it."""
     c = x.shape[1]
     return torch.nn.grad.conv2d_weight(
-        x, (c, GROUP_WIDTH, *kernel_rs), grad_output, padding=padding, groups=c // GROUP_WIDTH
-    )
+        x, (c, GROUP_WIDTH, *kernel_rs), grad_output, stride=stride, padding=padding,
+        groups=c // GROUP_WIDTH,
+    )  # fmt: skip
 
 
 def bias_grad(grad_output: torch.Tensor) -> torch.Tensor:

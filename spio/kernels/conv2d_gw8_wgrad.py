@@ -81,7 +81,7 @@ def configs(
                 if p.groups % warps:
                     continue
                 for stages in STAGE_CHOICES:
-                    if stages > 3 and stages - 1 > block_p + p.r - 1:
+                    if stages > 3 and stages - 1 > (block_p - 1) * p.stride_h + p.r - 1:
                         continue  # deeper than one task's rows (most splits run one task)
                     for splits in SPLIT_CHOICES:
                         cfg = Conv2dGw8WgradConfig(
@@ -229,6 +229,8 @@ def spec(p: Conv2dGw8Params, cfg: Conv2dGw8WgradConfig, dev: Any = None) -> Kern
         "S_PAIRS": Constant(s_pairs(p)),
         "PAD_H": Constant(p.pad_h),
         "PAD_W": Constant(p.pad_w),
+        "STRIDE_H": Constant(p.stride_h),
+        "STRIDE_W": Constant(p.stride_w),
         "HAS_BIAS": Constant(bool(p.has_bias)),
         "WARPS": Constant(cfg.warps),
         "STAGES": Constant(cfg.stages),

@@ -31,7 +31,9 @@ def s_pairs(p: Conv2dGw8Params) -> int:
 
 
 def tile_w(p: Conv2dGw8Params, cfg: Conv2dGw8WgradConfig) -> int:
-    return cfg.block_q + 2 * s_pairs(p) - 1
+    """x columns a tile reads: (BLOCK_Q - 1) * stride + 2 * S_PAIRS (the last s pair's second
+    column included)."""
+    return (cfg.block_q - 1) * p.stride_w + 2 * s_pairs(p)
 
 
 def dy_rows(p: Conv2dGw8Params, cfg: Conv2dGw8WgradConfig) -> int:
@@ -61,12 +63,13 @@ def block_p_choices(p: Conv2dGw8Params) -> list[int]:
 
 
 def task_rows(p: Conv2dGw8Params, cfg: Conv2dGw8WgradConfig) -> int:
-    """x rows the kernel streams per task (TILE_H): BLOCK_P + R - 1, less the trailing padding
-    rows when one chunk covers P (every task starts at row 0, so rows past IN_H + PAD_H - 1
-    feed nothing; at 7x7, k7, pad 3: 10 rows instead of 13)."""
-    rows = cfg.block_p + p.r - 1
+    """x rows the kernel streams per task (TILE_H): (BLOCK_P - 1) * stride + R, less the trailing
+    padding rows when one chunk covers P (every task starts at row 0, so rows past IN_H + PAD_H
+    - 1 feed nothing; at 7x7, k7, pad 3: 10 rows instead of 13); never fewer than the rows
+    that load the task's dy rows ((BLOCK_P - 1) * stride + 1)."""
+    rows = (cfg.block_p - 1) * p.stride_h + p.r
     if p_chunks(p, cfg) == 1:
-        rows = min(rows, max(cfg.block_p, p.h + p.pad_h))
+        rows = min(rows, max((cfg.block_p - 1) * p.stride_h + 1, p.h + p.pad_h))
     return rows
 
 

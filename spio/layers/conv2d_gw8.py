@@ -8,7 +8,13 @@ import torch
 from torch import nn
 
 from spio.functional.conv2d_gw8 import conv2d_gw8
-from spio.kernels.conv2d_gw8_params import GROUP_WIDTH, MAX_KERNEL, normalize_padding
+from spio.kernels.conv2d_gw8_params import (
+    GROUP_WIDTH,
+    MAX_KERNEL,
+    STRIDES,
+    normalize_padding,
+    normalize_stride,
+)
 
 
 def _pair(v, what: str) -> tuple[int, int]:
@@ -52,13 +58,14 @@ def _numeric_padding(padding: str | tuple[int, ...], r: int, s: int) -> tuple[in
 
 
 class Conv2dGw8(nn.Module):
-    """Conv2d with groups = channels / 8, stride 1: a drop-in for such an nn.Conv2d.
+    """Conv2d with groups = channels / 8, stride 1 or 2: a drop-in for such an nn.Conv2d.
 
     Args:
         channels: C (input = output channels), a multiple of 8.
         kernel_size: int or (R, S), each 1..7.
         padding: int, (pad_h, pad_w) or None for "same" (R // 2, S // 2).
         bias: learn a bias.
+        stride: int or (stride_h, stride_w), each 1 or 2.
         device, dtype: of the parameters.
 
     Parameters are initialized like nn.Conv2d's. The output is channels_last; channels_last
@@ -74,6 +81,7 @@ class Conv2dGw8(nn.Module):
         bias: bool = True,
         device=None,
         dtype=None,
+        stride: int | tuple[int, int] = 1,
     ):
         super().__init__()
         if not isinstance(channels, int) or channels < GROUP_WIDTH or channels % GROUP_WIDTH:
@@ -90,6 +98,7 @@ class Conv2dGw8(nn.Module):
         self.channels = channels
         self.kernel_size = (r, s)
         self.padding = normalize_padding(padding, r, s)
+        self.stride = normalize_stride(stride)
         factory = {"device": device, "dtype": dtype}
         self.weight = nn.Parameter(torch.empty(channels, GROUP_WIDTH, r, s, **factory))
         self.bias = nn.Parameter(torch.empty(channels, **factory)) if bias else None
@@ -103,11 +112,12 @@ class Conv2dGw8(nn.Module):
             nn.init.uniform_(self.bias, -bound, bound)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return conv2d_gw8(x, self.weight, self.bias, self.padding)
+        return conv2d_gw8(x, self.weight, self.bias, self.padding, self.stride)
 
     def extra_repr(self) -> str:
+        stride = f", stride={self.stride}" if self.stride != (1, 1) else ""
         return (
-            f"{self.channels}, kernel_size={self.kernel_size}, padding={self.padding}, "
+            f"{self.channels}, kernel_size={self.kernel_size}, padding={self.padding}{stride}, "
             f"bias={self.bias is not None}"
         )
 
@@ -115,7 +125,7 @@ class Conv2dGw8(nn.Module):
     def from_conv2d(cls, conv: nn.Conv2d) -> Conv2dGw8:
         """A Conv2dGw8 computing what `conv` computes, sharing its weight and bias Parameters.
 
-        Eligible: in_channels == out_channels == 8 * groups, stride 1, dilation 1, kernel
+        Eligible: in_channels == out_channels == 8 * groups, stride 1 or 2, dilation 1, kernel
         1..7, zero padding: numeric, "valid" (0) or "same" with an odd kernel (k // 2; PyTorch
         pads an even kernel's "same" asymmetrically, which spio's symmetric padding cannot
         express), weight and bias plain Parameters (not computed by a parametrization such as
@@ -134,8 +144,10 @@ class Conv2dGw8(nn.Module):
                 f"Conv2dGw8.from_conv2d: group width must be {GROUP_WIDTH} (groups = C / 8 = "
                 f"{c // GROUP_WIDTH}), got groups={conv.groups} ({c / conv.groups:g} per group)"
             )
-        if tuple(conv.stride) != (1, 1):
-            raise ValueError(f"Conv2dGw8.from_conv2d: stride must be 1, got {tuple(conv.stride)}")
+        if any(v not in STRIDES for v in conv.stride):
+            raise ValueError(
+                f"Conv2dGw8.from_conv2d: stride must be 1 or 2, got {tuple(conv.stride)}"
+            )
         if tuple(conv.dilation) != (1, 1):
             raise ValueError(
                 f"Conv2dGw8.from_conv2d: dilation must be 1, got {tuple(conv.dilation)}"
@@ -160,6 +172,7 @@ class Conv2dGw8(nn.Module):
         out.channels = c
         out.kernel_size = (r, s)
         out.padding = padding
+        out.stride = (int(conv.stride[0]), int(conv.stride[1]))
         out.weight = weight
         out.bias = bias
         return out

@@ -85,7 +85,7 @@ def _convert(module: nn.Module) -> tuple[nn.Module | None, str, str]:
 def transform(model: nn.Module, *, verbose: bool = False) -> TransformReport:
     """Replaces, in place, every eligible grouped conv (group width 8) and LayerNorm2d of `model`.
 
-    Eligible: `nn.Conv2d` with 8 input channels per group, as many outputs as inputs, stride 1,
+    Eligible: `nn.Conv2d` with 8 input channels per group, as many outputs as inputs, stride 1 or 2,
     dilation 1, kernel ≤ 7, zero padding (numbers, "valid", or "same" with odd kernels), float16,
     bfloat16 or float32 weights → `spio.layers.Conv2dGw8`; timm-style `LayerNorm2d` →
     `spio.layers.LayerNorm2d`. Weights are shared, not copied. Returns a report of the swaps and of

@@ -1,5 +1,9 @@
-/// Grouped 2-D convolution, group width 8, stride 1, forward (also the input gradient):
-///   y[n,p,q,g8+k] = b[g8+k] + sum_{r,s} sum_{c<8} x[n, p+r-PAD_H, q+s-PAD_W, g8+c] w[g8+k, c, r, s]
+/// Grouped 2-D convolution, group width 8, stride 1 or 2, forward (also the input gradient):
+///   y[n,p,q,g8+k] = b[g8+k] + sum_{r,s} sum_{c<8} xv[n, SH p+r-PAD_H, SW q+s-PAD_W, g8+c] w[g8+k, c, r, s]
+/// where SH, SW = STRIDE_H, STRIDE_W and xv is x dilated by DILATE_H, DILATE_W (xv row v = x row
+/// v / DILATE_H when DILATE_H divides v, else zero; the dgrad of a stride-2 layer runs with
+/// DILATE 2 and end padding that gives dx the layer's input size). Zero rows of xv are never
+/// loaded nor multiplied; zero columns are zero-filled in shared memory.
 /// (the dgrad variant, TRANSPOSED_WEIGHT, passes dy as x and the forward weight, padding R-1-pad,
 /// and reads each tap as w[g8+c, k, R-1-r, S-1-s]: the 8x8 block transposed and the taps rotated
 /// 180 degrees, so dx is this same formula with no separate weight transform).
@@ -13,13 +17,17 @@
 ///   instead of 7. Each filter tap (r, s) of a group is an 8x8 matrix held in one register per
 ///   thread (R*S registers: the B operand of mma.m16n8k8), for the whole CTA. A 16-column strip of
 ///   an output row is the M = 16 side of the mma; K = 8 input channels; N = 8 output channels.
-/// Overlap-add: input row i of the tile contributes to output rows i-r (r < R). The accumulators
-///   are a ring of R output rows; the row loop is unrolled by R so every ring slot index is a
-///   compile-time constant. A slot whose row received all R contributions is staged (+ bias)
-///   for storing and restarts at zero. Products that cannot reach a stored row are skipped
+/// Overlap-add: input row i of the tile contributes to output rows o = (i-r) / SH (r < R, SH
+///   dividing i-r). The accumulators are a ring of RING = ceil(R / SH) output rows (output row o
+///   in slot o mod RING); the row loop is unrolled by UNROLL = SH * RING so every ring slot index
+///   is a compile-time constant. After input row i, output row (i-(R-1)) / SH (when SH divides
+///   i-(R-1)) has received all R contributions: it is staged (+ bias) for storing and its slot
+///   restarts at zero (the next row of that slot, o + RING, starts at input row SH (o + RING)
+///   >= SH o + R). Products that cannot reach a stored row are skipped
 ///   (CTA-uniform predicates): input rows in the zero padding, and output rows outside the tile
 ///   or the image; at 7x7 on a 7x7 map that is 54 of the 91 (input row, filter row) products.
-/// Traffic per CTA: reads IMAGES·(BLOCK_P+R-1)·(BLOCK_Q+S-1)·WARPS·16 B of x (halo re-reads
+/// Traffic per CTA: reads IMAGES·TILE_H·TILE_W·WARPS·16 B of x (TILE_H = (BLOCK_P-1)·SH + R,
+///   TILE_W = (BLOCK_Q-1)·SW + S) (halo re-reads
 ///   mostly hit L2) and WARPS·8·8·R·S·2 B of w; writes IMAGES·BLOCK_P·BLOCK_Q·WARPS·16 B of y
 ///   (at most; columns past Q are not stored). Bound: DRAM (2·8·R·S
 ///   FLOP per 4 B of x + y = 36 FLOP/B at 3x3; at 7x7 the mma.sync rate is the ceiling).
@@ -27,7 +35,8 @@
 ///   outside the image: that is the padding); one __syncthreads per input row, which also frees
 ///   the stage the next prefetch overwrites.
 /// Shared memory: (STAGES, WARPS, TILE_W, 4 words): each warp reads only its group's plane, 8
-///   consecutive 16-byte pixels per mma row block = 32 consecutive words, so no bank conflicts.
+///   consecutive 16-byte pixels per mma row block = 32 consecutive words, so no bank conflicts
+///   (at SW = 2 every other pixel: two wavefronts per read).
 /// Stores: a finished row (+ bias, rounded) goes to a double-buffered shared-memory row
 ///   (WARPS, STAGED_Q, 16 B; plane stride padded by 8/WARPS chunks so the 16-byte reads of 8
 ///   consecutive threads hit 8 distinct bank groups); after the next barrier the whole CTA
@@ -48,6 +57,10 @@ namespace {
 
 /// The 16 bits of a half or bfloat16 value.
 SPIO_DEVICE unsigned bits16(Elem v) { return *reinterpret_cast<const unsigned short*>(&v); }
+
+/// The accumulator-ring slot of output row (i0 + d) / STRIDE_H, for i0 a multiple of UNROLL and
+/// d a compile-time constant that STRIDE_H divides (negative d included).
+SPIO_DEVICE constexpr int ring_slot(int d) { return ((d / STRIDE_H) % RING + RING) % RING; }
 
 /// Two fp32 values rounded to Elem and packed low/high into one 32-bit word (a half2/bfloat162).
 SPIO_DEVICE unsigned pack2(float lo, float hi) {
@@ -114,18 +127,22 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
     }
 
     // ---- stages: load one input row, multiply it into the ring, store a finished row ----------
-    // Input row i of the tile is image row p0 - PAD_H + i; tile column j is image column
-    // q0 - PAD_W + j. Out-of-image pixels are zero-filled: that is the convolution's padding.
+    // Input row i of the tile is row SH p0 - PAD_H + i of the dilated input; tile column j is
+    // its column SW q0 - PAD_W + j. Pixels outside the image and the dilation's zero rows and
+    // columns are zero-filled: that is the convolution's padding.
     // With IMAGES = 2, shared-memory column j = img * TILE_W + jj holds column jj of image img.
     auto load_input_row = [&](int i, int stage) {
-        const int h = p0 - PAD_H + i;
-        const bool row_inside = h >= 0 && h < IN_H;
+        const int v = p0 * STRIDE_H - PAD_H + i;  // row of the dilated input (x itself at DILATE 1)
+        const int h = v / DILATE_H;
+        const bool row_inside = v >= 0 && v % DILATE_H == 0 && h < IN_H;
         for_each_strided<WARPS * IMAGES * TILE_W, WARPS * 32>([&](int t) {
             const C8 g(t % WARPS);  // consecutive threads: consecutive 16 B of one pixel
             const int j = t / WARPS;
             const int img = IMAGES == 1 ? 0 : j / TILE_W;
-            const int w = q0 - PAD_W + (IMAGES == 1 ? j : j % TILE_W);
-            const bool inside = row_inside && w >= 0 && w < IN_W && img < images;
+            const int wv = q0 * STRIDE_W - PAD_W + (IMAGES == 1 ? j : j % TILE_W);
+            const int w = wv / DILATE_W;
+            const bool inside =
+                row_inside && wv >= 0 && wv % DILATE_W == 0 && w < IN_W && img < images;
             const uint4* src =
                 inside ? input[H(h)][W(w)][group0 + g].get() + img * Input::storage_size()
                        : in_ptr;
@@ -133,46 +150,48 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
         });
     };
 
-    float reg_acc[KERNEL_R][MMA_M_TILES][4];  // ring of R output rows x 16-column strips
+    float reg_acc[RING][MMA_M_TILES][4];  // ring of RING output rows x 16-column strips
 #pragma unroll
-    for (int slot = 0; slot < KERNEL_R; ++slot)
+    for (int slot = 0; slot < RING; ++slot)
 #pragma unroll
         for (int m = 0; m < MMA_M_TILES; ++m)
 #pragma unroll
             for (int e = 0; e < 4; ++e) reg_acc[slot][m][e] = 0.f;
 
-    // Input row i (ring position u = i mod R): A(s) = pixels j + s of the row, shared by every r;
-    // it adds to output row i - r, whose ring slot is (u - r) mod R. A product is skipped when
-    // the input row is zero padding or output row i - r is outside the tile or the image: it
-    // could only add zeros or feed a row that is never stored.
+    // Input row i (i = i0 + u, u < UNROLL): A(s) = pixels SW j + s of the row, shared by every
+    // r; it adds to output row (i - r) / SH when SH divides i - r (u - r: i0 is a multiple of
+    // UNROLL), in ring slot ring_slot(u - r). A product is skipped when the input row is zero
+    // (padding or a dilation row) or the output row is outside the tile or the image: it could
+    // only add zeros or feed a row that is never stored.
     auto multiply_row = [&](int i, int stage, int u) {
         const auto plane = smem_input[STAGE(stage)][warp_group];
-        const int h = p0 - PAD_H + i;
+        const int v = p0 * STRIDE_H - PAD_H + i;
+        const bool row_real = v >= 0 && v % DILATE_H == 0 && v / DILATE_H < IN_H;
         const int rows = min(BLOCK_P, OUT_P - p0);  // output rows this tile stores
         bool live[KERNEL_R];
 #pragma unroll
         for (int r = 0; r < KERNEL_R; ++r) {
-            live[r] = h >= 0 && h < IN_H && i - r >= 0 && i - r < rows;
+            live[r] = row_real && (u - r) % STRIDE_H == 0 && i - r >= 0 &&
+                      (i - r) / STRIDE_H < rows;
         }
 #pragma unroll
         for (int s = 0; s < KERNEL_S; ++s) {
 #pragma unroll
             for (int m = 0; m < MMA_M_TILES; ++m) {
-                const auto pixel = plane[W(16 * m + s + lane_row)][lane_pair];
+                const auto pixel = plane[W(STRIDE_W * (16 * m + lane_row) + s)][lane_pair];
                 const unsigned a[2] = {*pixel, *pixel[W(A_HI)]};  // fragment rows g, g + 8
 #pragma unroll
                 for (int r = 0; r < KERNEL_R; ++r) {
-                    if (live[r]) {
-                        spio::mma_m16n8k8<Elem>(reg_acc[(u - r + KERNEL_R) % KERNEL_R][m], a,
-                                                reg_weight[r][s]);
+                    if ((u - r) % STRIDE_H == 0 && live[r]) {
+                        spio::mma_m16n8k8<Elem>(reg_acc[ring_slot(u - r)][m], a, reg_weight[r][s]);
                     }
                 }
             }
         }
     };
 
-    // Output row j = i - (R - 1) has all its contributions after input row i: add the bias,
-    // round, and stage it in smem_output[buf] (each warp its own plane); restart the slot.
+    // Output row j = (i - (R - 1)) / SH has all its contributions after input row i: add the
+    // bias, round, and stage it in smem_output[buf] (each warp its own plane); restart the slot.
     auto stage_row = [&](bool valid, int buf, int slot) {
         if (valid) {
             const auto plane = smem_output[OUTBUF(buf)][warp_group];
@@ -247,13 +266,13 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
         }
     }
 
-    // ---- main loop: rows in groups of R so ring slots are compile-time constants --------------
+    // ---- main loop: rows in groups of UNROLL so ring slots are compile-time constants ---------
     int pending_p = -1;  // output row staged by the previous step (-1: none), and its buffer
     int pending_buf = 0;
 #pragma unroll 1
-    for (int i0 = 0; i0 < TILE_H; i0 += KERNEL_R) {
+    for (int i0 = 0; i0 < TILE_H; i0 += UNROLL) {
 #pragma unroll
-        for (int u = 0; u < KERNEL_R; ++u) {  // fully unrolled: u and every slot are constants
+        for (int u = 0; u < UNROLL; ++u) {  // fully unrolled: u and every slot are constants
             const int i = i0 + u;
             if (i < TILE_H) {  // uniform across the CTA: the barrier below is safe
                 spio::cp_async_wait<STAGES - 2>();
@@ -263,11 +282,17 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
                 if (next < TILE_H) load_input_row(next, next % STAGES);
                 spio::cp_async_commit();
                 multiply_row(i, i % STAGES, u);
-                const int j = i - (KERNEL_R - 1);
-                const bool valid = j >= 0 && p0 + j < OUT_P;
-                stage_row(valid, i % 2, (u + 1) % KERNEL_R);
-                pending_p = valid ? p0 + j : -1;
-                pending_buf = i % 2;
+                pending_p = -1;
+                if ((u - (KERNEL_R - 1)) % STRIDE_H == 0) {  // an output row is complete
+                    const int d = i - (KERNEL_R - 1);
+                    const int j = d / STRIDE_H;
+                    const bool valid = d >= 0 && p0 + j < OUT_P;
+                    // The next staging into buffer i % 2 (row i + 1 at SH = 1, i + 2 at SH = 2)
+                    // comes after the barrier that follows this row's write.
+                    stage_row(valid, i % 2, ring_slot(u - (KERNEL_R - 1)));
+                    pending_p = valid ? p0 + j : -1;
+                    pending_buf = i % 2;
+                }
             }
         }
     }

@@ -1,5 +1,5 @@
-/// Grouped 2-D convolution, group width 8, stride 1, weight and bias gradients (partial sums):
-///   dw[g8+k, c, r, s] = sum_{n,p,q} dy[n, p, q, g8+k] x[n, p+r-PAD_H, q+s-PAD_W, g8+c]
+/// Grouped 2-D convolution, group width 8, stride 1 or 2, weight and bias gradients (partials):
+///   dw[g8+k, c, r, s] = sum_{n,p,q} dy[n, p, q, g8+k] x[n, SH p+r-PAD_H, SW q+s-PAD_W, g8+c]
 ///   db[g8+k]          = sum_{n,p,q} dy[n, p, q, g8+k]
 /// This kernel writes one fp32 partial of dw and db per (split, column tile); the
 /// conv2d_gw8_wgrad_reduce kernel sums the partials in a fixed order, so results are bitwise
@@ -13,8 +13,11 @@
 ///   channels, K = 8 output columns q. A = x rows loaded transposed by ldmatrix.x2.trans (one 8x8
 ///   matrix per filter column), B = dy loaded by ldmatrix.x1.trans. The bias gradient is one more
 ///   mma per dy row chunk with A = ones.
-/// Rows: input row i of a task feeds dy rows i - r (r < R) through filter row r; dy rows stay in
-///   a shared-memory ring of R + STAGES - 1 rows until their last use.
+/// Rows: input row i of a task feeds dy rows (i - r) / SH (r < R, SH dividing i - r) through
+///   filter row r; dy row o is loaded with input row SH o (the stream position of its first use)
+///   and stays in a shared-memory ring of R + STAGES - 1 positions until its last use, SH o + R - 1.
+/// Columns (SW = 2): output column q reads x column SW q + s; lane l of an ldmatrix gives the
+///   address of its row, so the strided rows cost only bank conflicts (two wavefronts).
 /// Dead work skipped (CTA-uniform, results unchanged: the skipped products are exact zeros):
 ///   column chunks starting at or past OUT_Q (Q = 7 with BLOCK_Q 16: half the mma work; 56 in
 ///   64: an eighth), dy rows past OUT_P (a ragged last chunk) and x rows that are padding (at
@@ -122,8 +125,9 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
     const int last = min(first + tasks_per_split, num_tasks);
     const int stream_rows = max(last - first, 0) * TILE_H;
 
-    // Task row i: x image row p0 - PAD_H + i (tile column j = image column q0 - PAD_W + j) and,
-    // for i < BLOCK_P, dy row p0 + i (tile column j = output column q0 + j). Zero-filled outside.
+    // Task row i: x image row SH p0 - PAD_H + i (tile column j = image column SW q0 - PAD_W + j)
+    // and, for i = SH o with o < BLOCK_P, dy row p0 + o (tile column j = output column q0 + j).
+    // Zero-filled outside.
     auto load_rows = [&](int k) {
         const int task = first + k / TILE_H;
         const int i = k % TILE_H;
@@ -134,21 +138,22 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
                           static_cast<long long>(image) * Input::storage_size());
         const Grad grad(const_cast<uint4*>(grad_ptr) +
                         static_cast<long long>(image) * Grad::storage_size());
-        const int h = p0 - PAD_H + i;
+        const int h = p0 * STRIDE_H - PAD_H + i;
         // A padding row's stage and a dy row past OUT_P are never read (multiply_row skips
         // them), so they are not copied at all; the commit after this call stays unconditional.
         if (h >= 0 && h < IN_H) {
             for_each_strided<WARPS * TILE_W, WARPS * 32>([&](int t) {
                 const C8 g(t % WARPS);
                 const int j = t / WARPS;
-                const int w = q0 - PAD_W + j;
+                const int w = q0 * STRIDE_W - PAD_W + j;
                 const bool inside = w >= 0 && w < IN_W;
                 const uint4* src = inside ? input[H(h)][W(w)][group0 + g].get() : in_ptr;
                 spio::cp_async_16(smem_input[STAGE(k % STAGES)][g][W(j)].get(), src, inside);
             });
         }
-        const int p = p0 + i;
-        if (i < BLOCK_P && p < OUT_P) {
+        const int o = i / STRIDE_H;
+        const int p = p0 + o;
+        if (i % STRIDE_H == 0 && o < BLOCK_P && p < OUT_P) {
             for_each_strided<WARPS * BLOCK_Q, WARPS * 32>([&](int t) {
                 const C8 g(t % WARPS);
                 const int j = t / WARPS;
@@ -169,14 +174,14 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
         const int task = first + k / TILE_H;
         const int i = k % TILE_H;
         const int p0 = (task % P_CHUNKS) * BLOCK_P;
-        const int h = p0 - PAD_H + i;
+        const int h = p0 * STRIDE_H - PAD_H + i;
         const bool x_inside = h >= 0 && h < IN_H;
         const int dy_rows_inside = min(BLOCK_P, OUT_P - p0);  // dy rows [0, this) of the task
         const int q_chunks = min(BLOCK_Q / 8, (OUT_Q - q0 + 7) / 8);
         const auto x_plane = smem_input[STAGE(k % STAGES)][warp_group];
         if (!x_inside) {
             if constexpr (HAS_BIAS) {
-                if (i < dy_rows_inside) {
+                if (i % STRIDE_H == 0 && i / STRIDE_H < dy_rows_inside) {
                     const auto dy_plane = smem_grad[DYROW(k % DY_ROWS)][warp_group];
 #pragma unroll 1
                     for (int qc = 0; qc < q_chunks; ++qc) {
@@ -195,13 +200,13 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
 #pragma unroll
             for (int j = 0; j < S_PAIRS; ++j) {
                 // lanes 0-7: columns of filter column 2j, lanes 8-15: of 2j + 1 (16-31 unused).
-                const int col = 8 * qc + 2 * j + (lane / 8) % 2 + lane % 8;
+                const int col = STRIDE_W * (8 * qc + lane % 8) + 2 * j + (lane / 8) % 2;
                 spio::ldmatrix_x2_trans(a[j], x_plane[W(col)].get());
             }
 #pragma unroll
             for (int r = 0; r < KERNEL_R; ++r) {
-                const int row = i - r;
-                if (row >= 0 && row < dy_rows_inside) {
+                const int d = i - r;  // dy row d / SH of the task, when SH divides d
+                if (d >= 0 && d % STRIDE_H == 0 && d / STRIDE_H < dy_rows_inside) {
                     unsigned b[1];
                     const auto dy_plane = smem_grad[DYROW((k - r) % DY_ROWS)][warp_group];
                     spio::ldmatrix_x1_trans(b, dy_plane[Q(8 * qc + lane % 8)].get());

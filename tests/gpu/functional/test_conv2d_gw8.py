@@ -53,6 +53,52 @@ def test_forward_and_backward(dtype, r, s, padding, seed):
     assert_close(bs.grad, br.grad, tolerance(dtype, depth=n * p * q), f"db seed={seed}")
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize(
+    "hw, r, stride", [((15, 17), 3, 2), ((16, 16), 3, 2), ((13, 12), 5, (2, 1)), ((9, 9), 1, 2)]
+)
+def test_strided_forward_and_backward(dtype, hw, r, stride, seed):
+    """Stride 2 through the op (eager path and dispatcher) against float64: y, dx, dw, db."""
+    x, wt, b = _inputs(seed, h=hw[0], w=hw[1], r=r, s=r, dtype=dtype)
+    xs, ws, bs = (t.detach().clone().requires_grad_() for t in (x, wt, b))
+    xr, wr, br = (t.detach().double().requires_grad_() for t in (x, wt, b))
+    y = conv2d_gw8(xs, ws, bs, r // 2, stride)
+    y_ref = F.conv2d(xr, wr, br, stride=stride, padding=r // 2, groups=x.shape[1] // 8)
+    assert y.shape == y_ref.shape and y.is_contiguous(memory_format=CL)
+    assert_close(y, y_ref, tolerance(dtype, depth=8 * r * r), f"forward seed={seed}")
+    g = torch.Generator("cuda").manual_seed(seed + 1)
+    dy = torch.randn(y.shape, generator=g, device="cuda").to(dtype).contiguous(memory_format=CL)
+    y.backward(dy)
+    y_ref.backward(dy.double())
+    n, c, p, q = y.shape
+    assert_close(xs.grad, xr.grad, tolerance(dtype, depth=8 * r * r), f"dx seed={seed}")
+    assert_close(ws.grad, wr.grad, tolerance(dtype, depth=n * p * q), f"dw seed={seed}")
+    assert_close(bs.grad, br.grad, tolerance(dtype, depth=n * p * q), f"db seed={seed}")
+    with _Through():  # the dispatcher's path (torch.compile's): the same bits
+        leaves = [t.detach().clone().requires_grad_() for t in (x, wt, b)]
+        y2 = conv2d_gw8(*leaves, r // 2, stride)
+        y2.backward(dy)
+    assert torch.equal(y2, y)
+    for a, e in zip((t.grad for t in leaves), (xs.grad, ws.grad, bs.grad), strict=True):
+        assert torch.equal(a, e)
+
+
+def test_strided_layers_of_a_model_are_replaced_and_match(seed):
+    """transform takes stride-2 group convs: a module with one matches its PyTorch twin."""
+    import copy
+
+    from spio.layers import transform
+
+    torch.manual_seed(seed)
+    model = nn.Sequential(nn.Conv2d(32, 32, 3, stride=2, padding=1, groups=4), nn.ReLU())
+    model = model.cuda().half().to(memory_format=CL)
+    twin = copy.deepcopy(model)
+    report = transform(twin)
+    assert [kind for _, kind in report.replaced] == ["Conv2dGw8"]
+    x = torch.randn(4, 32, 15, 15, device="cuda").half().contiguous(memory_format=CL)
+    assert_close(twin(x), model(x).double(), tolerance(torch.float16, depth=72), f"seed={seed}")
+
+
 def test_wgrad_is_deterministic(seed):
     x, wt, b = _inputs(seed, n=16, c=64, h=28, w=28)
     dy = torch.randn(16, 64, 28, 28, device="cuda").half().contiguous(memory_format=CL)

@@ -86,7 +86,7 @@ def check_fprop(p: Conv2dGw8Params, cfgs, seed: int, cache: FunctionCache | None
     x = _rand((p.n, p.c, p.h, p.w), dt, g)
     w = torch.randn(p.c, 8, p.r, p.s, generator=g, device="cuda").to(dt)
     b = torch.randn(p.c, generator=g, device="cuda").to(dt) if p.has_bias else None
-    want = ref.fprop(x.double(), w.double(), None if b is None else b.double(), p.padding)
+    want = ref.fprop(x.double(), w.double(), None if b is None else b.double(), p.padding, p.stride)
     tol = tolerance(dt, depth=8 * p.r * p.s)
     if cache is None:
         cache = FunctionCache()
@@ -105,7 +105,7 @@ def check_dgrad(p: Conv2dGw8Params, cfgs, seed: int) -> None:
     g = torch.Generator("cuda").manual_seed(seed + 1)
     dy = _rand((p.n, p.c, p.p, p.q), dt, g)
     w = torch.randn(p.c, 8, p.r, p.s, generator=g, device="cuda").to(dt)
-    want = ref.dgrad(dy.double(), w.double(), (p.h, p.w), p.padding)
+    want = ref.dgrad(dy.double(), w.double(), (p.h, p.w), p.padding, p.stride)
     tol = tolerance(dt, depth=8 * p.r * p.s)
     cache = FunctionCache()
     _precompile(fp.DGRAD, p, cfgs)
@@ -159,7 +159,7 @@ def check_wgrad(p: Conv2dGw8Params, cfgs, seed: int) -> None:
     g = torch.Generator("cuda").manual_seed(seed + 2)
     x = _rand((p.n, p.c, p.h, p.w), dt, g)
     dy = _rand((p.n, p.c, p.p, p.q), dt, g)
-    want_w = ref.wgrad(x.double(), dy.double(), (p.r, p.s), p.padding)
+    want_w = ref.wgrad(x.double(), dy.double(), (p.r, p.s), p.padding, p.stride)
     want_b = ref.bias_grad(dy.double())
     depth = p.n * p.p * p.q
     cache = FunctionCache()
@@ -174,6 +174,36 @@ def check_wgrad(p: Conv2dGw8Params, cfgs, seed: int) -> None:
         assert torch.equal(dw, dw2), f"{where}: dw differs between two runs (not deterministic)"
         if p.has_bias:
             assert torch.equal(db, db2), f"{where}: db differs between two runs"
+
+
+# Stride 2 (both axes or one; odd and even sizes; C = 8, N = 1; 7x7; 1x1; the real layers' 14²).
+STRIDED_SHAPES = [
+    Conv2dGw8Params(n=3, c=24, h=15, w=17, r=3, s=3, pad_h=1, pad_w=1, stride_h=2, stride_w=2,
+                    has_bias=True),
+    Conv2dGw8Params(n=2, c=64, h=56, w=56, r=3, s=3, pad_h=1, pad_w=1, stride_h=2, stride_w=2),
+    Conv2dGw8Params(n=1, c=8, h=10, w=9, r=5, s=5, pad_h=2, pad_w=2, stride_h=2, stride_w=2,
+                    dtype="bfloat16"),
+    Conv2dGw8Params(n=2, c=32, h=14, w=14, r=7, s=7, pad_h=3, pad_w=3, stride_h=2, stride_w=2,
+                    has_bias=True),
+    Conv2dGw8Params(n=2, c=16, h=12, w=13, r=3, s=5, pad_h=1, pad_w=2, stride_h=2, stride_w=1),
+    Conv2dGw8Params(n=2, c=16, h=11, w=20, r=1, s=3, pad_h=0, pad_w=1, stride_h=1, stride_w=2),
+    Conv2dGw8Params(n=4, c=368, h=14, w=14, r=3, s=3, pad_h=1, pad_w=1, stride_h=2, stride_w=2),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("p", STRIDED_SHAPES, ids=str)
+def test_strided_fprop_dgrad_wgrad(p, seed):
+    check_fprop(p, sample(fp.configs(p, _dev()), _limit(), seed=seed), seed)
+    check_dgrad(p, sample(fp.dgrad_configs(p, _dev()), _limit(), seed=seed), seed)
+    check_wgrad(p, sample(wg.configs(p, _dev()), _limit(8), seed=seed), seed)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("p", STRIDED_SHAPES, ids=str)
+def test_strided_every_config(p, seed):
+    check_fprop(p, fp.configs(p, _dev()), seed)
+    check_dgrad(p, fp.dgrad_configs(p, _dev()), seed)
+    check_wgrad(p, wg.configs(p, _dev()), seed)
 
 
 @pytest.mark.parametrize("p", SHAPES, ids=str)

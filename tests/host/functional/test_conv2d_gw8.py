@@ -48,6 +48,50 @@ def test_fallback_matches_conv2d(shape, padding, dtype, seed):
     assert_close(y, want, tol, where=f"{shape} pad={padding} {dtype} seed={seed}")
 
 
+@pytest.mark.parametrize("stride", [2, (2, 1), (1, 2)])
+@pytest.mark.parametrize("hw", [(9, 7), (8, 10)])
+def test_strided_op_autograd_and_layer_match_conv2d(stride, hw, seed):
+    """Stride 2 on the CPU path (the op, its gradient ops and the layer) against F.conv2d in
+    float64, odd and even sizes; the fake implementations agree (opcheck)."""
+    h, w = hw
+    x, wt, b = _inputs(seed, n=2, c=16, h=h, w=w, r=3, s=3, dtype=torch.float64)
+    args = [t.float().requires_grad_() for t in (x, wt, b)]
+    ref_args = [t.clone().requires_grad_() for t in (x, wt, b)]
+    y = conv2d_gw8(*args, padding=1, stride=stride)
+    want = F.conv2d(*ref_args, stride=stride, padding=1, groups=2)
+    assert y.shape == want.shape
+    g = torch.randn(want.shape, dtype=torch.float64)
+    y.backward(g.float())
+    want.backward(g)
+    tol = tolerance(torch.float32, depth=2 * h * w)  # the longest sum: a weight gradient
+    got = [y, *(t.grad for t in args)]
+    for name, a, r in zip(("y", "dx", "dw", "db"), got, [want, *(t.grad for t in ref_args)],
+                          strict=True):  # fmt: skip
+        assert_close(a, r, tol, where=f"{name} stride={stride} {hw} seed={seed}")
+    pair = (stride, stride) if isinstance(stride, int) else stride
+    xs = x.float().to(memory_format=CL).requires_grad_()
+    torch.library.opcheck(
+        torch.ops.spio.conv2d_gw8.default, (xs, wt.float(), b.float(), [1, 1], list(pair))
+    )
+    conv = nn.Conv2d(16, 16, 3, stride=stride, padding=1, groups=2)
+    layer = Conv2dGw8.from_conv2d(conv)
+    assert layer.stride == pair and "stride" in repr(layer)
+    torch.testing.assert_close(layer(x.float()), conv(x.float()), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "stride, error, message",
+    [(3, ValueError, "stride must be 1 or 2"), ((1, 2, 1), TypeError, "pair of ints"),
+     ("2", TypeError, "pair of ints"), ((0, 1), ValueError, "1 or 2")],
+)  # fmt: skip
+def test_stride_errors(stride, error, message):
+    x, wt, b = _inputs(0)
+    with pytest.raises(error, match=message):
+        conv2d_gw8(x, wt, b, stride=stride)
+    with pytest.raises(error, match=message):
+        Conv2dGw8(16, 3, stride=stride)
+
+
 def test_fallback_disabled_raises():
     x, wt, b = _inputs(0)
     with override(disable_fallback=True), pytest.raises(FallbackDisabledError):
@@ -157,7 +201,7 @@ def test_layer_constructor():
     [
         (nn.Conv2d(16, 16, 3, groups=4), "group width must be 8"),
         (nn.Conv2d(16, 32, 3, groups=2), "out_channels"),
-        (nn.Conv2d(16, 16, 3, stride=2, groups=2), "stride must be 1"),
+        (nn.Conv2d(16, 16, 3, stride=3, groups=2), "stride must be 1 or 2"),
         (nn.Conv2d(16, 16, 3, dilation=2, groups=2), "dilation must be 1"),
         (nn.Conv2d(16, 16, 9, groups=2), "kernel_size"),
         (nn.Conv2d(16, 16, 4, padding="same", groups=2), "even kernel"),

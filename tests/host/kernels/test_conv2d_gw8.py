@@ -233,6 +233,10 @@ COMPILE_PARAMS = [
     Conv2dGw8Params(n=4, c=64, h=20, w=37, r=3, s=3, pad_h=1, pad_w=1, has_bias=True),
     Conv2dGw8Params(n=2, c=24, h=9, w=7, r=7, s=5, pad_h=3, pad_w=2, dtype="bfloat16"),
     Conv2dGw8Params(n=1, c=8, h=5, w=70, r=1, s=2, pad_h=0, pad_w=0),
+    # stride 2 (fprop; dgrad on dy dilated by 2; wgrad), odd and even sizes
+    Conv2dGw8Params(
+        n=3, c=24, h=15, w=16, r=3, s=3, pad_h=1, pad_w=1, stride_h=2, stride_w=2, has_bias=True
+    ),
     # a channels_last float32 weight (a channels_last model under autocast)
     Conv2dGw8Params(
         n=3,
@@ -285,6 +289,22 @@ def test_sampled_configs_compile(arch, job):
     image = _compile(kdef, p, cfg, arch)
     assert image[:4] == b"\x7fELF"
     _assert_no_local_memory(image, f"{kdef.name} {p} {cfg} {arch}")
+
+
+# The stride-2 group convs of regnetx_002 / regnety_004 (batch 256 / 128), and a 7x7 one.
+STRIDED_LAYERS = [
+    Conv2dGw8Params(n=256, c=24, h=112, w=112, r=3, s=3, pad_h=1, pad_w=1, stride_h=2, stride_w=2),
+    Conv2dGw8Params(n=128, c=104, h=56, w=56, r=3, s=3, pad_h=1, pad_w=1, stride_h=2, stride_w=2),
+    Conv2dGw8Params(n=256, c=368, h=14, w=14, r=3, s=3, pad_h=1, pad_w=1, stride_h=2, stride_w=2),
+    Conv2dGw8Params(n=32, c=64, h=28, w=28, r=7, s=7, pad_h=3, pad_w=3, stride_h=2, stride_w=2),
+]
+
+
+@pytest.mark.parametrize("kdef", KDEFS, ids=lambda k: k.name)
+def test_heuristic_configs_of_strided_layers_compile_without_spills(kdef):
+    for p in STRIDED_LAYERS:
+        cfg = kdef.heuristic(p, _dev("H100"))
+        _assert_no_local_memory(_compile(kdef, p, cfg, "sm_90"), f"{kdef.name} {p} {cfg}")
 
 
 @pytest.mark.parametrize("kdef", KDEFS, ids=lambda k: k.name)

@@ -61,9 +61,15 @@ def emulate_fprop(x, w, b, p: Conv2dGw8Params, cfg, transposed: bool = False):
     y = np.full((p.n, p.p, p.q, p.c), np.nan)
     n_p, n_q = math.ceil(p.p / cfg.block_p), math.ceil(p.q / cfg.block_q)
     n_g = p.groups // cfg.warps
-    tile_h, tile_w, mt = cfg.block_p + p.r - 1, fp.tile_w(p, cfg), fp.m_tiles(cfg)
+    tile_h, tile_w, mt = fp.tile_h(p, cfg), fp.tile_w(p, cfg), fp.m_tiles(cfg)
+    sh, sw, dh, dw = p.stride_h, p.stride_w, p.dilate_h, p.dilate_w
+    ring, unroll = p.ring, p.stride_h * p.ring
+
+    def ring_slot(d):  # the kernel's ring_slot (d a multiple of the stride)
+        return (d // sh) % ring
+
     imgs = fp.images(cfg)
-    a_hi = tile_w if imgs == 2 else 8  # smem column of fragment rows 8-15 relative to 0-7
+    a_hi = tile_w if imgs == 2 else 8 * sw  # smem column of fragment rows 8-15 relative to 0-7
     for n0 in range(0, p.n, imgs):  # blockIdx.y = n / IMAGES
         images = min(imgs, p.n - n0)
         n = n0
@@ -81,15 +87,18 @@ def emulate_fprop(x, w, b, p: Conv2dGw8Params, cfg, transposed: bool = False):
                         reg_w[wp, :, :, :, h] = w[c, G][:, ::-1, ::-1]
                     else:
                         reg_w[wp, :, :, :, h] = w[k, 2 * T + h]
-            acc = np.zeros((cfg.warps, p.r, mt, 32, 4))
+            acc = np.zeros((cfg.warps, ring, mt, 32, 4))
 
             def load(i, stage, p0=p0, q0=q0, group0=group0, n=n, smem=smem, images=images):
-                h = p0 - p.pad_h + i
+                v = p0 * sh - p.pad_h + i
+                h = v // dh
+                row_inside = v >= 0 and v % dh == 0 and h < p.h
                 for t in range(cfg.warps * imgs * tile_w):
                     g, j = t % cfg.warps, t // cfg.warps
                     img, jj = divmod(j, tile_w) if imgs == 2 else (0, j)
-                    wc = q0 - p.pad_w + jj
-                    inside = 0 <= h < p.h and 0 <= wc < p.w and img < images
+                    wv = q0 * sw - p.pad_w + jj
+                    wc = wv // dw
+                    inside = row_inside and wv >= 0 and wv % dw == 0 and wc < p.w and img < images
                     c0 = (group0 + g) * 8
                     smem[stage, g, j] = x[n + img, h, wc, c0 : c0 + 8] if inside else 0.0
 
@@ -107,8 +116,8 @@ def emulate_fprop(x, w, b, p: Conv2dGw8Params, cfg, transposed: bool = False):
                 if i < tile_h:
                     load(i, i)
             pending_p, pending_buf = -1, 0
-            for i0 in range(0, tile_h, p.r):
-                for u in range(p.r):
+            for i0 in range(0, tile_h, unroll):
+                for u in range(unroll):
                     i = i0 + u
                     if i >= tile_h:
                         continue
@@ -118,13 +127,17 @@ def emulate_fprop(x, w, b, p: Conv2dGw8Params, cfg, transposed: bool = False):
                     if nxt < tile_h:
                         load(nxt, nxt % cfg.stages)
                     stage = i % cfg.stages
-                    h_in = p0 - p.pad_h + i
+                    v = p0 * sh - p.pad_h + i
+                    row_real = v >= 0 and v % dh == 0 and v // dh < p.h
                     rows = min(cfg.block_p, p.p - p0)
-                    live = [0 <= h_in < p.h and 0 <= i - r < rows for r in range(p.r)]
+                    live = [
+                        row_real and (u - r) % sh == 0 and i - r >= 0 and (i - r) // sh < rows
+                        for r in range(p.r)
+                    ]
                     for wp in range(cfg.warps):
                         for s in range(p.s):
                             for m in range(mt):
-                                col = 16 * m + s + G
+                                col = sw * (16 * m + G) + s
                                 words = [
                                     smem[stage, wp, c, :].reshape(32, 4, 2)[LANES, T]
                                     for c in (col, col + a_hi)
@@ -133,10 +146,14 @@ def emulate_fprop(x, w, b, p: Conv2dGw8Params, cfg, transposed: bool = False):
                                 for r in range(p.r):
                                     if live[r]:  # skipped products: padding row or dead output
                                         mma_m16n8k8(
-                                            acc[wp, (u - r + p.r) % p.r, m], a, reg_w[wp, :, r, s]
+                                            acc[wp, ring_slot(u - r), m], a, reg_w[wp, :, r, s]
                                         )
-                    j, slot = i - (p.r - 1), (u + 1) % p.r
-                    valid = j >= 0 and p0 + j < p.p
+                    pending_p = -1
+                    if (u - (p.r - 1)) % sh:
+                        continue  # no output row completes at this input row
+                    d = i - (p.r - 1)
+                    j, slot = d // sh, ring_slot(u - (p.r - 1))
+                    valid = d >= 0 and p0 + j < p.p
                     for wp in range(cfg.warps):
                         if valid:
                             for m in range(mt):
@@ -258,6 +275,18 @@ PACKED_SHAPES = [
 ]
 
 
+# Stride 2 (one axis or both; odd and even input sizes): the forward kernel's output rows in a
+# ring of ceil(R / 2), and its dgrad on dy dilated by 2 with end padding.
+STRIDED_SHAPES = [
+    Conv2dGw8Params(n=2, c=16, h=9, w=19, r=3, s=3, pad_h=1, pad_w=1, stride_h=2, stride_w=2),
+    Conv2dGw8Params(n=1, c=8, h=10, w=8, r=3, s=3, pad_h=1, pad_w=1, stride_h=2, stride_w=2,
+                    has_bias=True),
+    Conv2dGw8Params(n=1, c=16, h=11, w=13, r=5, s=3, pad_h=2, pad_w=0, stride_h=2, stride_w=1),
+    Conv2dGw8Params(n=2, c=8, h=8, w=15, r=1, s=7, pad_h=0, pad_w=3, stride_h=1, stride_w=2),
+    Conv2dGw8Params(n=3, c=8, h=14, w=14, r=7, s=7, pad_h=3, pad_w=3, stride_h=2, stride_w=2),
+]  # fmt: skip
+
+
 def _inputs(p: Conv2dGw8Params, seed: int):
     g = torch.Generator().manual_seed(seed)
     x = torch.randn(p.n, p.c, p.h, p.w, generator=g, dtype=torch.float64)
@@ -283,6 +312,23 @@ def test_fprop_and_dgrad_emulation(p, seed):
     q = p.dgrad_as_fprop()
     for cfg in sample(fp.dgrad_configs(p, dev), 2, seed=seed):
         # The kernel's dgrad variant reads the forward weight transposed and rotated.
+        got = emulate_fprop(_nhwc(dy), w.numpy(), None, q, cfg, transposed=True)
+        np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-9, err_msg=f"dgrad {p} {cfg}")
+
+
+@pytest.mark.parametrize("p", STRIDED_SHAPES, ids=str)
+def test_strided_fprop_and_dgrad_emulation(p, seed):
+    dev = known_device("H100")
+    x, w, b = _inputs(p, seed)
+    want = _nhwc(ref.fprop(x, w, b, p.padding, p.stride))
+    for cfg in sample(fp.configs(p, dev), 3, seed=seed):
+        got = emulate_fprop(_nhwc(x), w.numpy(), None if b is None else b.numpy(), p, cfg)
+        np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-9, err_msg=f"{p} {cfg}")
+    dy = torch.randn(p.n, p.c, p.p, p.q, dtype=torch.float64)
+    want = _nhwc(ref.dgrad(dy, w, (p.h, p.w), p.padding, p.stride))
+    q = p.dgrad_as_fprop()
+    assert (q.p, q.q) == (p.h, p.w)
+    for cfg in sample(fp.dgrad_configs(p, dev), 3, seed=seed):
         got = emulate_fprop(_nhwc(dy), w.numpy(), None, q, cfg, transposed=True)
         np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-9, err_msg=f"dgrad {p} {cfg}")
 

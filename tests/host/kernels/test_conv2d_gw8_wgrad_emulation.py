@@ -58,6 +58,7 @@ def emulate_wgrad(x, dy, p: Conv2dGw8Params, cfg, dev):
     n_q, n_g = wt.q_tiles(p, cfg), p.groups // cfg.warps
     sp, tile_w, dyr = wt.s_pairs(p), wt.tile_w(p, cfg), wt.dy_rows(p, cfg)
     tile_h, chunks = wt.task_rows(p, cfg), wt.p_chunks(p, cfg)  # rows streamed per task
+    sh, sw = p.stride_h, p.stride_w
     dw, db = np.zeros((p.c, 8, p.r, p.s)), np.zeros(p.c)
     mmas = {"dw": 0, "bias": 0}
     for split in range(splits):
@@ -77,19 +78,20 @@ def emulate_wgrad(x, dy, p: Conv2dGw8Params, cfg, dev):
 
             def load(k, q0=q0, group0=group0, sx=sx, sdy=sdy):
                 n, p0, i = row_of(k)
-                h = p0 - p.pad_h + i
+                h = p0 * sh - p.pad_h + i
                 if 0 <= h < p.h:
                     for t in range(cfg.warps * tile_w):
                         g, j = t % cfg.warps, t // cfg.warps
-                        wc, c0 = q0 - p.pad_w + j, (group0 + g) * 8
+                        wc, c0 = q0 * sw - p.pad_w + j, (group0 + g) * 8
                         ok = 0 <= wc < p.w
                         sx[k % cfg.stages, g, j] = x[n, h, wc, c0 : c0 + 8] if ok else 0.0
-                if i < cfg.block_p and p0 + i < p.p:
+                o = i // sh
+                if i % sh == 0 and o < cfg.block_p and p0 + o < p.p:
                     for t in range(cfg.warps * cfg.block_q):
                         g, j = t % cfg.warps, t // cfg.warps
                         c0 = (group0 + g) * 8
                         ok = q0 + j < p.q
-                        sdy[k % dyr, g, j] = dy[n, p0 + i, q0 + j, c0 : c0 + 8] if ok else 0.0
+                        sdy[k % dyr, g, j] = dy[n, p0 + o, q0 + j, c0 : c0 + 8] if ok else 0.0
 
             def dy_frag(k, qc, wp, sdy=sdy):
                 return ldmatrix_trans(sdy[k % dyr, wp, 8 * qc + np.arange(8)])
@@ -100,23 +102,24 @@ def emulate_wgrad(x, dy, p: Conv2dGw8Params, cfg, dev):
                 if k + cfg.stages - 1 < stream_rows:
                     load(k + cfg.stages - 1)
                 _, p0, i = row_of(k)
-                h = p0 - p.pad_h + i
+                h = p0 * sh - p.pad_h + i
                 dy_inside = min(cfg.block_p, p.p - p0)
                 q_chunks = min(cfg.block_q // 8, (p.q - q0 + 7) // 8)
                 for wp in range(cfg.warps):
                     for qc in range(q_chunks):
                         if not 0 <= h < p.h:  # padding row: its dy row's bias only
-                            if p.has_bias and i < dy_inside:
+                            if p.has_bias and i % sh == 0 and i // sh < dy_inside:
                                 mma_m16n8k8(acc_b[wp], np.ones((32, 2, 2)), dy_frag(k, qc, wp))
                                 mmas["bias"] += 1
                             continue
                         a = np.zeros((sp, 32, 2, 2))
                         for jj in range(sp):
                             for mi in range(2):  # lanes 8 mi .. 8 mi + 7 address matrix mi
-                                cols = 8 * qc + 2 * jj + mi + np.arange(8)
+                                cols = sw * (8 * qc + np.arange(8)) + 2 * jj + mi
                                 a[jj, :, mi] = ldmatrix_trans(sx[k % cfg.stages, wp, cols])
                         for r in range(p.r):
-                            if 0 <= i - r < dy_inside:
+                            d = i - r
+                            if d >= 0 and d % sh == 0 and d // sh < dy_inside:
                                 b = dy_frag(k - r, qc, wp)
                                 for jj in range(sp):
                                     mma_m16n8k8(acc[wp, r, jj], a[jj], b)
@@ -146,7 +149,9 @@ def useful_mmas(p: Conv2dGw8Params, cfg, dev) -> dict[str, int]:
     chunks = sum(
         min(cfg.block_q // 8, math.ceil((p.q - q0) / 8)) for q0 in range(0, p.q, cfg.block_q)
     )
-    taps = sum(1 for pp in range(p.p) for r in range(p.r) if 0 <= pp + r - p.pad_h < p.h)
+    taps = sum(
+        1 for pp in range(p.p) for r in range(p.r) if 0 <= p.stride_h * pp + r - p.pad_h < p.h
+    )
     per_image = {"dw": taps * chunks * wt.s_pairs(p), "bias": p.p * chunks if p.has_bias else 0}
     return {k: v * p.n * p.groups for k, v in per_image.items()}
 
@@ -159,7 +164,14 @@ SHAPES = [
     Conv2dGw8Params(n=2, c=8, h=5, w=12, r=3, s=2, pad_h=3, pad_w=1, has_bias=True),  # pad > R-1
     Conv2dGw8Params(n=1, c=16, h=9, w=3, r=1, s=1, pad_h=0, pad_w=0),  # Q = 3, no halo, no bias
     Conv2dGw8Params(n=2, c=8, h=11, w=9, r=5, s=3, pad_h=0, pad_w=1, has_bias=True),  # pad 0
-]
+    # stride 2: dy row o loads with x row 2o; odd and even sizes, one axis or both
+    Conv2dGw8Params(n=2, c=16, h=9, w=19, r=3, s=3, pad_h=1, pad_w=1, has_bias=True, stride_h=2,
+                    stride_w=2),
+    Conv2dGw8Params(n=1, c=8, h=14, w=10, r=7, s=7, pad_h=3, pad_w=3, stride_h=2, stride_w=2,
+                    has_bias=True),
+    Conv2dGw8Params(n=2, c=8, h=12, w=11, r=5, s=1, pad_h=2, pad_w=0, stride_h=2, has_bias=True),
+    Conv2dGw8Params(n=1, c=16, h=6, w=16, r=1, s=3, pad_h=0, pad_w=1, stride_w=2),
+]  # fmt: skip
 
 
 def _cases(p: Conv2dGw8Params, dev, seed: int) -> list[Conv2dGw8WgradConfig]:
@@ -175,7 +187,7 @@ def test_wgrad_skips_give_the_exact_gradient(p, seed):
     g = torch.Generator().manual_seed(seed)
     x = torch.randn(p.n, p.c, p.h, p.w, generator=g, dtype=torch.float64)
     dy = torch.randn(p.n, p.c, p.p, p.q, generator=g, dtype=torch.float64)
-    want_w = ref.wgrad(x, dy, (p.r, p.s), p.padding).numpy()
+    want_w = ref.wgrad(x, dy, (p.r, p.s), p.padding, p.stride).numpy()
     want_b = ref.bias_grad(dy).numpy()
     xs, dys = x.permute(0, 2, 3, 1).numpy(), dy.permute(0, 2, 3, 1).numpy()
     for cfg in _cases(p, dev, seed):

@@ -30,7 +30,8 @@ def _block() -> nn.Sequential:
         _TimmStyle(16, eps=1e-6),  # eligible
         nn.Conv2d(16, 32, 1),  # not grouped: left alone silently
         nn.Conv2d(32, 32, 3, padding=1, groups=8),  # group width 4: kept, with the reason
-        nn.Conv2d(32, 32, 3, padding=1, groups=4, stride=2),  # stride 2: kept, with the reason
+        nn.Conv2d(32, 32, 3, padding=1, groups=4, stride=2),  # stride 2: eligible
+        nn.Conv2d(32, 32, 3, padding=1, groups=4, stride=3),  # stride 3: kept, with the reason
     )
 
 
@@ -42,19 +43,20 @@ def test_transform_swaps_eligible_modules_and_keeps_outputs(seed):
     with torch.no_grad():
         before = model(x)
     report = transform(model)
-    assert [p for p, _ in report.replaced] == ["0", "1"]
+    assert [p for p, _ in report.replaced] == ["0", "1", "4"]
     assert isinstance(model[0], Conv2dGw8) and isinstance(model[1], LayerNorm2d)
     assert isinstance(model[2], nn.Conv2d) and isinstance(model[3], nn.Conv2d)
+    assert isinstance(model[4], Conv2dGw8) and model[4].stride == (2, 2)
     skipped = dict(report.skipped)
-    assert set(skipped) == {"3", "4"}
-    assert "group" in skipped["3"] and "stride" in skipped["4"]
+    assert set(skipped) == {"3", "5"}
+    assert "group" in skipped["3"] and "stride" in skipped["5"]
     with torch.no_grad():
         after = model(x)
     # The swapped layers run their float32 PyTorch fallback: only reduction order may differ
     # (conv: 8·3·3 products, then 16-channel LayerNorm statistics).
     assert_close(after, before, tolerance(torch.float32, depth=72), where=f"seed={seed}")
     text = str(report)
-    assert "replaced 2 modules" in text and "kept" in text
+    assert "replaced 3 modules" in text and "kept" in text
 
 
 def test_transform_shares_parameters():
