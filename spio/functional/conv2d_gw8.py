@@ -232,17 +232,11 @@ def _dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
 
-def _cl_stride(size: tuple[int, int, int, int]) -> tuple[int, ...]:
-    """The strides torch gives a channels_last tensor of `size`."""
-    return tuple(torch.empty(size, device="meta", memory_format=_CL).stride())
-
-
-def _contiguous_stride(size: tuple[int, ...]) -> tuple[int, ...]:
-    stride, out = 1, []
-    for n in reversed(size):
-        out.append(stride)
-        stride *= max(n, 1)
-    return tuple(reversed(out))
+def _cl_stride(
+    size: tuple[int, int, int, int], memory_format: torch.memory_format = _CL
+) -> tuple[int, ...]:
+    """The strides torch gives a tensor of `size` in `memory_format` (channels_last unless told)."""
+    return tuple(torch.empty(size, device="meta", memory_format=memory_format).stride())
 
 
 def _weight_cl(w) -> bool | None:
@@ -408,7 +402,7 @@ class _WgradPlan:
         self.launch = wg.WgradLaunch(kernel, reduce_kernel, p, cfg, dev)
         self.w_size = (p.c, GROUP_WIDTH, p.r, p.s)
         # dw in the weight's layout, so autograd accumulates it without a copy
-        self.w_stride = _cl_stride(self.w_size) if p.weight_cl else _contiguous_stride(self.w_size)
+        self.w_stride = _cl_stride(self.w_size, _CL if p.weight_cl else torch.contiguous_format)
         self.c = p.c
         self.wdtype = getattr(torch, p.weight_dtype)
         self.device = torch.device("cuda", dev.ordinal)
