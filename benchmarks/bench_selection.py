@@ -3,10 +3,12 @@ and per process: the first selection of a fresh process (model load included) an
 finds its pick persisted.
 
 Targets: ≤ 5 ms for a new shape, ≤ 20 µs cached, ≤ 50 ms for a fresh process's first selection,
-≤ 5 ms for a persisted pick (with no numpy or XGBoost import). Needs no GPU: the device is taken
-from spio's table (`known_device`). Uses the shipped model of each family when there is one
-(otherwise the heuristic, which the table says). `--processes N` runs each process-level row N
-times (fresh Python processes; the import of spio itself is not counted).
+≤ 5 ms for a persisted pick (neither with a numpy or XGBoost import). Needs no GPU: the device is
+taken from spio's table (`known_device`). Uses the shipped model of each family when there is one
+(otherwise the heuristic, which the table says). "rank ms" is the model's pick alone
+(`spio.tune.rank.best`: configs, features, prediction), "new shape ms" the whole selection (the
+basis and the pick's write included). `--processes N` runs each process-level row N times (fresh
+Python processes; the import of spio itself is not counted).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from pathlib import Path
 from spio.cuda import known_device
 from spio.kernels import KERNELS
 from spio.select import Selector
+from spio.tune.rank import best
 from spio.tune.store import find_model
 
 
@@ -35,18 +38,26 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--processes", type=int, default=3, help="runs of each process-level row")
     args = ap.parse_args(argv)
     dev = known_device(args.device)
-    print(f"{'kernel':<22} {'source':<10} {'configs':>8} {'new shape ms':>13} {'cached us':>10}")
+    print(
+        f"{'kernel':<22} {'source':<10} {'configs':>8} {'rank ms':>8} {'new shape ms':>13} "
+        f"{'cached us':>10}"
+    )
     for name, kdef in KERNELS.items():
         if kdef.sample_params is None:
             continue
         rng = random.Random(0)
-        source = "model" if find_model(name, dev.name, dev.arch) else "heuristic"
+        model = find_model(name, dev.name, dev.arch)
+        source = "model" if model else "heuristic"
         # A fresh, empty pick store: "new shape" times the model's ranking (plus writing the
         # pick), not a pick an earlier run saved on disk.
         sel = Selector(store_dir=Path(tempfile.mkdtemp(prefix="spio-bench-selection-")))
-        new_ms, cached_us, n_cfg = [], [], []
+        rank_ms, new_ms, cached_us, n_cfg = [], [], [], []
         for _ in range(args.shapes):
             p = kdef.sample_params(rng)
+            if model is not None and kdef.derived_from is None:
+                t = time.perf_counter()
+                best(kdef, p, dev, model)
+                rank_ms.append((time.perf_counter() - t) * 1e3)
             t0 = time.perf_counter()
             sel.select(kdef, p, dev)
             t1 = time.perf_counter()
@@ -56,8 +67,9 @@ def main(argv: list[str] | None = None) -> int:
             new_ms.append((t1 - t0) * 1e3)
             cached_us.append((t2 - t1) / 100 * 1e6)
             n_cfg.append(len(kdef.configs(p, dev)))
+        ranked = f"{statistics.median(rank_ms):>8.2f}" if rank_ms else f"{'-':>8}"
         print(
-            f"{name:<22} {source:<10} {statistics.median(n_cfg):>8.0f} "
+            f"{name:<22} {source:<10} {statistics.median(n_cfg):>8.0f} {ranked} "
             f"{statistics.median(new_ms):>13.2f} {statistics.median(cached_us):>10.2f}"
         )
     if args.processes > 0:
@@ -82,29 +94,37 @@ print(json.dumps([ms, "numpy" in sys.modules, "xgboost" in sys.modules]))
 
 def _process_rows(device: str, runs: int) -> None:
     """Per family: a fresh process's first selection (empty cache dir: model load and ranking),
-    then a new process that finds that pick persisted; medians over `runs` cache dirs."""
-    print(f"\n{'kernel':<22} {'first in process ms':>20} {'persisted ms':>13} {'imports':>22}")
+    then a new process that finds that pick persisted; medians over `runs` cache dirs, and the
+    heavy modules either process imported."""
+    print(
+        f"\n{'kernel':<22} {'first in process ms':>20} {'persisted ms':>13} "
+        f"{'numpy/xgboost imported':>24}"
+    )
     for name, kdef in KERNELS.items():
         if kdef.sample_params is None or kdef.derived_from is not None:
             continue
-        first, again, imported = [], [], set()
+        first: list[float] = []
+        again: list[float] = []
+        imported: dict[str, set[str]] = {"first": set(), "persisted": set()}
         for _ in range(runs):
             with tempfile.TemporaryDirectory(prefix="spio-bench-selection-") as d:
                 env = {**os.environ, "SPIO_CACHE_DIR": d}
-                for times in (first, again):
+                for times, which in ((first, "first"), (again, "persisted")):
                     out = subprocess.run(
                         [sys.executable, "-c", _ONE_SELECTION, name, device],
                         env=env, capture_output=True, text=True, check=True,
                     )  # fmt: skip
                     ms, numpy_in, xgb_in = json.loads(out.stdout.splitlines()[-1])
                     times.append(ms)
-                    if times is again:
-                        imported |= {
-                            m for m, on in (("numpy", numpy_in), ("xgboost", xgb_in)) if on
-                        }
+                    imported[which] |= {
+                        m for m, on in (("numpy", numpy_in), ("xgboost", xgb_in)) if on
+                    }
+        said = "; ".join(
+            f"{which}: {', '.join(sorted(mods)) or 'neither'}" for which, mods in imported.items()
+        )
         print(
             f"{name:<22} {statistics.median(first):>20.1f} {statistics.median(again):>13.2f} "
-            f"{'persisted path: ' + (', '.join(sorted(imported)) or 'neither'):>22}"
+            f"  {said}"
         )
 
 

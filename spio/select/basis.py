@@ -1,11 +1,12 @@
 """The basis of persisted picks: a digest of everything a model or heuristic pick depends on.
 
 Read without loading a model or XGBoost: the spio version, the code (path, size, mtime of every
-module of `spio.kernels` and `spio.select`, of `spio.tune`'s feature, ranking and model code, and
-of the modules defining the family's configs, heuristic and features), the device's attributes
-(all but the ordinal: GPUs of one model share picks) and every model file the lookup may read
-(`spio.tune.store.model_identity`). A retrained or added model, another spio version or edited
-code therefore never reuses a stale pick (`spio.select.picks` keys picks by it).
+module of `spio.kernels` and `spio.select`, of `spio.tune`'s feature, ranking, model and tree
+evaluation code, and of the modules defining the family's configs, heuristic and features), the
+device's attributes (all but the ordinal: GPUs of one model share picks) and every model file the
+lookup may read (`spio.tune.store.model_identity`). A retrained or added model, another spio
+version or edited code therefore never reuses a stale pick (`spio.select.picks` keys picks by
+it).
 """
 
 from __future__ import annotations
@@ -42,11 +43,11 @@ _code_identities: dict[str, tuple[str, ...]] = {}
 def _code_identity(kdef: KernelDef) -> tuple[str, ...]:
     """'path|size|mtime_ns' of the code a pick depends on: the modules defining the family's
     configs, heuristic and features, every module of `spio.kernels` (params, helpers) and of
-    `spio.select` (the selection and store code), and the feature and ranking code of
-    `spio.tune`. In a development tree, where the spio version stays, an edit there changes it;
-    in an installed spio these files never change. Taken once per process and family: the code
-    that runs is the code imported, whatever happens to the files later (and the stats cost
-    ~1 ms per new-shape selection otherwise)."""
+    `spio.select` (the selection and store code), and the feature, ranking, model and tree
+    evaluation code of `spio.tune`. In a development tree, where the spio version stays, an edit
+    there changes it; in an installed spio these files never change. Taken once per process and
+    family: the code that runs is the code imported, whatever happens to the files later (and
+    the stats cost ~1 ms per new-shape selection otherwise)."""
     known = _code_identities.get(kdef.name)
     if known is None:
         known = _code_identities[kdef.name] = tuple(_stat_code(kdef))
@@ -55,7 +56,8 @@ def _code_identity(kdef: KernelDef) -> tuple[str, ...]:
 
 def _stat_code(kdef: KernelDef) -> list[str]:
     paths = set((_SPIO_DIR / "kernels").glob("*.py")) | set((_SPIO_DIR / "select").glob("*.py"))
-    paths.update(_SPIO_DIR / "tune" / f for f in ("features.py", "rank.py", "model.py"))
+    tune = ("features.py", "rank.py", "model.py", "trees.py", "booster.py")
+    paths.update(_SPIO_DIR / "tune" / f for f in tune)
     for fn in (kdef.configs, kdef.heuristic, kdef.features):
         module = sys.modules.get(getattr(fn, "__module__", None) or "")
         path = getattr(module, "__file__", None)

@@ -119,9 +119,9 @@ class Selector:
 
         model = find_model(kdef.name, device.name, device.arch)
         if model is not None:
-            from spio.tune.rank import rank
+            from spio.tune.rank import best
 
-            return rank(kdef, params, device, model)[0][0], "model"
+            return best(kdef, params, device, model)[0], "model"
         self._warn_no_model(kdef, device)
         return kdef.heuristic(params, device), "heuristic"
 

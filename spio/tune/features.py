@@ -3,12 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import math
 from collections.abc import Sequence
 from typing import Any
-
-import numpy as np
 
 from spio.kernels.kernel_def import KernelDef
 from spio.kernels.kernel_def import from_dict as from_dict
@@ -33,34 +30,30 @@ def features(kdef: KernelDef, params: Any, config: Any, device: Any) -> dict[str
     return _numeric_fields("p_", params) | _numeric_fields("c_", config)
 
 
-def feature_matrix(
+def feature_columns(
     kdef: KernelDef, params: Any, configs: Sequence[Any], device: Any, names: Sequence[str]
-) -> np.ndarray:
-    """float32 matrix of the features of each config (rows) in the order `names` (columns), as
-    a model trained on `names` sees them: the same values as `features()`, rounded to float32.
+) -> list[Sequence[float]]:
+    """The features of each config as one column per name in `names`: what a model trained on
+    `names` is given (`spio.tune.trees.Trees.predict`), the values of `features()` (a model
+    rounds them to float32 itself). No numpy: the selection path stays free of its import.
 
     A feature a family doesn't provide is NaN (callers check names first: `PerfModel.require`).
     When the family's own key order is `names` (the usual case: the model was trained on this
-    family), the values go straight into one float64 buffer without per-key lookups.
+    family), the rows are transposed as they are, without per-key lookups.
     """
     names = tuple(names)
-    if not configs:
-        return np.empty((0, len(names)), dtype=np.float32)
     f = kdef.features
-    first = f(params, configs[0], device) if f is not None else None
-    if f is None or first is None or tuple(first) != names:
+    if f is None:
         rows = [features(kdef, params, c, device) for c in configs]
-        return np.asarray(
-            [[r.get(n, math.nan) for n in names] for r in rows], dtype=np.float64
-        ).astype(np.float32)
+    else:
+        rows = [f(params, c, device) for c in configs]
+    if not rows or tuple(rows[0]) != names:
+        return [[float(r[n]) if n in r else math.nan for r in rows] for n in names]
     k = len(names)
-    rows = [first] + [f(params, c, device) for c in itertools.islice(configs, 1, None)]
     for c, row in zip(configs, rows, strict=True):
         if len(row) != k:
             raise ValueError(
                 f"{kdef.name}: features() returned {len(row)} values for {c} but {k} for "
                 f"{configs[0]}; a family's features must have a fixed key order"
             )
-    values = itertools.chain.from_iterable(map(dict.values, rows))
-    x = np.fromiter(values, dtype=np.float64, count=len(rows) * k)
-    return x.reshape(len(rows), k).astype(np.float32)
+    return list(zip(*map(dict.values, rows), strict=True))

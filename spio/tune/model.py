@@ -4,6 +4,10 @@ File (gzipped JSON): {"format": 1, "kernel": ..., "device": ..., "arch": ...,
 "features": [names...], "n_samples": ..., "booster": <XGBoost's own JSON model>}. The feature
 list is stored so a model trained against another version of a family's features is refused
 instead of mispredicting (`ModelFormatError`, defined in `spio.errors`, importable from here).
+
+XGBoost (and numpy) train and save a model; predictions, a loaded model's and a trained one's
+alike, come from its trees evaluated in plain Python (`spio.tune.trees`), bit for bit what
+XGBoost predicts, so a process that selects configs never imports either.
 """
 
 from __future__ import annotations
@@ -11,23 +15,24 @@ from __future__ import annotations
 import gzip
 import json
 import math
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from spio.errors import ModelFormatError
+from spio.tune.trees import Trees
 
 MODEL_FORMAT = 1
 
 # Small trees, many rounds: the latency surface is smooth in tile sizes and piecewise in waves.
 # eta 0.08 x 250 rounds (was 0.15 x 150): on held-out shapes (5 folds by shape, mean over 3
 # training seeds; benchmarks/tune_experiments.py) it lowered the mean regret of 5 of 6 families and
-# p90 of all 6, for 0.05-0.35 ms more prediction time per selection. Ranking objectives,
-# fast-config weights, per-shape-relative targets, robust losses, bagging and eta 0.05 x 450
-# were tried; none gained consistently across families for its cost (docs/tuning.md).
+# p90 of all 6, for 0.05-0.35 ms more prediction time per selection (XGBoost's predictor; 0.3-1 ms
+# with spio.tune.trees). Ranking objectives, fast-config weights, per-shape-relative targets,
+# robust losses, bagging and eta 0.05 x 450 were tried; none gained consistently across families
+# for its cost (docs/tuning.md).
 TRAIN_PARAMS = {
     "objective": "reg:squarederror",
     "eta": 0.08,
@@ -40,6 +45,15 @@ TRAIN_PARAMS = {
 }
 ROUNDS = 250  # with depth 5: ~0.2 MB gzipped; deeper trees overfit the held-out shapes
 
+# Node arrays of XGBoost's JSON that prediction doesn't read (gains, hessian sums, parents,
+# unscaled weights, categories; flat lists of numbers, never last in their tree's object).
+# Dropped from the text before parsing, they halve json.loads's time (~5 ms of the ~50 a
+# process's first selection may take on the 2-core development host).
+_UNREAD = re.compile(
+    r'"(?:base_weights|loss_changes|sum_hessian|parents|categories(?:_nodes|_segments|_sizes)?)"'
+    r":\[[-+0-9.eE,]*\],"
+)
+
 
 @dataclass
 class PerfModel:
@@ -49,8 +63,9 @@ class PerfModel:
     device: str
     arch: str
     feature_names: tuple[str, ...]
-    booster: Any  # xgboost.Booster
+    trees: Trees  # what predicts
     n_samples: int = 0
+    booster: Any = None  # the xgboost.Booster of a model trained in this process (to save it)
 
     @classmethod
     def train(
@@ -62,6 +77,7 @@ class PerfModel:
         latency_us: Sequence[float],
         rounds: int = ROUNDS,
     ) -> PerfModel:
+        import numpy as np
         import xgboost as xgb
 
         if not rows:
@@ -72,13 +88,15 @@ class PerfModel:
         booster = xgb.train(
             TRAIN_PARAMS, xgb.DMatrix(x, label=y, feature_names=list(names)), rounds
         )
-        return cls(kernel, device, arch, names, booster, len(rows))
+        trees = Trees(json.loads(booster.save_raw(raw_format="json")), len(names))
+        return cls(kernel, device, arch, names, trees, len(rows), booster)
 
-    def predict_us(self, rows: Sequence[dict[str, float]]) -> np.ndarray:
+    def predict_us(self, rows: Sequence[dict[str, float]]) -> list[float]:
         """Predicted latency in µs of each feature row."""
         if rows:
             self.require(rows[0])
-        return self.predict_matrix_us(_matrix(rows, self.feature_names))
+        columns = [[float(r[n]) if n in r else math.nan for r in rows] for n in self.feature_names]
+        return [math.exp(m) for m in self.trees.predict(columns).margins()]
 
     def require(self, provided: Iterable[str]) -> None:
         """Raises ModelFormatError unless every feature the model needs is in `provided`."""
@@ -89,12 +107,13 @@ class PerfModel:
                 "kernel family no longer provides; retrain with `spio tune train`"
             )
 
-    def predict_matrix_us(self, x: np.ndarray) -> np.ndarray:
-        """Predicted latency in µs of each row of a float32 matrix whose columns are
-        `feature_names` (see `spio.tune.features.feature_matrix`)."""
-        return np.exp(self.booster.inplace_predict(x))
-
     def to_json(self) -> str:
+        if self.booster is None:
+            raise ValueError(
+                f"PerfModel.to_json: model {self.kernel}/{self.device} was loaded from a file "
+                "and keeps no XGBoost booster to save; copy that file, or save a model from "
+                "PerfModel.train"
+            )
         raw = self.booster.save_raw(raw_format="json").decode()
         return json.dumps(
             {
@@ -111,26 +130,29 @@ class PerfModel:
 
     @classmethod
     def from_json(cls, text: str) -> PerfModel:
-        import xgboost as xgb
-
-        data = json.loads(text)
-        if data.get("format") != MODEL_FORMAT:
+        """A model from a file's JSON text, with its trees ready to predict (no XGBoost)."""
+        try:
+            data = json.loads(_UNREAD.sub("", text))
+        except ValueError as e:
             raise ModelFormatError(
-                f"model format {data.get('format')!r}, this spio reads {MODEL_FORMAT}; "
+                f"model file is not JSON ({e}); retrain with `spio tune train`"
+            ) from None
+        if not isinstance(data, dict) or data.get("format") != MODEL_FORMAT:
+            found = data.get("format") if isinstance(data, dict) else type(data).__name__
+            raise ModelFormatError(
+                f"model format {found!r}, this spio reads {MODEL_FORMAT}; "
                 "retrain with `spio tune train`"
             )
-        booster = xgb.Booster()
-        booster.load_model(bytearray(json.dumps(data["booster"]).encode()))
-        booster.set_param(
-            {"nthread": 1}
-        )  # one row batch per call: threads cost more than they save
+        try:
+            kernel, device, arch = (str(data[k]) for k in ("kernel", "device", "arch"))
+            names = tuple(str(n) for n in data["features"])
+            booster = data["booster"]
+        except (KeyError, TypeError) as e:
+            raise ModelFormatError(
+                f"model file lacks its {e} field; retrain with `spio tune train`"
+            ) from None
         return cls(
-            data["kernel"],
-            data["device"],
-            data["arch"],
-            tuple(data["features"]),
-            booster,
-            data.get("n_samples", 0),
+            kernel, device, arch, names, Trees(booster, len(names)), data.get("n_samples", 0)
         )
 
     def save(self, path: Path) -> None:
@@ -150,7 +172,10 @@ def read_text(path: Path) -> str:
     return gzip.decompress(path.read_bytes()).decode()
 
 
-def _matrix(rows: Sequence[dict[str, float]], names: Sequence[str]) -> np.ndarray:
+def _matrix(rows: Sequence[dict[str, float]], names: Sequence[str]) -> Any:
+    """The float32 numpy matrix XGBoost trains on (rows x `names`)."""
+    import numpy as np
+
     if rows and tuple(rows[0]) == tuple(names):  # the family's own key order: no per-key lookups
         return np.asarray([list(r.values()) for r in rows], dtype=np.float32)
     return np.asarray([[r.get(n, math.nan) for n in names] for r in rows], dtype=np.float32)

@@ -3,9 +3,9 @@
 File names are `<kernel>__<device slug>.json.gz`. Lookup for (kernel, device): a local model for
 that exact GPU, then a shipped one, then (with a log line) a model of another GPU of the same
 arch. `model_identity(kernel)` describes the files that lookup may read (path, size, mtime)
-without opening them: persisted picks (`spio.select.basis`) key on it. Importing this module
-loads neither numpy nor XGBoost (`spio.tune.model` loads with the first model), so a process
-that finds its picks persisted never imports them.
+without opening them: persisted picks (`spio.select.basis`) key on it. A loaded model is kept
+per file (path and mtime) for the process. Neither importing this module nor loading a model
+imports numpy or XGBoost: a model's trees are evaluated in plain Python (`spio.tune.trees`).
 """
 
 from __future__ import annotations

@@ -318,18 +318,19 @@ sel = Selector()
 p = Conv2dGw8Params(n=8, c=256, h=14, w=14, r=3, s=3, pad_h=1, pad_w=1)
 cfg = sel.select(KERNELS["conv2d_gw8_fprop"], p, known_device("H100"))
 source = sel.sources[("conv2d_gw8_fprop", p, "NVIDIA H100 80GB HBM3")]
-print(json.dumps([repr(cfg), source, "xgboost" in sys.modules, "numpy" in sys.modules]))
+loaded = [m in sys.modules for m in ("spio.tune.trees", "xgboost", "numpy")]
+print(json.dumps([repr(cfg), source, *loaded]))
 """
 
 
-def test_a_new_process_selects_from_disk_without_importing_xgboost(tmp_path: Path):
-    """The shipped conv2d_gw8_fprop model, in two real processes sharing a cache dir: the second
-    answers from the persisted pick without importing XGBoost or numpy (issue: a persisted pick
-    in <= 5 ms, which numpy's import alone exceeds)."""
+def test_new_processes_select_without_importing_xgboost_or_numpy(tmp_path: Path):
+    """The shipped conv2d_gw8_fprop model, in two real processes sharing a cache dir: the first
+    ranks the layer's configs with the model's trees, the second answers from the persisted
+    pick without loading the model; neither imports XGBoost or numpy (issue 13: a first
+    selection in <= 50 ms and a persisted one in <= 5 ms, which their imports alone exceed)."""
     import subprocess
     import sys
 
-    pytest.importorskip("xgboost", reason="the first process ranks with the shipped model")
     if not store.model_files("conv2d_gw8_fprop"):
         pytest.skip("no conv2d_gw8_fprop model ships in this checkout")
     env = {**os.environ, "SPIO_CACHE_DIR": str(tmp_path)}
@@ -342,5 +343,5 @@ def test_a_new_process_selects_from_disk_without_importing_xgboost(tmp_path: Pat
         return json.loads(out.stdout.splitlines()[-1])
 
     first, second = run(), run()
-    assert first[1:] == ["model", True, True]  # ranked with the model
-    assert second == [first[0], "model", False, False]  # the same pick, read from disk
+    assert first[1:] == ["model", True, False, False]  # ranked with the model's trees
+    assert second == [first[0], "model", False, False, False]  # the same pick, read from disk

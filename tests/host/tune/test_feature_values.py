@@ -26,7 +26,7 @@ import pytest
 
 from spio.cuda import known_device
 from spio.kernels import KERNELS
-from spio.tune.features import feature_matrix, features, from_dict, to_dict
+from spio.tune.features import feature_columns, features, from_dict, to_dict
 
 GOLDEN = Path(__file__).resolve().parent / "data" / "feature_digests.json"
 DEVICES = ("sm_90", "sm_80", "sm_89")
@@ -129,18 +129,17 @@ def test_features_are_unchanged(name, i):
 
 
 @pytest.mark.parametrize(("name", "i"), _cases())
-def test_feature_matrix_equals_the_row_by_row_matrix(name, i):
-    # What the model sees: float32 of each float value, in the model's feature order.
+def test_feature_columns_equal_the_row_by_row_values(name, i):
+    # What the model sees: float32 of each value, one column per feature in the model's order.
     kdef, params, configs, dev, entry = _case(name, i)
     names, rows = _rows(kdef, params, configs, dev)
     expected = np.asarray(rows, dtype=np.float32)
-    got = feature_matrix(kdef, params, configs, dev, tuple(names))
-    assert got.dtype == np.float32 and got.shape == expected.shape
-    assert got.tobytes() == expected.tobytes()
+    got = feature_columns(kdef, params, configs, dev, tuple(names))
+    assert len(got) == len(names) and all(len(c) == len(configs) for c in got)
+    assert np.asarray(got, dtype=np.float32).T.tobytes() == expected.tobytes()
     # Another order (a model trained on a permutation): columns follow the model's names.
-    perm = tuple(reversed(names))
-    got = feature_matrix(kdef, params, configs, dev, perm)
-    assert got.tobytes() == expected[:, ::-1].copy().tobytes()
+    got = feature_columns(kdef, params, configs, dev, tuple(reversed(names)))
+    assert np.asarray(got, dtype=np.float32).T.tobytes() == expected[:, ::-1].copy().tobytes()
 
 
 if __name__ == "__main__":

@@ -1,0 +1,297 @@
+"""XGBoost tree ensembles evaluated in plain Python: no XGBoost, no numpy.
+
+The performance models are XGBoost boosters (`spio.tune.model`). Importing XGBoost and numpy and
+building a Booster takes ~300 ms on a 2-core host, six times the budget of a process's first
+selection, so `Trees` takes the booster's own JSON (read and checked by `spio.tune.booster`) and
+predicts what XGBoost's CPU predictor predicts, bit for bit:
+
+- a split sends a row left when `x < split_condition`, both float32 (the features are rounded to
+  float32 first: XGBoost is given a float32 matrix); a missing value (NaN) follows `default_left`;
+- a leaf's value is its `split_conditions` entry; the margin is `base_score` plus each tree's
+  leaf value, accumulated in float32 in tree order (XGBoost adds each tree into a float32
+  output); with `reg:squarederror`, the only objective read, the margin is the prediction.
+
+One call evaluates a batch of rows, usually one layer's configs: their layer features are equal
+and their config features take a few values each. So the work is per tree, for all rows at once:
+1. per feature, the rows that go left at each of the model's thresholds, as a row mask (a byte
+   per row, in a Python int), made from the column's few distinct values (`_masks`);
+2. each tree is walked once: a node splits the row mask it receives with its threshold's mask,
+   and a leaf puts its number in its rows' bytes (`_walk`);
+3. `bytes.translate` turns the leaf numbers into the leaves' float32 bytes, for a group of trees
+   at once (their leaves numbered apart, 256 at most): a trees x rows float32 matrix.
+A row's margin is its matrix column summed in float32 in XGBoost's order (~15 us a row on the
+2-core development host). `Prediction.best`, XGBoost's top pick, needs that for a few rows only:
+float64 sums are within `Trees.bound` of the margins, so only the rows within twice the bound of
+the smallest can be the pick.
+"""
+
+from __future__ import annotations
+
+import math
+from array import array
+from bisect import bisect_right
+from collections.abc import Sequence
+from itertools import accumulate, chain, compress, repeat
+from operator import add, mul, sub
+from typing import Any
+
+from spio.errors import ModelFormatError
+from spio.tune.booster import read_booster
+
+MAX_LEAVES = 256  # leaf numbers are bytes (a tree of max_depth <= 8 always fits)
+_CLASSES = 255  # a column's distinct values that byte classes hold (class 255: NaN)
+
+# Translate tables over byte classes: _BELOW[k] maps the classes below k to 1.
+_BELOW = [bytes([1]) * k + bytes(256 - k) for k in range(256)]
+
+
+def float32(values: Sequence[float]) -> list[float]:
+    """The values rounded to float32 (to nearest, ties to even; beyond float32's range: +-inf)."""
+    return array("f", values).tolist()
+
+
+class Trees:
+    """The trees of an XGBoost `gbtree` booster with one output, ready to `predict`.
+
+    booster: the booster's JSON (`Booster.save_raw("json")`, parsed), as model files hold it.
+    n_features: the number of feature columns the booster was trained on.
+
+    A tree is four lists indexed by its nodes as XGBoost numbers them (`_trees`): left and right
+    child (-1 at a leaf); the condition, an index into the per-batch masks (`_masks`): the
+    position of the node's (feature, threshold) among all the model's, sorted, plus their count
+    when a missing value goes left; and a leaf's number in its group of trees (`_groups`:
+    consecutive trees whose leaves, 256 at most, share translate tables). `bound` is how far
+    a row's float64 sum of leaves (`Prediction.sums`) can be from its margin minus base_score
+    (`_bound`).
+    """
+
+    def __init__(self, booster: dict[str, Any], n_features: int) -> None:
+        nodes = read_booster(booster, n_features)  # checked: ModelFormatError otherwise
+        feature, value, sizes, internal = nodes.feature, nodes.value, nodes.sizes, nodes.internal
+        self.n_features = n_features
+        self.n_trees = len(sizes)
+        self.base = nodes.base
+        splits = sorted(set(compress(zip(feature, value, strict=True), internal)))
+        self._thresholds: list[list[float]] = [[] for _ in range(n_features)]
+        for f, x in splits:
+            self._thresholds[f].append(x)
+        position = dict(zip(splits, range(len(splits)), strict=True))
+        cond = list(
+            map(  # a leaf's is never read
+                add,
+                map(position.get, zip(feature, value, strict=True), repeat(0)),
+                map(mul, nodes.default_left, repeat(len(splits))),
+            )
+        )
+        number, self._groups, leaves = _number_leaves(internal, value, sizes)
+        self.bound = _bound(self.base, leaves)
+        cuts = list(accumulate(sizes, initial=0))
+        self._trees = [  # per tree: left, right (as XGBoost wrote them), condition, leaf number
+            (nodes.left[a:b], nodes.right[a:b], cond[a:b], number[a:b])
+            for a, b in zip(cuts, cuts[1:], strict=False)
+        ]
+
+    def predict(self, columns: Sequence[Sequence[float]]) -> Prediction:
+        """Every tree's leaf value for every row; `columns[f]` holds feature f of each row."""
+        if len(columns) != self.n_features:
+            raise ValueError(
+                f"Trees.predict: {len(columns)} feature columns, the model has "
+                f"{self.n_features}; pass one column per feature, in the model's order"
+            )
+        rows = len(columns[0]) if columns else 0
+        if any(len(c) != rows for c in columns):
+            raise ValueError("Trees.predict: feature columns of different lengths; one per row")
+        matrix = bytearray(4 * rows * self.n_trees)
+        if rows:
+            self._walk(matrix, columns, rows)
+        return Prediction(matrix, rows, self.n_trees, self.base, self.bound)
+
+    def _walk(self, matrix: bytearray, columns: Sequence[Sequence[float]], rows: int) -> None:
+        """Fills the trees x rows matrix of float32 leaf values (tree-major)."""
+        everyone = int.from_bytes(bytes([1]) * rows, "little")
+        masks = self._masks(columns, rows, everyone)
+        for first, end, tables in self._groups:
+            numbers = []
+            for left, right, cond, number in self._trees[first:end]:
+                leaves = 0  # each row's leaf number, a byte each
+                g, m = 0, everyone
+                pending: list[tuple[int, int]] = []  # (node, rows) yet to walk
+                while True:
+                    c = left[g]
+                    if c < 0:  # a leaf
+                        leaves |= m * number[g]
+                        if not pending:
+                            break
+                        g, m = pending.pop()
+                        continue
+                    go_left = m & masks[cond[g]]
+                    if go_left == m:
+                        g = c
+                    elif go_left:
+                        pending.append((right[g], m ^ go_left))
+                        g, m = c, go_left
+                    else:
+                        g = right[g]
+                numbers.append(leaves.to_bytes(rows, "little"))
+            group = b"".join(numbers)
+            for j in range(4):
+                matrix[4 * first * rows + j : 4 * end * rows : 4] = group.translate(tables[j])
+
+    def _masks(self, columns: Sequence[Sequence[float]], rows: int, everyone: int) -> list[int]:
+        """The rows that go left at each condition (see the class docstring), as row masks."""
+        right_nan: list[int] = []  # the thresholds' masks where a missing value goes right
+        left_nan: list[int] = []  # and where it goes left
+        for f, thresholds in enumerate(self._thresholds):
+            if not thresholds:
+                continue
+            column = columns[f]
+            first = column[0]
+            if first == first and column.count(first) == rows:  # one value, not NaN: a layer's
+                k = bisect_right(thresholds, float32([first])[0])
+                part = [0] * k + [everyone] * (len(thresholds) - k)
+                right_nan += part
+                left_nan += part
+                continue
+            part, nan = _column_masks(column, set(column), thresholds)
+            right_nan += part
+            left_nan += [m | nan for m in part] if nan else part
+        return right_nan + left_nan
+
+
+class Prediction:
+    """The leaf values of a batch of rows (`Trees.predict`): a trees x rows float32 matrix,
+    tree-major, so a row's values are a strided view in XGBoost's order of addition."""
+
+    def __init__(self, matrix: bytearray, rows: int, trees: int, base: float, bound: float):
+        self.rows = rows
+        self._values = memoryview(matrix).cast("f")
+        self._trees = trees
+        self._base = base
+        self.bound = bound  # Trees.bound
+
+    def margin(self, row: int) -> float:
+        """The row's margin as XGBoost computes it: base_score, then each tree's leaf, float32."""
+        acc = array("f", [self._base])
+        for v in self._values[row :: self.rows]:
+            acc[0] += v  # float64 sum of two float32 values (exact), stored rounded to float32
+        return acc[0]
+
+    def margins(self) -> list[float]:
+        """Every row's margin (`margin`)."""
+        return [self.margin(r) for r in range(self.rows)]
+
+    def sums(self) -> list[float]:
+        """Each row's leaves summed in float64: within `Trees.bound` of its margin minus
+        base_score (~2 us a row of 250 trees, against `margin`'s ~15)."""
+        v, n = self._values, self.rows
+        return [sum(v[r::n]) for r in range(n)]
+
+    def best(self) -> tuple[int, float]:
+        """(row, margin) of the smallest margin, the first such row on a tie: XGBoost's pick.
+
+        Only the rows whose float64 sum (`sums`) is within twice the bound of the smallest can
+        be it; only they are summed in float32."""
+        if not self.rows:
+            raise ValueError("Prediction.best: no rows to choose from")
+        approx = self.sums()
+        cut = min(approx) + 2 * self.bound
+        margin, row = min((self.margin(r), r) for r, a in enumerate(approx) if a <= cut)
+        return row, margin
+
+
+def _column_masks(
+    column: Sequence[float], seen: set[float], thresholds: list[float]
+) -> tuple[list[int], int]:
+    """(the rows left of each threshold, the rows of NaN) for a column of several values.
+
+    A row's class is the number of the column's distinct float32 values below its own; the
+    rows left of a threshold are those of a class below the number of values under it, one mask
+    for all thresholds between two neighbouring values."""
+    values = sorted(x for x in seen if x == x)
+    rounded = float32(values)
+    distinct = sorted(set(rounded))
+    if len(distinct) == len(values):
+        klass = dict(zip(values, range(len(values)), strict=True))
+    else:  # values that round to one float32 value share a class
+        rank = {x: i for i, x in enumerate(distinct)}
+        klass = {v: rank[r] for v, r in zip(values, rounded, strict=True)}
+    few = len(distinct) < _CLASSES  # classes fit a byte, 255 for NaN
+    nan = 0
+    if len(values) < len(seen):
+        classes: Any = [klass.get(x, max(_CLASSES, len(distinct))) for x in column]
+        nan = _rows_of(classes, lambda c: c >= len(distinct))
+        if few:
+            classes = bytes(classes)
+    elif few:
+        classes = bytes(map(klass.__getitem__, column))
+    else:
+        classes = list(map(klass.__getitem__, column))
+    part: list[int] = []
+    # The thresholds up to upto[j] (and from the previous one) have the classes below j under.
+    upto = [bisect_right(thresholds, x) for x in distinct] + [len(thresholds)]
+    for j, end in enumerate(upto):
+        run = end - len(part)
+        if run:
+            if few:
+                mask = int.from_bytes(classes.translate(_BELOW[j]), "little")
+            else:  # many values in one batch: the mask row by row
+                mask = _rows_of(classes, lambda c, j=j: c < j)
+            part += [mask] * run
+    return part, nan
+
+
+def _rows_of(classes: Sequence[int], keep: Any) -> int:
+    """The row mask of the rows whose class `keep` accepts."""
+    return int.from_bytes(bytes(1 if keep(c) else 0 for c in classes), "little")
+
+
+def _number_leaves(
+    internal: list[bool], value: list[float], sizes: list[int]
+) -> tuple[list[int], list[tuple[int, int, tuple[bytes, ...]]], list[list[float]]]:
+    """(each leaf's number in its group, the groups as (first tree, end tree, tables), each
+    tree's leaf values): leaves numbered in node order, from 0 again where the next tree's
+    would pass 256."""
+    leaf = [not x for x in internal]
+    starts = list(accumulate(sizes, initial=0))
+    per_tree = [leaf[a : a + n].count(True) for a, n in zip(starts, sizes, strict=False)]
+    if max(per_tree) > MAX_LEAVES:
+        t = next(t for t, n in enumerate(per_tree) if n > MAX_LEAVES)
+        raise ModelFormatError(
+            f"booster tree {t} has {per_tree[t]} leaves; spio's evaluator reads trees of at "
+            f"most {MAX_LEAVES} (max_depth <= 8): retrain with `spio tune train`"
+        )
+    values = list(compress(value, leaf))
+    groups = []
+    first, done, count = 0, 0, 0  # the group's first tree, the leaves before it and in it
+    restart = []  # per tree: the leaves before its group
+    for t, n in enumerate(per_tree):
+        if count + n > MAX_LEAVES:
+            groups.append((first, t, _tables(values[done : done + count])))
+            first, done, count = t, done + count, 0
+        restart.append(done)
+        count += n
+    groups.append((first, len(per_tree), _tables(values[done:])))
+    before = accumulate(leaf, initial=0)  # leaves before each node: a leaf's number, globally
+    group_start = chain.from_iterable(map(repeat, restart, sizes))
+    numbers = list(map(sub, before, group_start))  # map stops after the last node
+    cuts = list(accumulate(per_tree, initial=0))
+    return numbers, groups, [values[a:b] for a, b in zip(cuts, cuts[1:], strict=False)]
+
+
+def _tables(leaves: list[float]) -> tuple[bytes, ...]:
+    """Translate tables from a group's leaf numbers to byte j of the leaf's float32 value."""
+    raw = array("f", leaves).tobytes()
+    return tuple(raw[j::4] + bytes(256 - len(leaves)) for j in range(4))
+
+
+def _bound(base: float, leaves: list[list[float]]) -> float:
+    """How far a row's float64 sum of leaves can be from its float32 margin, minus base_score.
+
+    Every partial sum is below `reach`, |base| plus each tree's largest |leaf| (plus the float32
+    sums' own drift), so below 2**e; a float32 addition is off by at most half an ulp there,
+    2**(e - 25), and a float64 one by 2**(e - 54), once per tree and once for the base."""
+    reach = abs(base) + sum(max(map(abs, tree)) for tree in leaves)
+    e = math.frexp(reach)[1]
+    if reach + (len(leaves) + 1) * 2.0 ** (e - 24) >= 2.0**e:
+        e += 1
+    return (len(leaves) + 1) * (2.0 ** (e - 25) + 2.0 ** (e - 54))
