@@ -23,18 +23,20 @@ def _check(name: str, got: torch.Tensor, want: torch.Tensor, tol: float) -> None
         raise SystemExit(1)
 
 
-def conv(n: int, c: int, h: int, w: int, k: int, dtype: torch.dtype) -> None:
+def conv(
+    n: int, c: int, h: int, w: int, k: int, dtype: torch.dtype, stride: tuple[int, int] = (1, 1)
+) -> None:
     x = torch.randn(n, c, h, w, device="cuda", dtype=dtype).to(memory_format=torch.channels_last)
     wt = torch.randn(c, 8, k, k, device="cuda", dtype=dtype) * 0.2
     b = torch.randn(c, device="cuda", dtype=dtype)
     x.requires_grad_(), wt.requires_grad_(), b.requires_grad_()
-    y = sf.conv2d_gw8(x, wt, b)
+    y = sf.conv2d_gw8(x, wt, b, stride=stride)
     dy = torch.randn_like(y)
     gx, gw, gb = torch.autograd.grad(y, (x, wt, b), dy)
     xr, wr, br = (t.detach().double().requires_grad_() for t in (x, wt, b))
-    yr = F.conv2d(xr, wr, br, padding=k // 2, groups=c // 8)
+    yr = F.conv2d(xr, wr, br, stride=stride, padding=k // 2, groups=c // 8)
     rx, rw, rb = torch.autograd.grad(yr, (xr, wr, br), dy.double())
-    tag = f"conv2d_gw8 {n}x{c}x{h}x{w} k{k}"
+    tag = f"conv2d_gw8 {n}x{c}x{h}x{w} k{k} s{stride[0]}{stride[1]}"
     _check(tag + " y", y, yr, 1e-2)
     _check(tag + " dx", gx, rx, 1e-2)
     _check(tag + " dw", gw, rw, 1e-2)
@@ -75,6 +77,9 @@ def main() -> None:
     torch.manual_seed(0)
     conv(2, 16, 9, 7, 3, torch.float16)
     conv(1, 8, 5, 11, 5, torch.bfloat16)
+    conv(2, 16, 9, 7, 3, torch.float16, stride=(2, 2))  # odd H, W: dx's last row/column
+    conv(1, 24, 6, 11, 5, torch.bfloat16, stride=(1, 2))
+    conv(1, 8, 13, 4, 7, torch.float16, stride=(2, 1))
     layernorm(2, 96, 5, 3, torch.float16)
     layernorm(1, 768, 3, 3, torch.bfloat16)
     matmul(17, 40, 64, torch.float16)
