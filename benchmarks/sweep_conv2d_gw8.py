@@ -1,15 +1,18 @@
 """Every config of a conv2d_gw8 pass timed at a few layers: the best of the space, the model's pick.
 
-For each pass (fprop, dgrad, wgrad with its reduction) and layer (C, H = W, k, N; fp16, padding
-k // 2, with bias) it compiles every config of the device's space in parallel, times each through
-the family's tune runner (the launch `spio tune collect` times: spio.timing.bench, CUDA events, L2
-flushed, median), and prints the 5 fastest, the performance model's pick and the same-size
-elementwise pass (`x + 1`). It answers "is this the tiling or the kernel?": when every config of
-the space lands at the same fraction of the elementwise pass, the limit is the kernel's structure.
+For each pass (fprop, dgrad, wgrad with its reduction) and layer (C, H = W, k, N, stride; fp16,
+padding k // 2, with bias) it compiles every config of the device's space in parallel, times each
+through the family's tune runner (the launch `spio tune collect` times: spio.timing.bench, CUDA
+events, L2 flushed, median), and prints the 5 fastest, the performance model's pick, the
+heuristic's, cuDNN's time for the same pass (`aten.convolution` / `convolution_backward`) and the
+same-size elementwise pass (`x + 1`: x's size, or the larger of x and y). It answers "is this
+the tiling or the kernel?": when every config of the space lands at the same fraction of the
+elementwise pass, the limit is the kernel's structure.
 Use it to compare two versions of a kernel source on the same GPU (the JIT recompiles a changed
 `.cu`; the disk cache keys on the source text).
 
     python benchmarks/sweep_conv2d_gw8.py --kernel fprop,dgrad --points "64,56,3,128;512,7,7,128"
+    python benchmarks/sweep_conv2d_gw8.py --points "56,56,3,256,2"   # stride 2, input 56x56
     python benchmarks/sweep_conv2d_gw8.py --csv sweep.csv      # every timing, for plotting
 """
 
@@ -23,18 +26,22 @@ DEFAULT_POINTS = "64,56,3,128;128,28,3,128;256,14,3,256;512,7,7,128"
 PASSES = ("fprop", "dgrad", "wgrad")
 
 
-def parse_points(text: str) -> list[tuple[int, int, int, int]]:
-    """'C,HW,K,N;...' -> [(C, HW, K, N), ...]; a clear error for anything else."""
+def parse_points(text: str) -> list[tuple[int, int, int, int, int]]:
+    """'C,HW,K,N[,STRIDE];...' -> [(C, HW, K, N, STRIDE), ...] (HW the input's size, STRIDE 1
+    when left out); a clear error for anything else."""
     points = []
     for item in text.split(";"):
         fields = item.strip().split(",")
-        if len(fields) != 4 or not all(f.strip().isdigit() for f in fields):
+        if len(fields) not in (4, 5) or not all(f.strip().isdigit() for f in fields):
             raise ValueError(
-                f"--points: each point is C,HW,K,N (four integers, e.g. 64,56,3,128), "
-                f"separated by ';'; got {item!r}"
+                f"--points: each point is C,HW,K,N or C,HW,K,N,STRIDE (integers, e.g. 64,56,3,128 "
+                f"or 56,56,3,256,2), separated by ';'; got {item!r}"
             )
-        c, hw, k, n = (int(f) for f in fields)
-        points.append((c, hw, k, n))
+        c, hw, k, n, *rest = (int(f) for f in fields)
+        stride = rest[0] if rest else 1
+        if stride not in (1, 2):
+            raise ValueError(f"--points: C,HW,K,N,STRIDE takes STRIDE 1 or 2, got {item!r}")
+        points.append((c, hw, k, n, stride))
     return points
 
 
@@ -57,7 +64,33 @@ def _elementwise_us(numel: int, reps: int) -> float:
     return bench(lambda: torch.add(x, 1, out=y), reps=reps).median_ms * 1e3
 
 
-def sweep(which: str, point: tuple[int, int, int, int], reps: int) -> tuple[list[dict], str]:
+def _cudnn_us(which: str, p, reps: int) -> float:
+    """Median µs of cuDNN's same pass (through aten, as F.conv2d and autograd call it)."""
+    import torch
+
+    from spio.timing import bench
+
+    cl = torch.channels_last
+    x = torch.randn(p.n, p.c, p.h, p.w, device="cuda", dtype=torch.float16).to(memory_format=cl)
+    w = torch.randn(p.c, 8, p.r, p.s, device="cuda", dtype=torch.float16)
+    b = torch.randn(p.c, device="cuda", dtype=torch.float16)
+    stride, pad, groups = [p.stride_h, p.stride_w], [p.pad_h, p.pad_w], p.c // 8
+    dy = torch.randn(p.n, p.c, p.p, p.q, device="cuda", dtype=torch.float16).to(memory_format=cl)
+    conv_bwd = torch.ops.aten.convolution_backward
+    mask = {"dgrad": [True, False, False], "wgrad": [False, True, True]}.get(which)
+    if mask is None:
+
+        def run():
+            return torch.ops.aten.convolution(x, w, b, stride, pad, [1, 1], False, [0, 0], groups)
+    else:
+
+        def run():
+            return conv_bwd(dy, x, w, [p.c], stride, pad, [1, 1], False, [0, 0], groups, mask)
+
+    return bench(run, reps=reps, warmup_ms=3).median_ms * 1e3
+
+
+def sweep(which: str, point: tuple[int, int, int, int, int], reps: int) -> tuple[list[dict], str]:
     """Timings of every config of pass `which` at `point` (rows), and the summary text."""
     import torch
 
@@ -71,7 +104,7 @@ def sweep(which: str, point: tuple[int, int, int, int], reps: int) -> tuple[list
     from spio.select import default_selector
     from spio.timing import bench
 
-    c, hw, k, n = point
+    c, hw, k, n, stride = point
     dev = device_attributes(torch.cuda.current_device())
     kdef = {"fprop": fp.FPROP, "dgrad": fp.DGRAD, "wgrad": wg.WGRAD}[which]
     runner = {"fprop": tu.make_fprop_runner, "dgrad": tu.make_dgrad_runner}.get(
@@ -79,14 +112,16 @@ def sweep(which: str, point: tuple[int, int, int, int], reps: int) -> tuple[list
     )
     p = Conv2dGw8Params(
         n=n, c=c, h=hw, w=hw, r=k, s=k, pad_h=k // 2, pad_w=k // 2, has_bias=True,
-        dtype="float16",
+        dtype="float16", stride_h=stride, stride_w=stride,
     )  # fmt: skip
     configs = kdef.configs(p, dev)
     t0 = time.monotonic()
     compile_specs([kdef.spec(p, cfg, dev) for cfg in configs], dev.arch)
     compile_s = time.monotonic() - t0
     pick = default_selector().select(kdef, p, dev)
-    elem_us = _elementwise_us(n * c * hw * hw, reps)
+    guess = kdef.heuristic(p, dev)
+    elem_us = _elementwise_us(n * c * max(hw * hw, p.p * p.q), reps)
+    cudnn_us = _cudnn_us(which, p, reps)
     rows = []
     skipped = []
     for cfg in configs:
@@ -97,22 +132,26 @@ def sweep(which: str, point: tuple[int, int, int, int], reps: int) -> tuple[list
             continue
         us = bench(run, reps=reps, warmup_ms=3).median_ms * 1e3
         del run
-        rows.append({"pass": which, "c": c, "hw": hw, "k": k, "n": n, "config": str(cfg),
-                     "us": round(us, 2), "of_elementwise": round(elem_us / us, 3),
-                     "model_pick": cfg == pick})  # fmt: skip
+        rows.append({"pass": which, "c": c, "hw": hw, "k": k, "n": n, "stride": stride,
+                     "config": str(cfg), "us": round(us, 2),
+                     "of_elementwise": round(elem_us / us, 3), "cudnn_us": round(cudnn_us, 2),
+                     "model_pick": cfg == pick, "heuristic": cfg == guess})  # fmt: skip
         torch.cuda.empty_cache()
     rows.sort(key=lambda r: r["us"])
-    picked = [r for r in rows if r["model_pick"]]
     lines = [
-        f"{which} C{c} {hw}^2 k{k} N{n}: {len(configs)} configs (compiled in {compile_s:.0f} s), "
-        f"elementwise {elem_us:.1f} us"
+        f"{which} C{c} {hw}^2 k{k} N{n} stride {stride}: {len(configs)} configs (compiled in "
+        f"{compile_s:.0f} s), elementwise {elem_us:.1f} us, cuDNN {cudnn_us:.1f} us"
+        + (f" ({cudnn_us / rows[0]['us']:.2f}x the best config's time)" if rows else "")
     ]
-    if picked:
-        rank = rows.index(picked[0]) + 1
-        lines.append(
-            f"  model pick {pick}: {picked[0]['us']:.1f} us, {picked[0]['of_elementwise']:.2f} "
-            f"of elementwise, rank {rank}, {picked[0]['us'] / rows[0]['us']:.3f}x the best"
-        )
+    for label, key, cfg in (("model pick", "model_pick", pick), ("heuristic", "heuristic", guess)):
+        found = [r for r in rows if r[key]]
+        if found:
+            r = found[0]
+            lines.append(
+                f"  {label} {cfg}: {r['us']:.1f} us, {r['of_elementwise']:.2f} of elementwise, "
+                f"rank {rows.index(r) + 1}, {r['us'] / rows[0]['us']:.3f}x the best, "
+                f"cuDNN/this {cudnn_us / r['us']:.2f}"
+            )
     for r in rows[:5]:
         lines.append(f"  {r['us']:8.1f} us  {r['of_elementwise']:.2f}  {r['config']}")
     return rows, "\n".join(lines + skipped)
@@ -121,7 +160,9 @@ def sweep(which: str, point: tuple[int, int, int, int], reps: int) -> tuple[list
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--kernel", default="fprop,dgrad,wgrad", help="passes, comma-separated")
-    ap.add_argument("--points", default=DEFAULT_POINTS, help="C,HW,K,N;... (fp16, padding k//2)")
+    ap.add_argument(
+        "--points", default=DEFAULT_POINTS, help="C,HW,K,N[,STRIDE];... (fp16, padding k//2)"
+    )
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--csv", type=Path, help="write every timing here")
     a = ap.parse_args(argv)

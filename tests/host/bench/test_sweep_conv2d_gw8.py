@@ -23,12 +23,13 @@ def sweep():
 
 
 def test_points_and_passes_parse(sweep):
-    assert sweep.parse_points("64,56,3,128; 512,7,7,8") == [(64, 56, 3, 128), (512, 7, 7, 8)]
-    assert sweep.parse_points(sweep.DEFAULT_POINTS)[0] == (64, 56, 3, 128)
+    assert sweep.parse_points("64,56,3,128; 512,7,7,8") == [(64, 56, 3, 128, 1), (512, 7, 7, 8, 1)]
+    assert sweep.parse_points("56,56,3,256,2") == [(56, 56, 3, 256, 2)]
+    assert sweep.parse_points(sweep.DEFAULT_POINTS)[0] == (64, 56, 3, 128, 1)
     assert sweep.parse_passes("fprop, wgrad") == ["fprop", "wgrad"]
 
 
-@pytest.mark.parametrize("bad", ["64,56,3", "64,56,3,x", "", "64;56"])
+@pytest.mark.parametrize("bad", ["64,56,3", "64,56,3,x", "", "64;56", "64,56,3,8,1,1", "8,9,3,1,3"])
 def test_bad_points_name_the_rule(sweep, bad):
     with pytest.raises(ValueError, match="C,HW,K,N"):
         sweep.parse_points(bad)
