@@ -295,7 +295,9 @@ def features(p: Conv2dGw8Params, cfg: Conv2dGw8Config, dev: Any) -> dict[str, fl
     g = grid(p, cfg)
     blocks = g[0] * g[1]
     st = stats(p)
-    halo = ((cfg.block_p + p.r - 1) * (cfg.block_q + p.s - 1)) / (cfg.block_p * cfg.block_q)
+    # Input pixels a CTA's tile streams per output pixel: TILE_H x TILE_W (rows and columns of
+    # the dilated input at dgrad), (BLOCK_P + R - 1) x (BLOCK_Q + S - 1) at stride 1.
+    halo = (tile_h(p, cfg) * tile_w(p, cfg)) / (cfg.block_p * cfg.block_q)
     tiles_q = math.ceil(p.q / cfg.block_q)
     return {
         **p.features(),

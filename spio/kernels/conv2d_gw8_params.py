@@ -193,7 +193,12 @@ class Conv2dGw8Params:
         return replace(self, n=n)
 
     def features(self) -> dict[str, float]:
-        """The layer's own performance-model features (each kernel adds its config's)."""
+        """The layer's own performance-model features (each kernel adds its config's).
+
+        The stride and the input dilation come last (added with strided layers; the keys before
+        them keep their order and values), so a stride-2 layer, and its dgrad (the fprop kernel
+        on dy dilated by the stride, `dgrad_as_fprop`), are told apart from a stride-1 layer of
+        the same sizes."""
         return {
             "n": self.n,
             "c": self.c,
@@ -207,6 +212,10 @@ class Conv2dGw8Params:
             "pad_w": self.pad_w,
             "has_bias": float(self.has_bias),
             "bf16": float(self.dtype == "bfloat16"),
+            "stride_h": float(self.stride_h),
+            "stride_w": float(self.stride_w),
+            "dilate_h": float(self.dilate_h),
+            "dilate_w": float(self.dilate_w),
         }
 
     def variant(self) -> Conv2dGw8Params:

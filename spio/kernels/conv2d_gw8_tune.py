@@ -1,7 +1,8 @@
 """conv2d_gw8 hooks for performance-model data collection: sampled params and runners.
 
 `sample_params(rng)` draws layer shapes from the 81 real networks' layers shipped in
-`spio/kernels/data/conv2d_gw8_layer_shapes.csv` (with a random batch and dtype) or random ones;
+`spio/kernels/data/conv2d_gw8_layer_shapes.csv` (with a random batch and dtype) or random ones,
+stride 1 or 2 (`STRIDE2_PROB`);
 `make_*_runner(p, cfg)` returns a zero-argument launch of one variant on fresh random tensors on
 the current GPU (the kernel is compiled and loaded when the runner is made).
 """
@@ -17,35 +18,61 @@ from spio.kernels.conv2d_gw8_params import Conv2dGw8Params
 
 SHAPES_CSV = Path(__file__).resolve().parent / "data" / "conv2d_gw8_layer_shapes.csv"
 BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+REAL_PROB = 0.8  # a real layer's shape, else a random one
+# Stride-2 layers drawn: RegNets (regnetx_*, regnety_*) open each stage with a stride-2 3x3
+# group conv whose input is twice the stage's (listed) resolution.
+STRIDE2_PROB = 0.3
+MAX_STRIDED_INPUT = 224  # a real layer's input is doubled only up to this (else kept)
+RANDOM_HW = (7, 8, 9, 14, 16, 28, 32, 56, 64, 112)
+# Inputs of random stride-2 layers: odd sizes too (P = ceil(H / 2) at "same" padding; dgrad's
+# end padding then differs from its front padding).
+RANDOM_STRIDED_HW = (7, 8, 9, 14, 15, 16, 27, 28, 32, 56, 57, 64, 112, 113)
 
 
 @functools.cache
 def layer_shapes() -> tuple[Conv2dGw8Params, ...]:
-    """The real layer shapes (batch as listed in the file)."""
+    """The real layer shapes (batch as listed in the file; h and w are the layer's input). An
+    optional `stride` column (1 or 2, both axes; 1 when absent or empty) gives strided rows."""
     with SHAPES_CSV.open() as f:
         return tuple(
             Conv2dGw8Params(
                 n=int(r["n"]), c=int(r["c"]), h=int(r["h"]), w=int(r["w"]), r=int(r["r"]),
                 s=int(r["s"]), pad_h=int(r["pad_h"]), pad_w=int(r["pad_w"]),
-                has_bias=r["bias"] == "1",
+                has_bias=r["bias"] == "1", stride_h=int(r.get("stride") or 1),
+                stride_w=int(r.get("stride") or 1),
             )
             for r in csv.DictReader(f)
         )  # fmt: skip
 
 
+def _doubled(size: int) -> int:
+    """A stride-2 layer's input for a stage of resolution `size`: twice it, or `size` itself
+    when that would exceed MAX_STRIDED_INPUT."""
+    return 2 * size if 2 * size <= MAX_STRIDED_INPUT else size
+
+
 def sample_params(rng: Any) -> Conv2dGw8Params:
-    """One layer: 80% a real layer shape with a random batch, 20% random within the limits."""
+    """One layer: 80% a real layer shape with a random batch, 20% random within the limits;
+    either is stride (2, 2) with probability STRIDE2_PROB (a real stride-1 layer then reads an
+    input twice its size, see `_doubled`, with its padding unchanged; a random one draws its
+    input from RANDOM_STRIDED_HW), else as listed (real) or stride 1 (random)."""
     dtype = rng.choice(("float16", "bfloat16"))
     n = rng.choice(BATCHES)
-    if rng.random() < 0.8:
+    strided = rng.random() < STRIDE2_PROB
+    if rng.random() < REAL_PROB:
         base = rng.choice(layer_shapes())
-        return Conv2dGw8Params(n=n, c=base.c, h=base.h, w=base.w, r=base.r, s=base.s,
-                               pad_h=base.pad_h, pad_w=base.pad_w, has_bias=base.has_bias,
-                               dtype=dtype)  # fmt: skip
+        h, w, stride = base.h, base.w, base.stride
+        if strided and stride == (1, 1):
+            h, w, stride = _doubled(h), _doubled(w), (2, 2)
+        return Conv2dGw8Params(n=n, c=base.c, h=h, w=w, r=base.r, s=base.s, pad_h=base.pad_h,
+                               pad_w=base.pad_w, has_bias=base.has_bias, dtype=dtype,
+                               stride_h=stride[0], stride_w=stride[1])  # fmt: skip
     r, s = rng.randint(1, 7), rng.randint(1, 7)
-    hw = rng.choice((7, 8, 9, 14, 16, 28, 32, 56, 64, 112))
+    hw = rng.choice(RANDOM_STRIDED_HW if strided else RANDOM_HW)
+    st = 2 if strided else 1
     return Conv2dGw8Params(n=n, c=8 * rng.randint(1, 128), h=hw, w=hw, r=r, s=s, pad_h=r // 2,
-                           pad_w=s // 2, has_bias=rng.random() < 0.5, dtype=dtype)  # fmt: skip
+                           pad_w=s // 2, has_bias=rng.random() < 0.5, dtype=dtype, stride_h=st,
+                           stride_w=st)  # fmt: skip
 
 
 def _tensors(p: Conv2dGw8Params):

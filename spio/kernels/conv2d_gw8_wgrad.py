@@ -288,7 +288,10 @@ def features(p: Conv2dGw8Params, cfg: Conv2dGw8WgradConfig, dev: Any) -> dict[st
     out["waves"] = blocks / max(1, sm_count)
     out["smem_bytes"] = smem_bytes(p, cfg)
     out["live_regs"] = live_regs(p, cfg)
-    out["halo_ratio"] = (cfg.block_p + p.r - 1) / cfg.block_p * tile_w(p, cfg) / cfg.block_q
+    # x rows a task spans ((BLOCK_P - 1) * stride + R; not task_rows' trimmed count, which the
+    # shipped models were not trained on) per dy row, times x columns per dy column.
+    rows = (cfg.block_p - 1) * p.stride_h + p.r
+    out["halo_ratio"] = rows / cfg.block_p * tile_w(p, cfg) / cfg.block_q
     out["partial_bytes"] = splits * col_tiles * col_bytes
     out["bytes"] = bytes_moved
     out["flops"] = flops

@@ -14,6 +14,7 @@ before, where the same layer at another batch size or dtype could be in the trai
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import statistics
@@ -23,7 +24,7 @@ from typing import Any, Literal
 
 from spio.kernels.kernel_def import KernelDef
 from spio.tune.dataset import Sample
-from spio.tune.features import features, from_dict
+from spio.tune.features import features, from_dict, to_dict
 from spio.tune.model import PerfModel
 
 Split = Literal["layer", "params"]
@@ -72,12 +73,27 @@ def batch_field(kdef: KernelDef) -> str | None:
 
 
 def group_key(kdef: KernelDef, sample: Sample, split: Split = "layer") -> str:
-    """What the folds split on for `sample`: its layer, or its full params."""
+    """What the folds split on for `sample`: its layer, or its full params, both from the params
+    with every field the params type has now (`canonical_params`)."""
+    if split not in SPLITS:
+        raise ValueError(f"evaluate: split={split!r}; expected one of {SPLITS}")
+    params = canonical_params(kdef, sample.shape_key())
     if split == "params":
-        return sample.shape_key()
-    if split == "layer":
-        return layer_key(sample.params, batch_field(kdef))
-    raise ValueError(f"evaluate: split={split!r}; expected one of {SPLITS}")
+        return json.dumps(params, sort_keys=True)
+    return layer_key(params, batch_field(kdef))
+
+
+def canonical_params(kdef: KernelDef, shape_key: str) -> dict[str, Any]:
+    """A sample's params (`Sample.shape_key`) rebuilt through the params type, its defaults
+    filled in: samples collected before a field was added (conv2d_gw8's stride_h, stride_w,
+    dilate_h, dilate_w, pad_h_end, pad_w_end) name the same layer as new ones with the default
+    value, so mixed old and new data can't put one layer in two folds."""
+    return dict(_canonical(kdef.params_type, shape_key))
+
+
+@functools.lru_cache(maxsize=65536)
+def _canonical(params_type: type, shape_key: str) -> dict[str, Any]:
+    return to_dict(from_dict(params_type, json.loads(shape_key)))
 
 
 def fold_of(key: str, folds: int) -> int:
