@@ -447,9 +447,10 @@ class Conv2dGw8WgradConfig:
             raise ValueError(
                 f"Conv2dGw8WgradConfig.stages must be 2, 3, 4, 6 or 8, got {self.stages}"
             )
-        if self.splits_per_sm not in (1, 2, 4):
+        if self.splits_per_sm not in (1, 2, 4, 8, 16, 32):
             raise ValueError(
-                f"Conv2dGw8WgradConfig.splits_per_sm must be 1, 2 or 4, got {self.splits_per_sm}"
+                "Conv2dGw8WgradConfig.splits_per_sm must be 1, 2, 4, 8, 16 or 32, got "
+                f"{self.splits_per_sm}"
             )
 
 

@@ -52,7 +52,14 @@ WARP_CHOICES = (1, 2, 4)
 # most layers. A sweep passes `warp_choices=WIDE_WARP_CHOICES` to `configs`.
 WIDE_WARP_CHOICES = (1, 2, 4, 8)
 STAGE_CHOICES = (2, 3, 4, 6, 8)
-SPLIT_CHOICES = (1, 2, 4)
+# CTAs per SM over the whole grid; a config takes those giving WARPS_PER_SM_MIN..MAX warps per
+# SM (1 warp: 4..32 splits; 4 warps: 1..8). At layers whose group count is odd (C 56, 152, 440:
+# one warp per CTA) the old ceiling of 4 splits left 4 warps per SM, latency-bound: on an H200,
+# C440 14^2 stride 2 N128 took 75.0 us at 4 splits, 41.5 at 8, 32.5 at 16, 29.1 at 32 (cuDNN
+# 44.0); C152 28^2 stride 2 N256 114.9 / 68.7 / 59.3 / 56.4 (cuDNN 181).
+SPLIT_CHOICES = (1, 2, 4, 8, 16, 32)
+WARPS_PER_SM_MIN, WARPS_PER_SM_MAX = 4, 32
+HEURISTIC_WARPS_PER_SM = 16
 MAX_LIVE_REGS = 160  # R * ceil(S/2) * 4 accumulators + ceil(S/2) * 2 operands + bias
 # Bytes of x and dy rows the heuristic wants in flight per SM (see conv2d_gw8_fprop): the first
 # H100 run had 9-33 KB and reached 19-30% of copy bandwidth at 3x3.
@@ -65,7 +72,8 @@ def configs(
     """Every valid wgrad config: block rows from `block_p_choices` (balanced over P), column
     tiles of BLOCK_Q_CHOICES up to the first covering Q (8 only up to NARROW_Q_MAX),
     `warp_choices` dividing the groups, STAGE_CHOICES (above 3 only up to one task's rows),
-    SPLIT_CHOICES, shared memory and registers within the device's limits."""
+    SPLIT_CHOICES giving WARPS_PER_SM_MIN..MAX warps per SM (`split_choices`), shared memory and
+    registers within the device's limits."""
     out = []
     p_choices = block_p_choices(p)
     q_choices = []
@@ -83,7 +91,7 @@ def configs(
                 for stages in STAGE_CHOICES:
                     if stages > 3 and stages - 1 > (block_p - 1) * p.stride_h + p.r - 1:
                         continue  # deeper than one task's rows (most splits run one task)
-                    for splits in SPLIT_CHOICES:
+                    for splits in split_choices(warps):
                         cfg = Conv2dGw8WgradConfig(
                             block_p=block_p,
                             block_q=block_q,
@@ -99,17 +107,23 @@ def configs(
     return out
 
 
+def split_choices(warps: int) -> tuple[int, ...]:
+    """The splits per SM a config of `warps` warps per CTA takes: those of SPLIT_CHOICES with
+    WARPS_PER_SM_MIN <= warps * splits <= WARPS_PER_SM_MAX (1 warp: 4..32; 4 warps: 1..8)."""
+    return tuple(s for s in SPLIT_CHOICES if WARPS_PER_SM_MIN <= warps * s <= WARPS_PER_SM_MAX)
+
+
 def heuristic(p: Conv2dGw8Params, dev: Any) -> Conv2dGw8WgradConfig:
     """The config used until a performance model exists.
 
     Rule: the smallest column tile covering Q up to 64 (no column partials for most layers);
     4 warps when the groups allow; the tallest balanced block_p whose tasks still give every SM
     two CTAs, else the shortest (an interior task re-reads R - 1 halo rows of x: 25% more x at
-    8 rows and 3x3, 7% at 28); then the fewest stages that put IN_FLIGHT_BYTES of x + dy rows in
-    flight per SM with 2 splits per SM (co-resident CTAs hide each other's barriers; the first
-    H100 run had 9-33 KB); when even the deepest falls short (14x14 layers), 4 splits per SM if
-    their fp32 partials stay under a quarter of the activation traffic; 1 split per SM when the
-    partials of 2 would exceed a quarter of it.
+    8 rows and 3x3, 7% at 28); splits per SM for HEURISTIC_WARPS_PER_SM warps per SM (1 warp:
+    16 splits; co-resident CTAs hide each other's barriers and latency); then the fewest stages
+    that put IN_FLIGHT_BYTES of x + dy rows in flight per SM (the first H100 run had 9-33 KB);
+    when even the deepest falls short, twice the splits if their fp32 partials' traffic stays
+    within the activation traffic (`_partials_fit`); and halving the splits while it does not.
     """
     valid = configs(p, dev)
     if not valid:
@@ -119,6 +133,7 @@ def heuristic(p: Conv2dGw8Params, dev: Any) -> Conv2dGw8WgradConfig:
     block_q = min(block_q, 64)
     block_p = _tallest_block_p(p, block_q, warps, dev)
     stages = 3 if block_p >= 8 else 2  # more rows in flight to cover DRAM latency (see fprop)
+    splits = max(1, HEURISTIC_WARPS_PER_SM // warps)
 
     def distance(c: Conv2dGw8WgradConfig) -> tuple:
         return (
@@ -126,16 +141,18 @@ def heuristic(p: Conv2dGw8Params, dev: Any) -> Conv2dGw8WgradConfig:
             abs(c.block_q - block_q),
             abs(c.block_p - block_p),
             c.stages != stages,
-            c.splits_per_sm != 2,
+            abs(math.log2(c.splits_per_sm / splits)),
         )
 
     best = min(valid, key=distance)
     best = _deep_enough(p, best, valid, dev)
-    # The fp32 partials are written once and read once by the reduction: when that would exceed
-    # a quarter of the activation traffic (large C·R·S, small N·P·Q), use one split per SM.
-    fewer = replace(best, splits_per_sm=1)
-    if fewer in valid and 2 * partial_bytes(p, best, dev) > stats(p).bytes_moved // 4:
-        return fewer
+    # The fp32 partials are written once and read once by the reduction: while that exceeds the
+    # activation traffic (large C·R·S, small N·P·Q), halve the splits.
+    while best.splits_per_sm > 1 and not _partials_fit(p, best, dev):
+        fewer = replace(best, splits_per_sm=best.splits_per_sm // 2)
+        if fewer not in valid:
+            break
+        best = fewer
     return best
 
 
@@ -150,11 +167,18 @@ def _tallest_block_p(p: Conv2dGw8Params, block_q: int, warps: int, dev: Any) -> 
     return choices[0]
 
 
+def _partials_fit(p: Conv2dGw8Params, cfg: Conv2dGw8WgradConfig, dev: Any) -> bool:
+    """Whether the fp32 partials' traffic (written once, read once by the reduction) stays
+    within the activation traffic. Measured on an H200 (C440 7^2 N128, 1 warp): 16 splits per
+    SM, whose partials are 0.42 of the activations, ran 21.9 us against 43.6 at 4 (0.10)."""
+    return 2 * partial_bytes(p, cfg, dev) <= stats(p).bytes_moved
+
+
 def _deep_enough(
     p: Conv2dGw8Params, base: Conv2dGw8WgradConfig, valid: list, dev: Any
 ) -> Conv2dGw8WgradConfig:
-    """`base` with the fewest stages reaching IN_FLIGHT_BYTES (trying 4 splits per SM when 2 fall
-    short and the partials stay small), else the deepest valid stages."""
+    """`base` with the fewest stages reaching IN_FLIGHT_BYTES (trying twice the splits per SM
+    when they fall short and the partials stay small), else the deepest valid stages."""
 
     def deepest(splits: int) -> Conv2dGw8WgradConfig | None:
         found = None
@@ -168,11 +192,11 @@ def _deep_enough(
         return found
 
     chosen = deepest(base.splits_per_sm) or base
-    if in_flight_bytes(p, chosen, dev) < IN_FLIGHT_BYTES and base.splits_per_sm < 4:
-        more = deepest(4)
+    if in_flight_bytes(p, chosen, dev) < IN_FLIGHT_BYTES:
+        more = deepest(2 * base.splits_per_sm)
         if (
             more is not None
-            and 2 * partial_bytes(p, more, dev) <= stats(p).bytes_moved // 4
+            and _partials_fit(p, more, dev)
             and in_flight_bytes(p, more, dev) > in_flight_bytes(p, chosen, dev)
         ):
             return more

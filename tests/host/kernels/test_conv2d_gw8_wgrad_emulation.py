@@ -223,7 +223,7 @@ def test_dead_work_at_7x7_k7():
     products of one 8-column chunk (not two of a 16-column tile) per image, and streams 10 of
     the 13 rows of a whole-image task."""
     p = Conv2dGw8Params(n=1, c=8, h=7, w=7, r=7, s=7, pad_h=3, pad_w=3)
-    cfg = Conv2dGw8WgradConfig(block_p=7, block_q=8, warps=1, stages=4, splits_per_sm=1)
+    cfg = Conv2dGw8WgradConfig(block_p=7, block_q=8, warps=1, stages=4, splits_per_sm=4)
     assert useful_mmas(p, cfg, known_device("H100"))["dw"] == 37 * 1 * wt.s_pairs(p)
     assert cfg in wg.configs(p, known_device("H100"))
     assert wt.task_rows(p, cfg) == 10  # rows 10-12 (image rows 7-9) are trailing padding
