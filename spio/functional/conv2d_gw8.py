@@ -354,9 +354,7 @@ def _selected(kdef, p: Conv2dGw8Params, dev) -> tuple[Any, Any]:
     from spio.select import op_config
 
     with torch.cuda.device(dev.ordinal):  # an autotune measures on the plan's GPU
-        # The performance models know stride-1 layers only: a strided layer (and its dgrad, a
-        # dilated problem) takes the family's heuristic until models are trained on them.
-        cfg = op_config(kdef, p, dev) if p.unit_stride else kdef.heuristic(p, dev)
+        cfg = op_config(kdef, p, dev)
         return cfg, default_function_cache().get(kdef, kdef.compiled(p), cfg, dev)
 
 
