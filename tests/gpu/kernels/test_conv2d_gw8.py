@@ -313,9 +313,12 @@ def test_heuristic_configs(p, seed):
     )
     check_dgrad(p, [fp.dgrad_heuristic(p, dev)], seed)
     cfg = wg.heuristic(p, dev)
-    check_wgrad(p, [cfg], seed)
+    cfgs = [cfg]
     if p.c == 256:  # 64 tasks over fewer splits: the rows of several tasks form one stream
-        assert wg.split_plan(p, cfg, dev)[1] > 1, f"{p} {cfg}: expected several tasks per split"
+        streamed = replace(cfg, splits_per_sm=1)
+        assert wg.split_plan(p, streamed, dev)[1] > 1, f"{p} {streamed}: expected several tasks"
+        cfgs.append(streamed)
+    check_wgrad(p, cfgs, seed)
 
 
 @pytest.mark.slow
