@@ -1,0 +1,102 @@
+"""The conv2d_gw8 models' picks scored against every config's measured time, off the datasets.
+
+Reads sweep CSVs written by `benchmarks/sweep_conv2d_gw8.py --csv` (every config of a pass timed
+at a few real layers; none of it is in the training datasets) and, for each pass and layer, ranks
+that layer's configs with a model (the shipped one, or those in `--models`), as the selector
+does, and prints its pick's measured time over the best measured: an independent check of a
+retrain before it ships.
+
+    python benchmarks/yardstick_conv2d_gw8.py                       # shipped models
+    python benchmarks/yardstick_conv2d_gw8.py --models /tmp/models  # a candidate retrain
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import math
+from collections import defaultdict
+from pathlib import Path
+
+DATA = Path(__file__).resolve().parent / "data" / "yardstick"
+PASSES = ("fprop", "dgrad", "wgrad")
+
+
+def read_sweeps(paths: list[Path]) -> dict[tuple, dict[str, float]]:
+    """(pass, c, hw, k, n, stride) -> {config text: µs} over every row of the CSVs."""
+    out: dict[tuple, dict[str, float]] = defaultdict(dict)
+    for path in paths:
+        with path.open() as f:
+            for r in csv.DictReader(f):
+                key = (r["pass"], int(r["c"]), int(r["hw"]), int(r["k"]), int(r["n"]),
+                       int(r.get("stride") or 1))  # fmt: skip
+                out[key][r["config"]] = float(r["us"])
+    return dict(out)
+
+
+def regrets(sweeps: dict[tuple, dict[str, float]], models: Path | None, device: str) -> list[dict]:
+    """One row per (pass, layer): the model's pick among the measured configs of the family's
+    space, its time over the best of them."""
+    from spio.cuda import known_device
+    from spio.kernels import KERNELS
+    from spio.kernels.conv2d_gw8_params import Conv2dGw8Params
+    from spio.tune.model import PerfModel
+    from spio.tune.store import model_path
+
+    dev = known_device(device)
+    rows = []
+    loaded: dict[str, PerfModel] = {}
+    for (which, c, hw, k, n, stride), times in sorted(sweeps.items()):
+        kdef = KERNELS[f"conv2d_gw8_{which}"]
+        if kdef.name not in loaded:
+            if models is not None:
+                loaded[kdef.name] = PerfModel.load(model_path(models, kdef.name, dev.name))
+            else:
+                loaded[kdef.name] = _shipped(kdef.name, dev)
+        p = Conv2dGw8Params(n=n, c=c, h=hw, w=hw, r=k, s=k, pad_h=k // 2, pad_w=k // 2,
+                            has_bias=True, stride_h=stride, stride_w=stride)  # fmt: skip
+        cfgs = [cfg for cfg in kdef.configs(p, dev) if str(cfg) in times]
+        if not cfgs:
+            continue
+        guess = loaded[kdef.name].predict_us([kdef.features(p, cfg, dev) for cfg in cfgs])
+        pick = cfgs[min(range(len(cfgs)), key=lambda i: (guess[i], i))]
+        best = min(times[str(cfg)] for cfg in cfgs)
+        rows.append({"pass": which, "layer": f"C{c} {hw}^2 k{k} N{n} stride {stride}",
+                     "configs": len(cfgs), "pick_us": times[str(pick)], "best_us": best,
+                     "regret": times[str(pick)] / best})  # fmt: skip
+    return rows
+
+
+def _shipped(kernel: str, dev):
+    from spio.tune.store import find_model
+
+    found = find_model(kernel, dev.name, dev.arch)
+    if found is None:
+        raise SystemExit(f"yardstick: no model of {kernel} for {dev.name}")
+    return found
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument(
+        "--csv", type=Path, action="append", help="sweep CSVs (default: data/yardstick)"
+    )
+    ap.add_argument("--models", type=Path, help="a directory of trained models (default: shipped)")
+    ap.add_argument("--device", default="H100", help="known device the sweeps ran on")
+    a = ap.parse_args(argv)
+    paths = a.csv or sorted(DATA.glob("conv2d_gw8_*.csv"))
+    rows = regrets(read_sweeps(paths), a.models, a.device)
+    for which in PASSES:
+        mine = [r for r in rows if r["pass"] == which]
+        for r in mine:
+            print(f"{which} {r['layer']:<28} {r['configs']:4d} configs  pick {r['pick_us']:8.1f} us"
+                  f"  best {r['best_us']:8.1f} us  regret {r['regret']:.3f}")  # fmt: skip
+        if mine:
+            geo = math.exp(sum(math.log(r["regret"]) for r in mine) / len(mine))
+            worst = max(r["regret"] for r in mine)
+            print(f"{which}: {len(mine)} layers, regret geomean {geo:.3f}, max {worst:.3f}\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
