@@ -148,3 +148,12 @@ def test_regret_against_the_whole_space(monkeypatch):
     assert report.shapes == 4 and report.complete == 3
     assert report.complete_regret == (2.0, 2.0, 2.0)
     assert "against the whole space (3 shapes" in str(report)
+    # Autotune measures the model's top 5, config 0 (the best, ranked third) among them.
+    assert report.autotune_regret == (1.0, 1.0, 1.0)
+    assert "with SPIO_AUTOTUNE" in str(report)
+
+
+def test_autotune_k_matches_the_selector():
+    from spio.select.selector import TOP_K
+
+    assert ev.AUTOTUNE_K == TOP_K
