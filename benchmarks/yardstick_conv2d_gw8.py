@@ -49,9 +49,10 @@ def regrets(sweeps: dict[tuple, dict[str, float]], models: Path | None, device: 
     for (which, c, hw, k, n, stride), times in sorted(sweeps.items()):
         kdef = KERNELS[f"conv2d_gw8_{which}"]
         if kdef.name not in loaded:
-            if models is not None:
-                loaded[kdef.name] = PerfModel.load(model_path(models, kdef.name, dev.name))
-            else:
+            path = None if models is None else model_path(models, kdef.name, dev.name)
+            if path is not None and path.exists():
+                loaded[kdef.name] = PerfModel.load(path)
+            else:  # no candidate for this family: the shipped model
                 loaded[kdef.name] = _shipped(kdef.name, dev)
         p = Conv2dGw8Params(n=n, c=c, h=hw, w=hw, r=k, s=k, pad_h=k // 2, pad_w=k // 2,
                             has_bias=True, stride_h=stride, stride_w=stride)  # fmt: skip
@@ -81,7 +82,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--csv", type=Path, action="append", help="sweep CSVs (default: data/yardstick)"
     )
-    ap.add_argument("--models", type=Path, help="a directory of trained models (default: shipped)")
+    ap.add_argument(
+        "--models", type=Path, help="a directory of trained models (a family without one: shipped)"
+    )
     ap.add_argument("--device", default="H100", help="known device the sweeps ran on")
     a = ap.parse_args(argv)
     paths = a.csv or sorted(DATA.glob("conv2d_gw8_*.csv"))
