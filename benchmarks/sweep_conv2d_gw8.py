@@ -101,7 +101,7 @@ def sweep(which: str, point: tuple[int, int, int, int, int], reps: int) -> tuple
     from spio.kernels import conv2d_gw8_wgrad as wg
     from spio.kernels.conv2d_gw8_params import Conv2dGw8Params
     from spio.kernels.loader import compile_specs
-    from spio.select import default_selector
+    from spio.select import op_config
     from spio.timing import bench
 
     c, hw, k, n, stride = point
@@ -118,8 +118,10 @@ def sweep(which: str, point: tuple[int, int, int, int, int], reps: int) -> tuple
     t0 = time.monotonic()
     compile_specs([kdef.spec(p, cfg, dev) for cfg in configs], dev.arch)
     compile_s = time.monotonic() - t0
-    pick = default_selector().select(kdef, p, dev)
-    guess = kdef.heuristic(p, dev)
+    # What the op runs: the family's selection rule (wgrad selects at a fixed batch size).
+    sel = kdef.select_key(p)[0] if kdef.select_key is not None else p
+    pick = op_config(kdef, p, dev)
+    guess = kdef.heuristic(sel, dev)
     elem_us = _elementwise_us(n * c * max(hw * hw, p.p * p.q), reps)
     cudnn_us = _cudnn_us(which, p, reps)
     rows = []

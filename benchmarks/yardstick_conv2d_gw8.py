@@ -2,9 +2,10 @@
 
 Reads sweep CSVs written by `benchmarks/sweep_conv2d_gw8.py --csv` (every config of a pass timed
 at a few real layers; none of it is in the training datasets) and, for each pass and layer, ranks
-that layer's configs with a model (the shipped one, or those in `--models`), as the selector
-does, and prints its pick's measured time over the best measured: an independent check of a
-retrain before it ships.
+that layer's configs with a model (the shipped one, or those in `--models`) for the params the
+op selects for (`KernelDef.select_key`: wgrad ranks the layer at its fixed batch size), and
+prints its pick's measured time over the best measured: an independent check of a retrain before
+it ships.
 
     python benchmarks/yardstick_conv2d_gw8.py                       # shipped models
     python benchmarks/yardstick_conv2d_gw8.py --models /tmp/models  # a candidate retrain
@@ -59,7 +60,10 @@ def regrets(sweeps: dict[tuple, dict[str, float]], models: Path | None, device: 
         cfgs = [cfg for cfg in kdef.configs(p, dev) if str(cfg) in times]
         if not cfgs:
             continue
-        guess = loaded[kdef.name].predict_us([kdef.features(p, cfg, dev) for cfg in cfgs])
+        # Ranked for the params the op selects for (wgrad: the layer at its fixed batch size),
+        # timed at the sweep's batch.
+        sel = kdef.select_key(p)[0] if kdef.select_key is not None else p
+        guess = loaded[kdef.name].predict_us([kdef.features(sel, cfg, dev) for cfg in cfgs])
         pick = cfgs[min(range(len(cfgs)), key=lambda i: (guess[i], i))]
         best = min(times[str(cfg)] for cfg in cfgs)
         rows.append({"pass": which, "layer": f"C{c} {hw}^2 k{k} N{n} stride {stride}",

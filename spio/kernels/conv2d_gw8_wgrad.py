@@ -123,7 +123,9 @@ def heuristic(p: Conv2dGw8Params, dev: Any) -> Conv2dGw8WgradConfig:
     16 splits; co-resident CTAs hide each other's barriers and latency); then the fewest stages
     that put IN_FLIGHT_BYTES of x + dy rows in flight per SM (the first H100 run had 9-33 KB);
     when even the deepest falls short, twice the splits if their fp32 partials' traffic stays
-    within the activation traffic (`_partials_fit`); and halving the splits while it does not.
+    within the activation traffic (`_partials_fit`); and halving the splits while it does not,
+    down to the fewest the space has for the warps (4 for 1-warp CTAs, whose partials may then
+    still exceed the activations: about 1.6% of sampled layers).
     """
     valid = configs(p, dev)
     if not valid:
@@ -192,7 +194,9 @@ def _deep_enough(
         return found
 
     chosen = deepest(base.splits_per_sm) or base
-    if in_flight_bytes(p, chosen, dev) < IN_FLIGHT_BYTES:
+    if in_flight_bytes(
+        p, chosen, dev
+    ) < IN_FLIGHT_BYTES and 2 * base.splits_per_sm in split_choices(base.warps):
         more = deepest(2 * base.splits_per_sm)
         if (
             more is not None

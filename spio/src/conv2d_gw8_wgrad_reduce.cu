@@ -17,7 +17,9 @@
 ///   too (guarded loads issued together, then the adds in slice order): a run shorter than
 ///   UNROLL no longer waits out one DRAM latency per slice (7-25 us on the H100 before). PARTS comes from the most
 ///   slices the wgrad launch writes at any batch (spio.kernels.conv2d_gw8_wgrad_reduce.
-///   reduce_config) so a run is <= UNROLL there; a smaller batch leaves some warps idle.
+///   reduce_config): a run is <= UNROLL up to 256 slices; beyond, 32 warps sum ceil(slices / 32)
+///   each (the wgrad space's 32 splits per SM write up to ~1000), UNROLL loads in flight at a
+///   time; a smaller batch leaves some warps idle. The wgrad tune runner times this kernel too.
 /// Launch: on sm_90+ the host launches this kernel with programmatic dependent launch (PDL), so
 ///   it may start while the wgrad kernel still runs; `griddepcontrol.wait` (first statement)
 ///   holds every thread until that grid has completed and its partials are visible. Partials

@@ -136,6 +136,15 @@ def _percentiles(values: list[float]) -> tuple[float, float, float]:
     return statistics.median(v), v[min(len(v) - 1, int(round(0.9 * (len(v) - 1))))], v[-1]
 
 
+def _config_key(kdef: KernelDef, config: dict[str, Any]) -> str | None:
+    """A sample's config as the family's config type writes it now (defaults filled in), or
+    None when the type refuses it (a config of an older space)."""
+    try:
+        return json.dumps(to_dict(from_dict(kdef.config_type, config)), sort_keys=True)
+    except (TypeError, ValueError):
+        return None
+
+
 def _space_indices(kdef: KernelDef, shape: str, idx: list[int], samples: list[Sample], device):
     """The indices of idx whose configs are the family's space for the shape, when every config
     of the space is among them (one index per config); else None."""
@@ -143,7 +152,7 @@ def _space_indices(kdef: KernelDef, shape: str, idx: list[int], samples: list[Sa
     space = {json.dumps(to_dict(c), sort_keys=True) for c in kdef.configs(params, device)}
     chosen: dict[str, int] = {}
     for i in idx:
-        key = json.dumps(samples[i].config, sort_keys=True)
+        key = _config_key(kdef, samples[i].config)
         if key in space and (
             key not in chosen or samples[i].latency_us < samples[chosen[key]].latency_us
         ):

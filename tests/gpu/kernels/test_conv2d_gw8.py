@@ -293,9 +293,9 @@ def test_two_images_per_cta(p, seed):
     check_dgrad(p, sample(dpacked, _limit(), seed=seed), seed)
 
 
-# Benchmark-like layers at moderate batch: the heuristic picks deep pipelines (up to 8 stages),
-# whole-image fprop blocks and wgrad splits that stream several tasks; sampled configs may miss
-# them.
+# Benchmark-like layers at moderate batch: the heuristic picks deep pipelines (up to 8 stages)
+# and whole-image fprop blocks; at C256 the wgrad heuristic's config is also run at 1 split per
+# SM, whose splits stream several tasks. Sampled configs may miss them.
 HEURISTIC_SHAPES = [
     Conv2dGw8Params(n=8, c=64, h=56, w=56, r=3, s=3, pad_h=1, pad_w=1, has_bias=True),
     Conv2dGw8Params(n=64, c=256, h=14, w=14, r=3, s=3, pad_h=1, pad_w=1, has_bias=True),

@@ -30,7 +30,7 @@ def test_shipped_sweeps_score_every_pass(yardstick):
     assert len(rows) == len(sweeps)  # every (pass, layer) of the sweeps has measured configs
     for r in rows:
         assert r["regret"] >= 1.0 and r["pick_us"] >= r["best_us"] > 0
-        assert "stride 2" in r["layer"] and r["configs"] > 1
+        assert r["configs"] > 1
 
 
 def test_regret_is_the_picks_time_over_the_best(yardstick, tmp_path, monkeypatch):

@@ -91,3 +91,39 @@ def test_new_options_compile_without_local_memory(arch, case):
     image = compile_spec(wg.spec(p, cfg, dev), arch)
     for name, res in kernel_resources(image).items():
         assert res.local_bytes == 0, f"{p} {cfg} {arch}: {name} spills {res.local_bytes} B"
+
+
+def test_split_choices_give_4_to_32_warps_per_sm():
+    assert wg.split_choices(1) == (4, 8, 16, 32)
+    assert wg.split_choices(2) == (2, 4, 8, 16)
+    assert wg.split_choices(4) == (1, 2, 4, 8)
+    assert wg.split_choices(8) == (1, 2, 4)
+    dev = known_device("H100")
+    for cfg in wg.configs(_layer(8, 56, 56, 3), dev):  # 7 groups: 1-warp CTAs only
+        assert cfg.warps == 1 and cfg.splits_per_sm in (4, 8, 16, 32)
+
+
+def test_heuristic_aims_at_16_warps_per_sm_while_partials_fit():
+    """1-warp CTAs (odd group counts) get 16 splits per SM where the partials stay within the
+    activation traffic; a layer whose partials would exceed it at any split count gets the
+    space's fewest."""
+    dev = known_device("H100")
+    odd = Conv2dGw8Params(n=256, c=152, h=28, w=28, has_bias=True, stride_h=2, stride_w=2)
+    cfg = wg.heuristic(odd, dev)
+    assert cfg.warps == 1 and cfg.splits_per_sm == 16 and wg._partials_fit(odd, cfg, dev)
+    heavy = Conv2dGw8Params(n=1, c=512, h=7, w=7, r=7, s=7, pad_h=3, pad_w=3)
+    cfg = wg.heuristic(heavy, dev)
+    assert cfg.splits_per_sm == min(wg.split_choices(cfg.warps))
+    for n in (1, 8, 64, 256):  # the heuristic's config is always one of the space's
+        for c in (8, 56, 64, 440, 1024):
+            p = Conv2dGw8Params(n=n, c=c, h=14, w=14, has_bias=True)
+            assert wg.heuristic(p, dev) in wg.configs(p, dev)
+
+
+def test_heuristic_never_doubles_past_the_space(monkeypatch):
+    """At the top of the space (1 warp, 32 splits) the deepening step must not ask for 64."""
+    monkeypatch.setattr(wg, "HEURISTIC_WARPS_PER_SM", 32)
+    dev = known_device("H100")
+    for c in (8, 56, 440):  # N = 1: too few bytes in flight at any depth, so it tries more
+        p = Conv2dGw8Params(n=1, c=c, h=14, w=14, has_bias=True)
+        assert wg.heuristic(p, dev) in wg.configs(p, dev)
