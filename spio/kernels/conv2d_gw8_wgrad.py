@@ -194,10 +194,10 @@ def _deep_enough(
         return found
 
     chosen = deepest(base.splits_per_sm) or base
-    if in_flight_bytes(
-        p, chosen, dev
-    ) < IN_FLIGHT_BYTES and 2 * base.splits_per_sm in split_choices(base.warps):
-        more = deepest(2 * base.splits_per_sm)
+    doubled = 2 * base.splits_per_sm
+    short = in_flight_bytes(p, chosen, dev) < IN_FLIGHT_BYTES
+    if short and doubled in split_choices(base.warps):
+        more = deepest(doubled)
         if (
             more is not None
             and _partials_fit(p, more, dev)
