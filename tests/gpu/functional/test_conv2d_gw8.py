@@ -37,11 +37,19 @@ def test_forward_and_backward(dtype, r, s, padding, seed):
         if isinstance(padding, int)
         else padding
     )
+    _check_against_fp64(x, wt, b, padding, pads, 1, seed)
+
+
+def _check_against_fp64(x, wt, b, padding, pads, stride, seed):
+    """conv2d_gw8(x, wt, b, padding, stride) forward and backward against F.conv2d in float64 on
+    the same values: y, dx, dw, db within tolerances derived from each sum's depth. Returns the
+    spio leaves, y and the dy it used."""
+    dtype, (r, s) = x.dtype, wt.shape[2:]
     xs, ws, bs = (t.detach().clone().requires_grad_() for t in (x, wt, b))
     xr, wr, br = (t.detach().double().requires_grad_() for t in (x, wt, b))
-    y = conv2d_gw8(xs, ws, bs, padding)
-    y_ref = F.conv2d(xr, wr, br, padding=pads, groups=x.shape[1] // 8)
-    assert y.is_contiguous(memory_format=CL) and y.dtype == dtype
+    y = conv2d_gw8(xs, ws, bs, padding, stride)
+    y_ref = F.conv2d(xr, wr, br, stride=stride, padding=pads, groups=x.shape[1] // 8)
+    assert y.shape == y_ref.shape and y.is_contiguous(memory_format=CL) and y.dtype == dtype
     assert_close(y, y_ref, tolerance(dtype, depth=8 * r * s), f"forward seed={seed}")
     g = torch.Generator("cuda").manual_seed(seed + 1)
     dy = torch.randn(y.shape, generator=g, device="cuda").to(dtype).contiguous(memory_format=CL)
@@ -51,6 +59,7 @@ def test_forward_and_backward(dtype, r, s, padding, seed):
     assert_close(xs.grad, xr.grad, tolerance(dtype, depth=8 * r * s), f"dx seed={seed}")
     assert_close(ws.grad, wr.grad, tolerance(dtype, depth=n * p * q), f"dw seed={seed}")
     assert_close(bs.grad, br.grad, tolerance(dtype, depth=n * p * q), f"db seed={seed}")
+    return (xs, ws, bs), y, dy
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
@@ -60,20 +69,7 @@ def test_forward_and_backward(dtype, r, s, padding, seed):
 def test_strided_forward_and_backward(dtype, hw, r, stride, seed):
     """Stride 2 through the op (eager path and dispatcher) against float64: y, dx, dw, db."""
     x, wt, b = _inputs(seed, h=hw[0], w=hw[1], r=r, s=r, dtype=dtype)
-    xs, ws, bs = (t.detach().clone().requires_grad_() for t in (x, wt, b))
-    xr, wr, br = (t.detach().double().requires_grad_() for t in (x, wt, b))
-    y = conv2d_gw8(xs, ws, bs, r // 2, stride)
-    y_ref = F.conv2d(xr, wr, br, stride=stride, padding=r // 2, groups=x.shape[1] // 8)
-    assert y.shape == y_ref.shape and y.is_contiguous(memory_format=CL)
-    assert_close(y, y_ref, tolerance(dtype, depth=8 * r * r), f"forward seed={seed}")
-    g = torch.Generator("cuda").manual_seed(seed + 1)
-    dy = torch.randn(y.shape, generator=g, device="cuda").to(dtype).contiguous(memory_format=CL)
-    y.backward(dy)
-    y_ref.backward(dy.double())
-    n, c, p, q = y.shape
-    assert_close(xs.grad, xr.grad, tolerance(dtype, depth=8 * r * r), f"dx seed={seed}")
-    assert_close(ws.grad, wr.grad, tolerance(dtype, depth=n * p * q), f"dw seed={seed}")
-    assert_close(bs.grad, br.grad, tolerance(dtype, depth=n * p * q), f"db seed={seed}")
+    (xs, ws, bs), y, dy = _check_against_fp64(x, wt, b, r // 2, r // 2, stride, seed)
     with _Through():  # the dispatcher's path (torch.compile's): the same bits
         leaves = [t.detach().clone().requires_grad_() for t in (x, wt, b)]
         y2 = conv2d_gw8(*leaves, r // 2, stride)

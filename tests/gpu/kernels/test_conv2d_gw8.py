@@ -198,14 +198,6 @@ def test_strided_fprop_dgrad_wgrad(p, seed):
     check_wgrad(p, sample(wg.configs(p, _dev()), _limit(8), seed=seed), seed)
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("p", STRIDED_SHAPES, ids=str)
-def test_strided_every_config(p, seed):
-    check_fprop(p, fp.configs(p, _dev()), seed)
-    check_dgrad(p, fp.dgrad_configs(p, _dev()), seed)
-    check_wgrad(p, wg.configs(p, _dev()), seed)
-
-
 @pytest.mark.parametrize("p", SHAPES, ids=str)
 def test_fprop(p, seed):
     check_fprop(p, sample(fp.configs(p, _dev()), _limit(), seed=seed), seed)
@@ -322,7 +314,7 @@ def test_heuristic_configs(p, seed):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("p", SHAPES, ids=str)
+@pytest.mark.parametrize("p", SHAPES + STRIDED_SHAPES, ids=str)
 def test_every_config(p, seed):
     check_fprop(p, fp.configs(p, _dev()), seed)
     check_dgrad(p, fp.dgrad_configs(p, _dev()), seed)

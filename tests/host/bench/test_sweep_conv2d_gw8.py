@@ -2,24 +2,18 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
 import torch
+from script_module import load_script
 
 SCRIPT = Path(__file__).parents[3] / "benchmarks" / "sweep_conv2d_gw8.py"
 
 
 @pytest.fixture(scope="module")
 def sweep():
-    spec = importlib.util.spec_from_file_location("sweep_conv2d_gw8", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    yield module
-    del sys.modules[spec.name]
+    yield from load_script(SCRIPT)
 
 
 def test_points_and_passes_parse(sweep):
