@@ -61,6 +61,33 @@ def layernorm(n: int, c: int, h: int, w: int, dtype: torch.dtype) -> None:
         _check(f"{tag} {name}", got, want, 2e-2)
 
 
+def dgrad_phased(n: int, c: int, h: int, w: int, k: int, dtype: torch.dtype) -> None:
+    """The dgrad kernel of a stride-2 layer on a PHASED config (tiles paired by column parity,
+    the dilation's zero columns never loaded), launched directly: the op may pick another."""
+    from spio.cuda import device_attributes
+    from spio.kernels import conv2d_gw8_fprop as fp
+    from spio.kernels.conv2d_gw8_params import Conv2dGw8Params
+    from spio.kernels.loader import default_function_cache
+
+    p = Conv2dGw8Params(
+        n=n, c=c, h=h, w=w, r=k, s=k, pad_h=k // 2, pad_w=k // 2, stride_h=2, stride_w=2,
+        dtype=str(dtype).removeprefix("torch."),
+    )  # fmt: skip
+    dev = device_attributes(torch.cuda.current_device())
+    cfg = next(c for c in fp.dgrad_configs(p, dev) if fp.phased(p.dgrad_as_fprop(), c))
+    dy = torch.randn(n, c, p.p, p.q, device="cuda", dtype=dtype)
+    dy = dy.to(memory_format=torch.channels_last)
+    wt = torch.randn(c, 8, k, k, device="cuda", dtype=dtype) * 0.2
+    dx = torch.full((n, c, h, w), float("nan"), device="cuda", dtype=dtype)
+    dx = dx.to(memory_format=torch.channels_last)
+    kernel = default_function_cache().get(fp.DGRAD, p.variant(), cfg, dev)
+    fp.dgrad_launch(kernel, p, cfg, dx, dy, wt, torch.cuda.current_stream().cuda_stream)
+    want = torch.nn.grad.conv2d_input(
+        (n, c, h, w), wt.double(), dy.double(), stride=2, padding=k // 2, groups=c // 8
+    )
+    _check(f"dgrad phased {n}x{c}x{h}x{w} k{k} {cfg}", dx, want, 2e-2)
+
+
 def matmul(m: int, n: int, k: int, dtype: torch.dtype) -> None:
     a = torch.randn(m, k, device="cuda", dtype=dtype)
     b = torch.randn(k, n, device="cuda", dtype=dtype)
@@ -80,6 +107,8 @@ def main() -> None:
     conv(2, 16, 9, 7, 3, torch.float16, stride=(2, 2))  # odd H, W: dx's last row/column
     conv(1, 24, 6, 11, 5, torch.bfloat16, stride=(1, 2))
     conv(1, 8, 13, 4, 7, torch.float16, stride=(2, 1))
+    dgrad_phased(2, 16, 6, 37, 3, torch.float16)
+    dgrad_phased(1, 8, 5, 40, 5, torch.bfloat16)
     layernorm(2, 96, 5, 3, torch.float16)
     layernorm(1, 768, 3, 3, torch.bfloat16)
     matmul(17, 40, 64, torch.float16)

@@ -50,6 +50,13 @@ def m_tiles(cfg: Conv2dGw8Config) -> int:
     return max(1, cfg.block_q // 16)
 
 
+def phased(p: Conv2dGw8Params, cfg: Conv2dGw8Config) -> bool:
+    """Whether the M tiles pair up by column parity (the kernel's PHASED): an input dilated by 2 in
+    W (the dgrad of a stride-2 layer) and an even number of M tiles, so the taps that land on the
+    dilation's zero columns are neither loaded nor multiplied."""
+    return p.dilate_w == 2 and m_tiles(cfg) % 2 == 0
+
+
 def tile_w(p: Conv2dGw8Params, cfg: Conv2dGw8Config) -> int:
     """Input columns one image's tile reads: (BLOCK_Q - 1) * stride + S (BLOCK_Q plus the S - 1
     halo at stride 1)."""
@@ -265,9 +272,10 @@ def spec(
         "BLOCK_Q": Constant(cfg.block_q),
         "IMAGES": Constant(images(cfg)),
         "STAGED_Q": Constant(16 * m_tiles(cfg)),
+        "PHASED": Constant(phased(p, cfg)),
         # Shared-memory column of fragment rows 8-15 relative to rows 0-7: the next 8 output
-        # columns' (8 stride apart), or the second image's region.
-        "A_HI": Constant(tw if images(cfg) == 2 else 8 * p.stride_w),
+        # columns' (8 stride apart; 16 columns apart when PHASED), or the second image's region.
+        "A_HI": Constant(tw if images(cfg) == 2 else 8 * p.stride_w * (2 if phased(p, cfg) else 1)),
     }
     shape = p.with_batch(1)
     return KernelSpec(

@@ -3,7 +3,8 @@
 /// where SH, SW = STRIDE_H, STRIDE_W and xv is x dilated by DILATE_H, DILATE_W (xv row v = x row
 /// v / DILATE_H when DILATE_H divides v, else zero; the dgrad of a stride-2 layer runs with
 /// DILATE 2 and end padding that gives dx the layer's input size). Zero rows of xv are never
-/// loaded nor multiplied; zero columns are zero-filled in shared memory.
+/// loaded nor multiplied; zero columns are neither loaded nor multiplied when the tile has an
+/// even number of 16-column M tiles (PHASED: see tile_col), else zero-filled in shared memory.
 /// (the dgrad variant, TRANSPOSED_WEIGHT, passes dy as x and the forward weight, padding R-1-pad,
 /// and reads each tap as w[g8+c, k, R-1-r, S-1-s]: the 8x8 block transposed and the taps rotated
 /// 180 degrees, so dx is this same formula with no separate weight transform).
@@ -57,6 +58,21 @@ namespace {
 
 /// The 16 bits of a half or bfloat16 value.
 SPIO_DEVICE unsigned bits16(Elem v) { return *reinterpret_cast<const unsigned short*>(&v); }
+
+/// Output column (within the tile) of fragment row g of M tile m. Usually 16 m + g. PHASED (an
+/// input dilated by 2 in W: the dgrad of a layer with stride 2 in W) pairs the tiles: tile 2k
+/// holds the even columns 32 k + 2 g, tile 2k + 1 the odd ones 32 k + 2 g + 1. Every column a tile
+/// reads for one tap s then has one parity, so the taps that land on the dilation's zero columns
+/// are skipped at compile time (half the MMAs of a 3x3 layer).
+SPIO_DEVICE constexpr int tile_col(int m, int g) {
+    return PHASED ? 32 * (m / 2) + 2 * g + m % 2 : 16 * m + g;
+}
+
+/// PHASED: whether tap s of M tile m reads the dilation's zero columns (dilated column
+/// q0 - PAD_W + tile_col(m, g) + s; q0 and 32 k + 2 g are even, STRIDE_W is 1).
+SPIO_DEVICE constexpr bool zero_tap(int m, int s) {
+    return PHASED && ((m % 2 + s - PAD_W) % 2 + 2) % 2 != 0;
+}
 
 /// The accumulator-ring slot of output row (i0 + d) / STRIDE_H, for i0 a multiple of UNROLL and
 /// d a compile-time constant that STRIDE_H divides (negative d included).
@@ -143,6 +159,8 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
             const int w = wv / DILATE_W;
             const bool inside =
                 row_inside && wv >= 0 && wv % DILATE_W == 0 && w < IN_W && img < images;
+            // PHASED never reads the dilation's zero columns: they are not filled.
+            if (PHASED && (wv & 1) != 0) return;
             const uint4* src =
                 inside ? input[H(h)][W(w)][group0 + g].get() + img * Input::storage_size()
                        : in_ptr;
@@ -178,7 +196,8 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
         for (int s = 0; s < KERNEL_S; ++s) {
 #pragma unroll
             for (int m = 0; m < MMA_M_TILES; ++m) {
-                const auto pixel = plane[W(STRIDE_W * (16 * m + lane_row) + s)][lane_pair];
+                if (zero_tap(m, s)) continue;  // compile-time: m and s are unrolled
+                const auto pixel = plane[W(STRIDE_W * tile_col(m, lane_row) + s)][lane_pair];
                 const unsigned a[2] = {*pixel, *pixel[W(A_HI)]};  // fragment rows g, g + 8
 #pragma unroll
                 for (int r = 0; r < KERNEL_R; ++r) {
@@ -199,7 +218,7 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
             for (int m = 0; m < MMA_M_TILES; ++m) {
 #pragma unroll
                 for (int half = 0; half < 2; ++half) {  // fragment rows lane/4 and lane/4 + 8
-                    *plane[Q(16 * m + lane_row + 8 * half)][lane_pair] =
+                    *plane[Q(tile_col(m, lane_row + 8 * half))][lane_pair] =
                         pack2(reg_acc[slot][m][2 * half] + bias_lo,
                               reg_acc[slot][m][2 * half + 1] + bias_hi);
                 }

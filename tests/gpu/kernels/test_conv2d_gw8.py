@@ -191,6 +191,29 @@ STRIDED_SHAPES = [
 ]  # fmt: skip
 
 
+# dgrad of stride 2 in W on tiles of an even number of 16-column M tiles runs PHASED (the tiles
+# pair up by column parity and skip the dilation's zero columns): every parity of the dgrad
+# padding (R - 1 - pad: 1, 2, 0, 1 for an even kernel), ragged last tiles, stride (1, 2).
+PHASED_SHAPES = [
+    Conv2dGw8Params(n=2, c=16, h=9, w=47, r=3, s=5, pad_h=1, pad_w=2, stride_h=2, stride_w=2,
+                    has_bias=True),
+    Conv2dGw8Params(n=1, c=24, h=7, w=37, r=3, s=3, pad_h=2, pad_w=2, stride_h=2, stride_w=2),
+    Conv2dGw8Params(n=1, c=8, h=6, w=40, r=2, s=2, pad_h=0, pad_w=0, stride_h=2, stride_w=2,
+                    dtype="bfloat16"),
+    Conv2dGw8Params(n=3, c=24, h=15, w=17, r=3, s=3, pad_h=1, pad_w=1, stride_h=2, stride_w=2,
+                    has_bias=True),
+    Conv2dGw8Params(n=2, c=16, h=11, w=20, r=1, s=3, pad_h=0, pad_w=1, stride_h=1, stride_w=2),
+    Conv2dGw8Params(n=2, c=64, h=56, w=56, r=3, s=3, pad_h=1, pad_w=1, stride_h=2, stride_w=2),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("p", PHASED_SHAPES, ids=str)
+def test_dgrad_phased(p, seed):
+    cfgs = [c for c in fp.dgrad_configs(p, _dev()) if fp.phased(p.dgrad_as_fprop(), c)]
+    assert cfgs, f"{p}: no PHASED dgrad config"
+    check_dgrad(p, sample(cfgs, _limit(24), seed=seed), seed)
+
+
 @pytest.mark.parametrize("p", STRIDED_SHAPES, ids=str)
 def test_strided_fprop_dgrad_wgrad(p, seed):
     check_fprop(p, sample(fp.configs(p, _dev()), _limit(), seed=seed), seed)
@@ -314,7 +337,7 @@ def test_heuristic_configs(p, seed):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("p", SHAPES + STRIDED_SHAPES, ids=str)
+@pytest.mark.parametrize("p", SHAPES + STRIDED_SHAPES + PHASED_SHAPES[:3], ids=str)
 def test_every_config(p, seed):
     check_fprop(p, fp.configs(p, _dev()), seed)
     check_dgrad(p, fp.dgrad_configs(p, _dev()), seed)
