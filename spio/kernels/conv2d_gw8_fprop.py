@@ -57,6 +57,25 @@ def phased(p: Conv2dGw8Params, cfg: Conv2dGw8Config) -> bool:
     return p.dilate_w == 2 and m_tiles(cfg) % 2 == 0
 
 
+def group_blocks(p: Conv2dGw8Params, cfg: Conv2dGw8Config) -> int:
+    """CTAs along the channel groups: ceil(groups / warps) (the last one has idle warps when
+    warps does not divide the groups: the kernel's RAGGED_GROUPS)."""
+    return -(-p.groups // cfg.warps)
+
+
+def idle_warps(groups: int, warps: int) -> int:
+    """Warps of the last group block that have no group (0 when warps divides groups)."""
+    return -groups % warps
+
+
+def warps_allowed(groups: int, warps: int) -> bool:
+    """Whether a CTA of `warps` warps (one channel group each) is in the space: warps divides the
+    groups, or the idle warps of the last group block are at most a quarter of the groups (so an
+    odd group count, 7 or 19 or 55, gets 2-8 warps per CTA instead of 1, at most 20% of the
+    launched warps idle)."""
+    return warps <= groups and 4 * idle_warps(groups, warps) <= groups
+
+
 def tile_w(p: Conv2dGw8Params, cfg: Conv2dGw8Config) -> int:
     """Input columns one image's tile reads: (BLOCK_Q - 1) * stride + S (BLOCK_Q plus the S - 1
     halo at stride 1)."""
@@ -92,7 +111,7 @@ def live_regs(p: Conv2dGw8Params, cfg: Conv2dGw8Config) -> int:
 def grid(p: Conv2dGw8Params, cfg: Conv2dGw8Config) -> tuple[int, int, int]:
     """(tiles of one image, batch / images per CTA, 1): blockIdx.x = (P tile, Q tile, group
     block), y = n / images(cfg)."""
-    tiles = math.ceil(p.p / cfg.block_p) * math.ceil(p.q / cfg.block_q) * (p.groups // cfg.warps)
+    tiles = math.ceil(p.p / cfg.block_p) * math.ceil(p.q / cfg.block_q) * group_blocks(p, cfg)
     return (tiles, math.ceil(p.n / images(cfg)), 1)
 
 
@@ -100,10 +119,10 @@ def configs(p: Conv2dGw8Params, dev: Any) -> list[Conv2dGw8Config]:
     """Every valid fprop config for `p` on `dev`, in a stable order.
 
     Block rows above P and 16-column strips beyond the first that covers Q are dropped (they only
-    add idle work); block_q 8 (two images per M tile) only when Q <= 8; warps must divide the
-    channel groups; stages above 3 only while the block has that many rows to prefetch; shared
-    memory must fit the device's opt-in limit and the register estimate must stay below the
-    spill point.
+    add idle work); block_q 8 (two images per M tile) only when Q <= 8; warps divide the channel
+    groups or leave few idle (`warps_allowed`); stages above 3 only while the block has that
+    many rows to prefetch; shared memory must fit the device's opt-in limit and the register
+    estimate must stay below the spill point.
     """
     out = []
     p_choices = sorted({min(bp, p.p) for bp in BLOCK_P_CHOICES})
@@ -113,7 +132,7 @@ def configs(p: Conv2dGw8Params, dev: Any) -> list[Conv2dGw8Config]:
     for block_p in p_choices:
         for block_q in q_choices:
             for warps in WARP_CHOICES:
-                if p.groups % warps:
+                if not warps_allowed(p.groups, warps):
                     continue
                 for stages in STAGE_CHOICES:
                     if stages > 3 and stages - 1 > (block_p - 1) * p.stride_h + p.r - 1:
@@ -156,7 +175,7 @@ def in_flight_bytes(p: Conv2dGw8Params, cfg: Conv2dGw8Config, dev: Any) -> int:
 def heuristic(p: Conv2dGw8Params, dev: Any) -> Conv2dGw8Config:
     """The config used until a performance model exists.
 
-    Rule: 4 warps (128 threads) when the groups allow it, else the most that divide them; 32
+    Rule: 4 warps (128 threads) when the groups allow it (`warps_allowed`), else 2 or 1; 32
     output columns when Q >= 32 and the registers allow, 8 (two images per M tile) when
     Q <= 8, else 16; then the tallest block (fewest
     halo rows re-read; up to a whole image) that still gives at least 2 CTAs per SM over the
@@ -167,7 +186,7 @@ def heuristic(p: Conv2dGw8Params, dev: Any) -> Conv2dGw8Config:
     valid = configs(p, dev)
     if not valid:
         raise ValueError(f"conv2d_gw8 fprop: no valid config for {p} on {dev.name}")
-    warps = max(w for w in (1, 2, 4) if p.groups % w == 0)
+    warps = max(w for w in (1, 2, 4) if warps_allowed(p.groups, w))
     block_q = 32 if p.q >= 32 and any(c.block_q == 32 for c in valid) else 16
     if p.q <= PACKED_BLOCK_Q:
         block_q = PACKED_BLOCK_Q  # 14 of 16 fragment rows busy at Q = 7 instead of 7
@@ -245,12 +264,16 @@ def spec(
         ),
         "SmemWeight": Tensor(p.weight_dims(C8(cfg.warps), KO(8), CI(8), R(p.r), S(p.s)), elem),
         "BlockIdx": CompoundIndex(
-            PB(math.ceil(p.p / cfg.block_p)), QB(math.ceil(p.q / cfg.block_q)), GB(g // cfg.warps)
+            PB(math.ceil(p.p / cfg.block_p)),
+            QB(math.ceil(p.q / cfg.block_q)),
+            GB(group_blocks(p, cfg)),
         ),
         "IN_H": Constant(p.h),
         "IN_W": Constant(p.w),
         "OUT_P": Constant(p.p),
         "OUT_Q": Constant(p.q),
+        "GROUPS": Constant(g),
+        "RAGGED_GROUPS": Constant(idle_warps(g, cfg.warps) > 0),
         "KERNEL_R": Constant(p.r),
         "KERNEL_S": Constant(p.s),
         "PAD_H": Constant(p.pad_h),
@@ -312,6 +335,7 @@ def features(p: Conv2dGw8Params, cfg: Conv2dGw8Config, dev: Any) -> dict[str, fl
         "block_p": cfg.block_p,
         "block_q": cfg.block_q,
         "warps": cfg.warps,
+        "idle_warps": idle_warps(p.groups, cfg.warps) / (group_blocks(p, cfg) * cfg.warps),
         "stages": cfg.stages,
         "blocks": blocks,
         "waves": blocks / max(1, dev.sm_count),

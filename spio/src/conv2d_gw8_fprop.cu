@@ -123,6 +123,11 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
     const int q0 = block.get<QB>().unfold().get();  // first output column of the tile
     const C8 group0 = block.get<GB>().unfold().template fold<8>();
     const C8 group = group0 + warp_group;
+    // RAGGED_GROUPS (WARPS does not divide the GROUPS channel groups; odd group counts such as
+    // 7, 19 or 55 would otherwise run 1-warp CTAs): the last group block has warps past the
+    // last group. They load nothing, multiply nothing and store nothing, but keep to the
+    // CTA's barriers.
+    const bool warp_live = !RAGGED_GROUPS || group.get() < GROUPS;
     const long long image0 = static_cast<long long>(blockIdx.y) * IMAGES;  // 64-bit offsets
     const int images = min(IMAGES, batch - static_cast<int>(image0));  // 1 or 2 images here
     // Tensors take non-const pointers; the kernel only reads x, w and b.
@@ -133,7 +138,7 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
 
     unsigned reg_weight[KERNEL_R][KERNEL_S];  // filled once the weights are in shared memory
     float bias_lo = 0.f, bias_hi = 0.f;
-    if constexpr (HAS_BIAS) {
+    if (HAS_BIAS && warp_live) {
         // Rounded to Elem first (a no-op for Elem data): a float32 bias adds what autocast's
         // cast to fp16/bf16 would.
         const Bias bias(const_cast<WElem*>(bias_ptr));  // (C8, KO)
@@ -157,8 +162,8 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
             const int img = IMAGES == 1 ? 0 : j / TILE_W;
             const int wv = q0 * STRIDE_W - PAD_W + (IMAGES == 1 ? j : j % TILE_W);
             const int w = wv / DILATE_W;
-            const bool inside =
-                row_inside && wv >= 0 && wv % DILATE_W == 0 && w < IN_W && img < images;
+            const bool inside = row_inside && wv >= 0 && wv % DILATE_W == 0 && w < IN_W &&
+                                img < images && (!RAGGED_GROUPS || (group0 + g).get() < GROUPS);
             // PHASED never reads the dilation's zero columns: they are not filled.
             if (PHASED && (wv & 1) != 0) return;
             const uint4* src =
@@ -182,6 +187,7 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
     // (padding or a dilation row) or the output row is outside the tile or the image: it could
     // only add zeros or feed a row that is never stored.
     auto multiply_row = [&](int i, int stage, int u) {
+        if (!warp_live) return;  // warp-uniform
         const auto plane = smem_input[STAGE(stage)][warp_group];
         const int v = p0 * STRIDE_H - PAD_H + i;
         const bool row_real = v >= 0 && v % DILATE_H == 0 && v / DILATE_H < IN_H;
@@ -238,7 +244,7 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
             const int j = t / WARPS;
             const int img = IMAGES == 1 ? 0 : j / 8;
             const int q = q0 + (IMAGES == 1 ? j : j % 8);
-            if (q < OUT_Q && img < images) {
+            if (q < OUT_Q && img < images && (!RAGGED_GROUPS || (group0 + g).get() < GROUPS)) {
                 const uint4 v = *reinterpret_cast<const uint4*>(
                     smem_output[OUTBUF(buf)][g][Q(j)].get());
                 *reinterpret_cast<uint4*>(output[P(p)][Q(q)][group0 + g].get() +
@@ -262,7 +268,12 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
     // cast would round it.
     const Weight weight(const_cast<WElem*>(weight_ptr));  // (C8, KO, CI, R, S) or (.., R, S, CI)
     const WElem* weight_block = weight[group0].get();
-    for (int t = threadIdx.x; t < SmemWeight::storage_size(); t += WARPS * 32) {
+    // The groups of this block that exist (all WARPS unless RAGGED_GROUPS); a group's weights
+    // are contiguous (C8 is the outermost dimension of either layout).
+    const int weight_count = RAGGED_GROUPS ? min(WARPS, GROUPS - group0.get()) *
+                                                 (SmemWeight::storage_size() / WARPS)
+                                           : SmemWeight::storage_size();
+    for (int t = threadIdx.x; t < weight_count; t += WARPS * 32) {
         smem_weight.get()[t] = static_cast<Elem>(weight_block[t]);
     }
     __syncthreads();

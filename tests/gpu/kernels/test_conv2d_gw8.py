@@ -207,6 +207,26 @@ PHASED_SHAPES = [
 ]  # fmt: skip
 
 
+# Odd channel-group counts (7, 13, 19, 55) on CTAs whose warps do not divide them
+# (RAGGED_GROUPS: the last group block has idle warps), stride 1 and 2, with and without bias.
+RAGGED_SHAPES = [
+    Conv2dGw8Params(n=2, c=56, h=12, w=13, r=3, s=3, pad_h=1, pad_w=1, stride_h=2, stride_w=2,
+                    has_bias=True),
+    Conv2dGw8Params(n=3, c=152, h=9, w=9, r=3, s=3, pad_h=1, pad_w=1, has_bias=True),
+    Conv2dGw8Params(n=2, c=440, h=7, w=7, r=3, s=3, pad_h=1, pad_w=1, dtype="bfloat16"),
+    Conv2dGw8Params(n=1, c=104, h=15, w=34, r=5, s=5, pad_h=2, pad_w=2, stride_h=2, stride_w=2),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("p", RAGGED_SHAPES, ids=str)
+def test_ragged_group_blocks(p, seed):
+    for kdef, configs, check in ((fp.FPROP, fp.configs, check_fprop),
+                                 (fp.DGRAD, fp.dgrad_configs, check_dgrad)):  # fmt: skip
+        cfgs = [c for c in configs(p, _dev()) if p.groups % c.warps]
+        assert cfgs, f"{kdef.name} {p}: no config with idle warps"
+        check(p, sample(cfgs, _limit(16), seed=seed), seed)
+
+
 @pytest.mark.parametrize("p", PHASED_SHAPES, ids=str)
 def test_dgrad_phased(p, seed):
     cfgs = [c for c in fp.dgrad_configs(p, _dev()) if fp.phased(p.dgrad_as_fprop(), c)]
@@ -337,7 +357,9 @@ def test_heuristic_configs(p, seed):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("p", SHAPES + STRIDED_SHAPES + PHASED_SHAPES[:3], ids=str)
+@pytest.mark.parametrize(
+    "p", SHAPES + STRIDED_SHAPES + PHASED_SHAPES[:3] + RAGGED_SHAPES[:2], ids=str
+)
 def test_every_config(p, seed):
     check_fprop(p, fp.configs(p, _dev()), seed)
     check_dgrad(p, fp.dgrad_configs(p, _dev()), seed)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import functools
+import math
 import zlib
 from pathlib import Path
 
@@ -181,10 +182,32 @@ def test_config_spaces(gpu, space):
         assert len(set(cfgs)) == len(cfgs)
         assert heuristic(p, dev) in cfgs
         for cfg in cfgs:
-            assert p.groups % cfg.warps == 0
+            if space[0] == "wgrad":
+                assert p.groups % cfg.warps == 0
+            else:  # fprop/dgrad: idle warps in the last group block, at most groups / 4
+                idle = -p.groups % cfg.warps
+                assert cfg.warps <= p.groups and 4 * idle <= p.groups, (p, cfg)
             if smem is not None:
                 assert smem(p, cfg) <= dev.max_smem_per_block_optin
                 assert regs(p, cfg) <= max_regs
+
+
+def test_odd_group_counts_get_several_warps():
+    """7, 19 and 55 groups (C 56, 152, 440) get CTAs of up to 4 or 8 warps with idle warps in the last
+    group block (RAGGED_GROUPS); 3 groups (C 24) stay at 1 warp (a second would idle a third of
+    them); the kernel gets the constants it masks by."""
+    dev = _dev("H100")
+    for c, want in ((56, {1, 2, 4}), (152, {1, 2, 4}), (440, {1, 2, 4, 8}), (24, {1})):
+        p = Conv2dGw8Params(n=8, c=c, h=14, w=14, stride_h=2, stride_w=2)
+        for configs in (fp.configs, fp.dgrad_configs):
+            assert {cfg.warps for cfg in configs(p, dev)} == want, (c, configs.__name__)
+    p = Conv2dGw8Params(n=8, c=56, h=14, w=14)
+    cfg = next(c for c in fp.configs(p, dev) if c.warps == 4)
+    assert fp.grid(p, cfg)[0] == math.ceil(p.p / cfg.block_p) * math.ceil(p.q / cfg.block_q) * 2
+    consts = fp.spec(p, cfg).specs
+    assert (consts["GROUPS"].value, consts["RAGGED_GROUPS"].value) == (7, True)
+    even = fp.spec(p, next(c for c in fp.configs(p, dev) if c.warps == 1)).specs
+    assert even["RAGGED_GROUPS"].value is False
 
 
 def test_config_space_is_real():
