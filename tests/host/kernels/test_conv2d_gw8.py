@@ -193,9 +193,9 @@ def test_config_spaces(gpu, space):
 
 
 def test_odd_group_counts_get_several_warps():
-    """7, 19 and 55 groups (C 56, 152, 440) get CTAs of up to 4 or 8 warps with idle warps in the last
-    group block (RAGGED_GROUPS); 3 groups (C 24) stay at 1 warp (a second would idle a third of
-    them); the kernel gets the constants it masks by."""
+    """7, 19 and 55 groups (C 56, 152, 440) get CTAs of up to 4 or 8 warps, with idle warps in
+    the last group block (RAGGED_GROUPS); 3 groups (C 24) stay at 1 warp (a second would idle a
+    third of them); the kernel gets the constants it masks by."""
     dev = _dev("H100")
     for c, want in ((56, {1, 2, 4}), (152, {1, 2, 4}), (440, {1, 2, 4, 8}), (24, {1})):
         p = Conv2dGw8Params(n=8, c=c, h=14, w=14, stride_h=2, stride_w=2)
