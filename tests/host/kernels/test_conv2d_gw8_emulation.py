@@ -60,16 +60,24 @@ def emulate_fprop(x, w, b, p: Conv2dGw8Params, cfg, transposed: bool = False):
     `transposed`: the dgrad variant (TRANSPOSED_WEIGHT), which reads w[g8 + c, k, R-1-r, S-1-s]."""
     y = np.full((p.n, p.p, p.q, p.c), np.nan)
     n_p, n_q = math.ceil(p.p / cfg.block_p), math.ceil(p.q / cfg.block_q)
-    n_g = p.groups // cfg.warps
+    n_g = fp.group_blocks(p, cfg)  # the last block has idle warps when warps doesn't divide
     tile_h, tile_w, mt = fp.tile_h(p, cfg), fp.tile_w(p, cfg), fp.m_tiles(cfg)
+    phased = fp.phased(p, cfg)
     sh, sw, dh, dw = p.stride_h, p.stride_w, p.dilate_h, p.dilate_w
     ring, unroll = p.ring, p.stride_h * p.ring
 
     def ring_slot(d):  # the kernel's ring_slot (d a multiple of the stride)
         return (d // sh) % ring
 
+    def tile_col(m, g):  # the kernel's tile_col: output column of fragment row g of M tile m
+        return 32 * (m // 2) + 2 * g + m % 2 if phased else 16 * m + g
+
+    def zero_tap(m, s):  # the kernel's zero_tap: PHASED tile m's tap s reads zero columns only
+        return phased and (m % 2 + s - p.pad_w) % 2 != 0
+
     imgs = fp.images(cfg)
-    a_hi = tile_w if imgs == 2 else 8 * sw  # smem column of fragment rows 8-15 relative to 0-7
+    # smem column of fragment rows 8-15 relative to 0-7
+    a_hi = tile_w if imgs == 2 else 8 * sw * (2 if phased else 1)
     for n0 in range(0, p.n, imgs):  # blockIdx.y = n / IMAGES
         images = min(imgs, p.n - n0)
         n = n0
@@ -80,6 +88,8 @@ def emulate_fprop(x, w, b, p: Conv2dGw8Params, cfg, transposed: bool = False):
             smem = np.full((cfg.stages, cfg.warps, imgs * tile_w, 8), np.nan)
             reg_w = np.zeros((cfg.warps, 32, p.r, p.s, 2))
             for wp in range(cfg.warps):
+                if group0 + wp >= p.groups:
+                    continue  # an idle warp: its registers are never used
                 k = (group0 + wp) * 8 + G
                 for h in range(2):
                     if transposed:
@@ -98,7 +108,10 @@ def emulate_fprop(x, w, b, p: Conv2dGw8Params, cfg, transposed: bool = False):
                     img, jj = divmod(j, tile_w) if imgs == 2 else (0, j)
                     wv = q0 * sw - p.pad_w + jj
                     wc = wv // dw
+                    if phased and wv % 2:
+                        continue  # PHASED: the dilation's zero columns are never filled (NaN)
                     inside = row_inside and wv >= 0 and wv % dw == 0 and wc < p.w and img < images
+                    inside = inside and group0 + g < p.groups  # no channels past the last group
                     c0 = (group0 + g) * 8
                     smem[stage, g, j] = x[n + img, h, wc, c0 : c0 + 8] if inside else 0.0
 
@@ -108,7 +121,7 @@ def emulate_fprop(x, w, b, p: Conv2dGw8Params, cfg, transposed: bool = False):
                 for t in range(cfg.warps * 16 * mt):
                     g, j = t % cfg.warps, t // cfg.warps
                     img, q = divmod(j, 8) if imgs == 2 else (0, q0 + j)
-                    if q < p.q and img < images:
+                    if q < p.q and img < images and group0 + g < p.groups:
                         c0 = (group0 + g) * 8
                         y[n + img, pp, q, c0 : c0 + 8] = out[buf, g, j]
 
@@ -135,9 +148,13 @@ def emulate_fprop(x, w, b, p: Conv2dGw8Params, cfg, transposed: bool = False):
                         for r in range(p.r)
                     ]
                     for wp in range(cfg.warps):
+                        if group0 + wp >= p.groups:
+                            continue  # an idle warp multiplies nothing
                         for s in range(p.s):
                             for m in range(mt):
-                                col = sw * (16 * m + G) + s
+                                if zero_tap(m, s):
+                                    continue
+                                col = sw * tile_col(m, G) + s
                                 words = [
                                     smem[stage, wp, c, :].reshape(32, 4, 2)[LANES, T]
                                     for c in (col, col + a_hi)
@@ -155,10 +172,10 @@ def emulate_fprop(x, w, b, p: Conv2dGw8Params, cfg, transposed: bool = False):
                     j, slot = d // sh, ring_slot(u - (p.r - 1))
                     valid = d >= 0 and p0 + j < p.p
                     for wp in range(cfg.warps):
-                        if valid:
+                        if valid and group0 + wp < p.groups:
                             for m in range(mt):
                                 for half in range(2):
-                                    q = 16 * m + G + 8 * half  # column within the tile
+                                    q = tile_col(m, G + 8 * half)  # column within the tile
                                     ch = (group0 + wp) * 8 + 2 * T
                                     for e in range(2):
                                         v = acc[wp, slot, m, :, 2 * half + e]
@@ -287,6 +304,25 @@ STRIDED_SHAPES = [
 ]  # fmt: skip
 
 
+# dgrad of stride 2 in W on an even number of M tiles (PHASED: tiles paired by column parity,
+# the dilation's zero columns never filled, so a read of one would bring NaN): every parity of
+# the dgrad padding (R - 1 - pad = 2, 0, 1), a ragged last tile, stride (1, 2).
+PHASED_SHAPES = [
+    Conv2dGw8Params(n=1, c=8, h=5, w=47, r=3, s=5, pad_h=1, pad_w=2, stride_h=2, stride_w=2,
+                    has_bias=True),
+    Conv2dGw8Params(n=1, c=16, h=6, w=37, r=3, s=3, pad_h=2, pad_w=2, stride_h=2, stride_w=2),
+    Conv2dGw8Params(n=2, c=8, h=4, w=40, r=2, s=2, pad_h=0, pad_w=0, stride_h=2, stride_w=2),
+    Conv2dGw8Params(n=1, c=8, h=3, w=36, r=1, s=3, pad_h=0, pad_w=1, stride_h=1, stride_w=2),
+]  # fmt: skip
+# Odd channel-group counts on CTAs with idle warps in the last group block (RAGGED_GROUPS).
+RAGGED_SHAPES = [
+    Conv2dGw8Params(n=1, c=40, h=5, w=9, r=3, s=3, pad_h=1, pad_w=1, has_bias=True),
+    Conv2dGw8Params(n=2, c=56, h=6, w=7, r=3, s=3, pad_h=1, pad_w=1, stride_h=2, stride_w=2),
+    Conv2dGw8Params(n=1, c=104, h=4, w=34, r=3, s=3, pad_h=1, pad_w=1, stride_h=2, stride_w=2,
+                    has_bias=True),
+]  # fmt: skip
+
+
 def _inputs(p: Conv2dGw8Params, seed: int):
     g = torch.Generator().manual_seed(seed)
     x = torch.randn(p.n, p.c, p.h, p.w, generator=g, dtype=torch.float64)
@@ -379,5 +415,37 @@ def test_two_images_per_cta_emulation(p, seed):
     want = _nhwc(ref.dgrad(dy, w, (p.h, p.w), p.padding))
     q = p.dgrad_as_fprop()
     for cfg in sample([c for c in fp.dgrad_configs(p, dev) if fp.images(c) == 2], 2, seed=seed):
+        got = emulate_fprop(_nhwc(dy), w.numpy(), None, q, cfg, transposed=True)
+        np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-9, err_msg=f"dgrad {p} {cfg}")
+
+
+@pytest.mark.parametrize("p", PHASED_SHAPES, ids=str)
+def test_phased_dgrad_emulation(p, seed):
+    dev = known_device("H100")
+    _, w, _ = _inputs(p, seed)
+    dy = torch.randn(p.n, p.c, p.p, p.q, dtype=torch.float64)
+    want = _nhwc(ref.dgrad(dy, w, (p.h, p.w), p.padding, p.stride))
+    q = p.dgrad_as_fprop()
+    phased = [c for c in fp.dgrad_configs(p, dev) if fp.phased(q, c)]
+    assert phased, f"{p}: no PHASED dgrad config"
+    for cfg in sample(phased, 3, seed=seed):
+        got = emulate_fprop(_nhwc(dy), w.numpy(), None, q, cfg, transposed=True)
+        np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-9, err_msg=f"dgrad {p} {cfg}")
+
+
+@pytest.mark.parametrize("p", RAGGED_SHAPES, ids=str)
+def test_ragged_group_blocks_emulation(p, seed):
+    dev = known_device("H100")
+    x, w, b = _inputs(p, seed)
+    want = _nhwc(ref.fprop(x, w, b, p.padding, p.stride))
+    ragged = [c for c in fp.configs(p, dev) if p.groups % c.warps]
+    assert ragged, f"{p}: no config with idle warps"
+    for cfg in sample(ragged, 3, seed=seed):
+        got = emulate_fprop(_nhwc(x), w.numpy(), None if b is None else b.numpy(), p, cfg)
+        np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-9, err_msg=f"{p} {cfg}")
+    dy = torch.randn(p.n, p.c, p.p, p.q, dtype=torch.float64)
+    want = _nhwc(ref.dgrad(dy, w, (p.h, p.w), p.padding, p.stride))
+    q = p.dgrad_as_fprop()
+    for cfg in sample([c for c in fp.dgrad_configs(p, dev) if p.groups % c.warps], 3, seed=seed):
         got = emulate_fprop(_nhwc(dy), w.numpy(), None, q, cfg, transposed=True)
         np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-9, err_msg=f"dgrad {p} {cfg}")
