@@ -52,12 +52,11 @@
 ///   `batch` = N (the second image of the last CTA is masked when N is odd).
 
 #include "spio/async_copy.h"
+#include "spio/cta.h"
 #include "spio/mma.h"
+#include "spio/vector.h"
 
 namespace {
-
-/// The 16 bits of a half or bfloat16 value.
-SPIO_DEVICE unsigned bits16(Elem v) { return *reinterpret_cast<const unsigned short*>(&v); }
 
 /// Output column (within the tile) of fragment row g of M tile m. Usually 16 m + g. PHASED (an
 /// input dilated by 2 in W: the dgrad of a layer with stride 2 in W) pairs the tiles: tile 2k
@@ -77,30 +76,6 @@ SPIO_DEVICE constexpr bool zero_tap(int m, int s) {
 /// The accumulator-ring slot of output row (i0 + d) / STRIDE_H, for i0 a multiple of UNROLL and
 /// d a compile-time constant that STRIDE_H divides (negative d included).
 SPIO_DEVICE constexpr int ring_slot(int d) { return ((d / STRIDE_H) % RING + RING) % RING; }
-
-/// Two fp32 values rounded to Elem and packed low/high into one 32-bit word (a half2/bfloat162).
-SPIO_DEVICE unsigned pack2(float lo, float hi) {
-    if constexpr (spio::detail::is_half_v<Elem>) {
-        const __half2 v = __floats2half2_rn(lo, hi);
-        return *reinterpret_cast<const unsigned*>(&v);
-    } else {
-        const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-        return *reinterpret_cast<const unsigned*>(&v);
-    }
-}
-
-
-/// Calls f(t) for every t = threadIdx.x + k * THREADS below COUNT: a CTA-strided loop with a
-/// compile-time trip count, unrolled, so the per-row copies carry no loop counter and the
-/// per-thread index terms (t % WARPS, t / WARPS) are computed once outside the row loop.
-template <int COUNT, int THREADS, typename F>
-SPIO_DEVICE void for_each_strided(F&& f) {
-#pragma unroll
-    for (int k = 0; k < (COUNT + THREADS - 1) / THREADS; ++k) {
-        const int t = static_cast<int>(threadIdx.x) + k * THREADS;
-        if (COUNT % THREADS == 0 || t < COUNT) f(t);
-    }
-}
 
 }  // namespace
 
@@ -156,7 +131,7 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
         const int v = p0 * STRIDE_H - PAD_H + i;  // row of the dilated input (x itself at DILATE 1)
         const int h = v / DILATE_H;
         const bool row_inside = v >= 0 && v % DILATE_H == 0 && h < IN_H;
-        for_each_strided<WARPS * IMAGES * TILE_W, WARPS * 32>([&](int t) {
+        spio::for_each_strided<WARPS * IMAGES * TILE_W, WARPS * 32>([&](int t) {
             const C8 g(t % WARPS);  // consecutive threads: consecutive 16 B of one pixel
             const int j = t / WARPS;
             const int img = IMAGES == 1 ? 0 : j / TILE_W;
@@ -225,8 +200,8 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
 #pragma unroll
                 for (int half = 0; half < 2; ++half) {  // fragment rows lane/4 and lane/4 + 8
                     *plane[Q(tile_col(m, lane_row + 8 * half))][lane_pair] =
-                        pack2(reg_acc[slot][m][2 * half] + bias_lo,
-                              reg_acc[slot][m][2 * half + 1] + bias_hi);
+                        spio::round_pack2<Elem>(reg_acc[slot][m][2 * half] + bias_lo,
+                                                reg_acc[slot][m][2 * half + 1] + bias_hi);
                 }
             }
         }
@@ -239,7 +214,7 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
     // A staged row (visible after a barrier) to global memory, 16 B per thread. Staged column j
     // is column j of the tile, or with IMAGES = 2 column j % 8 of image j / 8.
     auto write_row = [&](int p, int buf) {
-        for_each_strided<WARPS * STAGED_Q, WARPS * 32>([&](int t) {
+        spio::for_each_strided<WARPS * STAGED_Q, WARPS * 32>([&](int t) {
             const C8 g(t % WARPS);
             const int j = t / WARPS;
             const int img = IMAGES == 1 ? 0 : j / 8;
@@ -286,12 +261,12 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
                 // taps rotated 180 degrees), read straight from the forward weight.
                 const auto tap = smem_weight[warp_group][R(KERNEL_R - 1 - r)][S(KERNEL_S - 1 - s)]
                                             [CI(lane_row)];
-                reg_weight[r][s] = bits16(*tap[KO(2 * lane_pair.get())]) |
-                                   (bits16(*tap[KO(2 * lane_pair.get() + 1)]) << 16);
+                reg_weight[r][s] = spio::pack2<Elem>(*tap[KO(2 * lane_pair.get())],
+                                                     *tap[KO(2 * lane_pair.get() + 1)]);
             } else {
                 const auto tap = smem_weight[warp_group][KO(lane_row)][R(r)][S(s)];
-                reg_weight[r][s] = bits16(*tap[CI(2 * lane_pair.get())]) |
-                                   (bits16(*tap[CI(2 * lane_pair.get() + 1)]) << 16);
+                reg_weight[r][s] = spio::pack2<Elem>(*tap[CI(2 * lane_pair.get())],
+                                                     *tap[CI(2 * lane_pair.get() + 1)]);
             }
         }
     }

@@ -55,6 +55,7 @@
 ///   (split, column tile).
 
 #include "spio/async_copy.h"
+#include "spio/cta.h"
 #include "spio/ldmatrix.h"
 #include "spio/mma.h"
 
@@ -66,19 +67,6 @@ SPIO_DEVICE constexpr unsigned ones2() {
         return 0x3c003c00u;
     } else {
         return 0x3f803f80u;
-    }
-}
-
-
-/// Calls f(t) for every t = threadIdx.x + k * THREADS below COUNT: a CTA-strided loop with a
-/// compile-time trip count, unrolled, so the per-row copies carry no loop counter and the
-/// per-thread index terms (t % WARPS, t / WARPS) are computed once outside the row loop.
-template <int COUNT, int THREADS, typename F>
-SPIO_DEVICE void for_each_strided(F&& f) {
-#pragma unroll
-    for (int k = 0; k < (COUNT + THREADS - 1) / THREADS; ++k) {
-        const int t = static_cast<int>(threadIdx.x) + k * THREADS;
-        if (COUNT % THREADS == 0 || t < COUNT) f(t);
     }
 }
 
@@ -142,7 +130,7 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
         // A padding row's stage and a dy row past OUT_P are never read (multiply_row skips
         // them), so they are not copied at all; the commit after this call stays unconditional.
         if (h >= 0 && h < IN_H) {
-            for_each_strided<WARPS * TILE_W, WARPS * 32>([&](int t) {
+            spio::for_each_strided<WARPS * TILE_W, WARPS * 32>([&](int t) {
                 const C8 g(t % WARPS);
                 const int j = t / WARPS;
                 const int w = q0 * STRIDE_W - PAD_W + j;
@@ -154,7 +142,7 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
         const int o = i / STRIDE_H;
         const int p = p0 + o;
         if (i % STRIDE_H == 0 && o < BLOCK_P && p < OUT_P) {
-            for_each_strided<WARPS * BLOCK_Q, WARPS * 32>([&](int t) {
+            spio::for_each_strided<WARPS * BLOCK_Q, WARPS * 32>([&](int t) {
                 const C8 g(t % WARPS);
                 const int j = t / WARPS;
                 const bool inside = q0 + j < OUT_Q;
@@ -269,7 +257,7 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
     const Partial partial(partial_ptr + static_cast<long long>(slice) * Partial::storage_size());
     float4* partial_block = reinterpret_cast<float4*>(partial[group0].get());
     const float4* staged = reinterpret_cast<const float4*>(smem_partial.get());
-    for_each_strided<SmemPartial::storage_size() / 4, WARPS * 32>(
+    spio::for_each_strided<SmemPartial::storage_size() / 4, WARPS * 32>(
         [&](int t) { partial_block[t] = staged[t]; });
     if constexpr (HAS_BIAS) {
         if (lane < 4) {  // fragment row 0: columns 2 * lane and 2 * lane + 1

@@ -8,6 +8,7 @@
 #endif
 
 #include "spio/async_copy.h"
+#include "spio/cta.h"
 #include "spio/device.h"
 #include "spio/fragment.h"
 #include "spio/ldmatrix.h"

@@ -123,5 +123,15 @@ SPIO_DEVICE unsigned pack2(T lo, T hi) {
     return static_cast<unsigned>(l) | (static_cast<unsigned>(h) << 16);
 }
 
+/// Rounds two floats to T (nearest even) and packs them into one 32-bit word (lo = lower index):
+/// a __half2 / __nv_bfloat162 as raw bits, e.g. an mma accumulator pair on its way to memory.
+template <typename T>
+SPIO_DEVICE unsigned round_pack2(float lo, float hi) {
+    static_assert(detail::is_16bit_float_v<T>,
+                  "spio::round_pack2<T>: T must be __half or __nv_bfloat16");
+    const typename detail::Pair<T>::type p = detail::Pair<T>::from_float2(make_float2(lo, hi));
+    return *reinterpret_cast<const unsigned*>(&p);
+}
+
 }  // namespace spio
 #endif  // SPIO_GPU_BLOCKS

@@ -1,0 +1,29 @@
+/// CTA-wide loops: work spread over the threads of a block with compile-time trip counts.
+///
+/// Example (copy COUNT 16-byte chunks with a CTA of THREADS threads, no loop counter at run
+/// time):
+///     spio::for_each_strided<COUNT, THREADS>([&](int t) { dst[t] = src[t]; });
+#pragma once
+
+#include "spio/device.h"
+
+#if SPIO_GPU_BLOCKS
+namespace spio {
+
+/// Calls f(t) for every t = threadIdx.x + k * THREADS below COUNT: a CTA-strided loop with a
+/// compile-time trip count, unrolled, so per-row copies carry no loop counter and the per-thread
+/// index terms (t % WARPS, t / WARPS) are computed once outside the caller's loop. THREADS is
+/// the block's thread count (1-D blocks); the bound check is compiled out when THREADS divides
+/// COUNT.
+template <int COUNT, int THREADS, typename F>
+SPIO_DEVICE void for_each_strided(F&& f) {
+    static_assert(COUNT >= 0 && THREADS > 0, "spio::for_each_strided: COUNT >= 0, THREADS > 0");
+#pragma unroll
+    for (int k = 0; k < (COUNT + THREADS - 1) / THREADS; ++k) {
+        const int t = static_cast<int>(threadIdx.x) + k * THREADS;
+        if (COUNT % THREADS == 0 || t < COUNT) f(t);
+    }
+}
+
+}  // namespace spio
+#endif  // SPIO_GPU_BLOCKS
