@@ -62,9 +62,9 @@ def _conv(shape):
     """(launch, op) zero-argument callables of the conv2d_gw8 weight gradient at shape."""
     import spio.functional  # noqa: F401  (registers the ops)
     from spio.functional.conv2d_gw8 import config_for
-    from spio.kernels import conv2d_gw8_wgrad as wg
-    from spio.kernels.conv2d_gw8_params import Conv2dGw8Params
-    from spio.kernels.conv2d_gw8_tune import make_wgrad_runner
+    from spio.kernels.conv2d_gw8 import wgrad as wg
+    from spio.kernels.conv2d_gw8.params import Conv2dGw8Params
+    from spio.kernels.conv2d_gw8.tune import make_wgrad_runner
 
     n, c, h, w, r = shape
     pad = r // 2

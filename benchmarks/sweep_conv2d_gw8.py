@@ -96,10 +96,10 @@ def sweep(which: str, point: tuple[int, int, int, int, int], reps: int) -> tuple
 
     from spio.cuda import device_attributes
     from spio.errors import OutOfResources
-    from spio.kernels import conv2d_gw8_fprop as fp
-    from spio.kernels import conv2d_gw8_tune as tu
-    from spio.kernels import conv2d_gw8_wgrad as wg
-    from spio.kernels.conv2d_gw8_params import Conv2dGw8Params
+    from spio.kernels.conv2d_gw8 import fprop as fp
+    from spio.kernels.conv2d_gw8 import tune as tu
+    from spio.kernels.conv2d_gw8 import wgrad as wg
+    from spio.kernels.conv2d_gw8.params import Conv2dGw8Params
     from spio.kernels.loader import compile_specs
     from spio.select import op_config
     from spio.timing import bench

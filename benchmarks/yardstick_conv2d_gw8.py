@@ -40,7 +40,7 @@ def regrets(sweeps: dict[tuple, dict[str, float]], models: Path | None, device: 
     space, its time over the best of them."""
     from spio.cuda import known_device
     from spio.kernels import KERNELS
-    from spio.kernels.conv2d_gw8_params import Conv2dGw8Params
+    from spio.kernels.conv2d_gw8.params import Conv2dGw8Params
     from spio.tune.model import PerfModel
     from spio.tune.store import model_path
 

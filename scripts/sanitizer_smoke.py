@@ -65,8 +65,8 @@ def dgrad_phased(n: int, c: int, h: int, w: int, k: int, dtype: torch.dtype) -> 
     """The dgrad kernel of a stride-2 layer on a PHASED config (tiles paired by column parity,
     the dilation's zero columns never loaded), launched directly: the op may pick another."""
     from spio.cuda import device_attributes
-    from spio.kernels import conv2d_gw8_fprop as fp
-    from spio.kernels.conv2d_gw8_params import Conv2dGw8Params
+    from spio.kernels.conv2d_gw8 import fprop as fp
+    from spio.kernels.conv2d_gw8.params import Conv2dGw8Params
     from spio.kernels.loader import default_function_cache
 
     p = Conv2dGw8Params(

@@ -87,22 +87,22 @@ class _Point:
         ]
 
     def spio_fprop(self) -> tuple[Callable[[], None], torch.Tensor]:
-        from spio.kernels import conv2d_gw8_fprop as fp
+        from spio.kernels.conv2d_gw8 import fprop as fp
 
         [(cfg, kern)] = self._kernels("fprop")
         y = torch.empty_like(self.x)
         return (lambda: fp.launch(kern, self.p, cfg, y, self.x, self.w, self.b, self.stream)), y
 
     def spio_dgrad(self):
-        from spio.kernels import conv2d_gw8_fprop as fp
+        from spio.kernels.conv2d_gw8 import fprop as fp
 
         [(cfg, kern)] = self._kernels("dgrad")
         dx = torch.empty_like(self.x)
         return (lambda: fp.dgrad_launch(kern, self.p, cfg, dx, self.dy, self.w, self.stream)), dx
 
     def spio_wgrad(self):
-        from spio.kernels import conv2d_gw8_wgrad as wg
-        from spio.kernels import conv2d_gw8_wgrad_reduce as rd
+        from spio.kernels.conv2d_gw8 import wgrad as wg
+        from spio.kernels.conv2d_gw8 import wgrad_reduce as rd
 
         [(cfg, kern), (rcfg, rkern)] = self._kernels("wgrad")
         slices = wg.num_slices(self.p, cfg, self.dev)
@@ -162,7 +162,7 @@ def _cudnn(pt: _Point, which: str) -> tuple[Callable[[], object], Callable[[], t
 
 def params(c: int, hw: int, k: int, n: int, dtype: torch.dtype):
     """The layer of one grid point: padding k // 2, with bias, channels_last."""
-    from spio.kernels.conv2d_gw8_params import Conv2dGw8Params
+    from spio.kernels.conv2d_gw8.params import Conv2dGw8Params
 
     return Conv2dGw8Params(
         n=n, c=c, h=hw, w=hw, r=k, s=k, pad_h=k // 2, pad_w=k // 2, has_bias=True,
@@ -174,9 +174,9 @@ def variants(p, which: str, dev) -> list[tuple[Any, Any, Any]]:
     """(family, layer variant, config) of each kernel that pass `which` of layer p launches: the
     selected config (the model's pick for this N), and for wgrad the reduction sized by its slice
     count, as the op does. The precompile and the timed launches both take them from here."""
-    from spio.kernels import conv2d_gw8_fprop as fp
-    from spio.kernels import conv2d_gw8_wgrad as wg
-    from spio.kernels import conv2d_gw8_wgrad_reduce as rd
+    from spio.kernels.conv2d_gw8 import fprop as fp
+    from spio.kernels.conv2d_gw8 import wgrad as wg
+    from spio.kernels.conv2d_gw8 import wgrad_reduce as rd
     from spio.select import default_selector
 
     kdef = {"fprop": fp.FPROP, "dgrad": fp.DGRAD, "wgrad": wg.WGRAD}[which]
@@ -203,7 +203,7 @@ def compile_jobs(points, passes: tuple[str, ...], dtype: torch.dtype, dev) -> li
 def measure(
     c: int, hw: int, k: int, n: int, passes: tuple[str, ...], copy_gbps: float, dtype: torch.dtype
 ) -> list[dict]:
-    from spio.kernels.conv2d_gw8_fprop import stats
+    from spio.kernels.conv2d_gw8.fprop import stats
     from spio.settings import override
 
     pt = _Point(c, hw, k, n, dtype)

@@ -51,8 +51,8 @@ from spio.functional._dispatch import (
     untraced,
     use_fallback,
 )
-from spio.kernels import conv2d_gw8_reference as ref
-from spio.kernels.conv2d_gw8_params import (
+from spio.kernels.conv2d_gw8 import reference as ref
+from spio.kernels.conv2d_gw8.params import (
     GROUP_WIDTH,
     MAX_BATCH,
     MAX_KERNEL,
@@ -268,7 +268,7 @@ class _ForwardPlan:
     def __init__(
         self, x, w, b, pads: tuple[int, int], amp: torch.dtype | None, stride: tuple[int, int]
     ) -> None:
-        from spio.kernels.conv2d_gw8_fprop import FPROP, FpropLaunch
+        from spio.kernels.conv2d_gw8.fprop import FPROP, FpropLaunch
 
         self.dtype = amp if amp is not None else x.dtype
         self.wdtype = torch.float32 if amp is not None and w.dtype == torch.float32 else self.dtype
@@ -364,7 +364,7 @@ class _DgradPlan:
     __slots__ = ("launch", "size", "stride", "dtype", "device", "weight_cl")
 
     def __init__(self, p: Conv2dGw8Params, dev) -> None:
-        from spio.kernels.conv2d_gw8_fprop import DGRAD, DgradLaunch
+        from spio.kernels.conv2d_gw8.fprop import DGRAD, DgradLaunch
 
         self.weight_cl = p.weight_cl
         cfg, kernel = _selected(DGRAD, p, dev)
@@ -387,8 +387,8 @@ class _WgradPlan:
     __slots__ = ("launch", "w_size", "w_stride", "c", "wdtype", "device", "with_bias", "workspace")
 
     def __init__(self, p: Conv2dGw8Params, dev) -> None:
-        from spio.kernels import conv2d_gw8_wgrad as wg
-        from spio.kernels import conv2d_gw8_wgrad_reduce as rd
+        from spio.kernels.conv2d_gw8 import wgrad as wg
+        from spio.kernels.conv2d_gw8 import wgrad_reduce as rd
         from spio.kernels.loader import default_function_cache
 
         cfg, kernel = _selected(wg.WGRAD, p, dev)

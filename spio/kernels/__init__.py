@@ -1,10 +1,10 @@
 """Kernel families: params, configs, specs and launches, and the registry that lists them."""
 
-from spio.kernels import conv2d_gw8_fprop as _conv2d_gw8_fprop
-from spio.kernels import conv2d_gw8_wgrad as _conv2d_gw8_wgrad
-from spio.kernels import conv2d_gw8_wgrad_reduce as _conv2d_gw8_wgrad_reduce
 from spio.kernels import layernorm_2d
 from spio.kernels import matmul as _matmul
+from spio.kernels.conv2d_gw8 import fprop as _conv2d_gw8_fprop
+from spio.kernels.conv2d_gw8 import wgrad as _conv2d_gw8_wgrad
+from spio.kernels.conv2d_gw8 import wgrad_reduce as _conv2d_gw8_wgrad_reduce
 from spio.kernels.kernel_def import KernelDef, KernelSpec, KernelStats
 
 # Registry of every kernel family, written out (no discovery by import side effect).

@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from spio.functional.conv2d_gw8 import conv2d_gw8
-from spio.kernels.conv2d_gw8_params import (
+from spio.kernels.conv2d_gw8.params import (
     GROUP_WIDTH,
     MAX_KERNEL,
     STRIDES,

@@ -42,7 +42,8 @@ _code_identities: dict[str, tuple[str, ...]] = {}
 
 def _code_identity(kdef: KernelDef) -> tuple[str, ...]:
     """'path|size|mtime_ns' of the code a pick depends on: the modules defining the family's
-    configs, heuristic and features, every module of `spio.kernels` (params, helpers) and of
+    configs, heuristic and features, every module of `spio.kernels` and its family packages
+    (params, helpers) and of
     `spio.select` (the selection and store code), and the feature, ranking, model and tree
     evaluation code of `spio.tune`. In a development tree, where the spio version stays, an edit
     there changes it; in an installed spio these files never change. Taken once per process and
@@ -55,7 +56,7 @@ def _code_identity(kdef: KernelDef) -> tuple[str, ...]:
 
 
 def _stat_code(kdef: KernelDef) -> list[str]:
-    paths = set((_SPIO_DIR / "kernels").glob("*.py")) | set((_SPIO_DIR / "select").glob("*.py"))
+    paths = set((_SPIO_DIR / "kernels").rglob("*.py")) | set((_SPIO_DIR / "select").glob("*.py"))
     tune = ("features.py", "rank.py", "model.py", "trees.py", "booster.py")
     paths.update(_SPIO_DIR / "tune" / f for f in tune)
     for fn in (kdef.configs, kdef.heuristic, kdef.features):

@@ -41,7 +41,7 @@
 ///     request carries 1 (2 warps), 2 (4) or 4 sectors (8 warps: the whole 128-byte line),
 ///     and 1 warp reads half sectors (the other half goes to another CTA).
 ///   So 4x64 w4 moves ~2.55 units through L2 where 2.0 are needed. The changes are in the config
-///   space and heuristic (spio/kernels/conv2d_gw8_wgrad.py): block_p balanced over P (14 and 28
+///   space and heuristic (spio/kernels/conv2d_gw8/wgrad.py): block_p balanced over P (14 and 28
 ///   at P = 56 instead of ragged 16 and 32) and the heuristic's tallest task that leaves two
 ///   CTAs per SM (28 rows: ~2.13 units); 8 warps (full-line requests) compile and run but are
 ///   left for a sweep to time (WIDE_WARP_CHOICES), out of the default space.

@@ -14,11 +14,11 @@ from dataclasses import replace
 import pytest
 import torch
 
-from spio.kernels import conv2d_gw8_fprop as fp
-from spio.kernels import conv2d_gw8_reference as ref
-from spio.kernels import conv2d_gw8_wgrad as wg
-from spio.kernels import conv2d_gw8_wgrad_reduce as rd
-from spio.kernels.conv2d_gw8_params import Conv2dGw8Params
+from spio.kernels.conv2d_gw8 import fprop as fp
+from spio.kernels.conv2d_gw8 import reference as ref
+from spio.kernels.conv2d_gw8 import wgrad as wg
+from spio.kernels.conv2d_gw8 import wgrad_reduce as rd
+from spio.kernels.conv2d_gw8.params import Conv2dGw8Params
 from spio.kernels.loader import FunctionCache
 from spio.settings import settings
 from spio.testing import assert_close, sample, tolerance

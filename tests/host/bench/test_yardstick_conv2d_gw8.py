@@ -31,7 +31,7 @@ def test_regret_is_the_picks_time_over_the_best(yardstick, tmp_path, monkeypatch
     """Two configs measured; a model that prefers the slower one has regret slow / fast."""
     from spio.cuda import known_device
     from spio.kernels import KERNELS
-    from spio.kernels.conv2d_gw8_params import Conv2dGw8Params
+    from spio.kernels.conv2d_gw8.params import Conv2dGw8Params
 
     p = Conv2dGw8Params(n=8, c=16, h=14, w=14, has_bias=True)
     a, b = KERNELS["conv2d_gw8_fprop"].configs(p, known_device("H100"))[:2]

@@ -86,7 +86,7 @@ def test_op_fallback_on_cpu_matches_pytorch(family, seed, capsys):
 def test_tune_select_ranks_with_the_shipped_model():
     from spio.cuda import known_device
     from spio.kernels import KERNELS
-    from spio.kernels.conv2d_gw8_params import Conv2dGw8Params
+    from spio.kernels.conv2d_gw8.params import Conv2dGw8Params
     from spio.select import Selector
 
     kdef = KERNELS["conv2d_gw8_fprop"]

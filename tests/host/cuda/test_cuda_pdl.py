@@ -19,10 +19,10 @@ from types import SimpleNamespace
 import pytest
 
 from spio.cuda import known_device
-from spio.kernels import conv2d_gw8_wgrad_reduce as rd
 from spio.kernels import layernorm_2d as k
 from spio.kernels import loader
-from spio.kernels.conv2d_gw8_params import Conv2dGw8Params
+from spio.kernels.conv2d_gw8 import wgrad_reduce as rd
+from spio.kernels.conv2d_gw8.params import Conv2dGw8Params
 from spio.kernels.layernorm_2d_params import LayerNorm2dParams
 from spio.settings import override
 
@@ -119,7 +119,7 @@ def test_bound_two_pass_launches_make_the_second_pass_dependent():
     """The ops' bound launches of the two-pass gradients (conv wgrad + reduce, layernorm backward
     + reduce): the first pass plain, the reduction dependent (PDL where allowed), its
     config the batch-independent one."""
-    from spio.kernels import conv2d_gw8_wgrad as wg
+    from spio.kernels.conv2d_gw8 import wgrad as wg
 
     seen = []
     cp = Conv2dGw8Params(n=2, c=64, h=8, w=8, r=3, s=3, pad_h=1, pad_w=1, has_bias=True)

@@ -261,9 +261,9 @@ def test_wgrad_config_depends_on_the_layer_alone(tmp_path):
     config a fresh process picks, whichever batch size the process saw first, and a new batch
     size compiles nothing. fprop keeps the first batch size's config (no compile per batch)."""
     from spio.cuda import known_device
-    from spio.kernels.conv2d_gw8_fprop import FPROP
-    from spio.kernels.conv2d_gw8_params import Conv2dGw8Params
-    from spio.kernels.conv2d_gw8_wgrad import SELECT_BATCH, WGRAD
+    from spio.kernels.conv2d_gw8.fprop import FPROP
+    from spio.kernels.conv2d_gw8.params import Conv2dGw8Params
+    from spio.kernels.conv2d_gw8.wgrad import SELECT_BATCH, WGRAD
     from spio.select import default_selector, op_config
     from spio.settings import override
 
@@ -369,7 +369,7 @@ def test_batch_above_the_gpu_limit_is_a_clear_error_on_the_kernel_path(seed, mon
 
 
 def test_params_has_bias_must_be_a_bool():
-    from spio.kernels.conv2d_gw8_params import Conv2dGw8Params
+    from spio.kernels.conv2d_gw8.params import Conv2dGw8Params
 
     with pytest.raises(TypeError, match="has_bias must be a bool, got str 'yes'"):
         Conv2dGw8Params(n=1, c=8, h=4, w=4, has_bias="yes")  # type: ignore[arg-type]

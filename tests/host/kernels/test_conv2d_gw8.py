@@ -15,11 +15,11 @@ import torch
 
 from spio.cuda import known_device
 from spio.kernels import KERNELS
-from spio.kernels import conv2d_gw8_fprop as fp
-from spio.kernels import conv2d_gw8_reference as ref
-from spio.kernels import conv2d_gw8_wgrad as wg
-from spio.kernels import conv2d_gw8_wgrad_reduce as rd
-from spio.kernels.conv2d_gw8_params import (
+from spio.kernels.conv2d_gw8 import fprop as fp
+from spio.kernels.conv2d_gw8 import reference as ref
+from spio.kernels.conv2d_gw8 import wgrad as wg
+from spio.kernels.conv2d_gw8 import wgrad_reduce as rd
+from spio.kernels.conv2d_gw8.params import (
     REDUCE_THREADS,
     Conv2dGw8Config,
     Conv2dGw8Params,

@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 
 from spio.generators import generate
-from spio.kernels import conv2d_gw8_fprop as fp
-from spio.kernels import conv2d_gw8_wgrad as wg
-from spio.kernels import conv2d_gw8_wgrad_reduce as rd
-from spio.kernels.conv2d_gw8_params import (
+from spio.kernels.conv2d_gw8 import fprop as fp
+from spio.kernels.conv2d_gw8 import wgrad as wg
+from spio.kernels.conv2d_gw8 import wgrad_reduce as rd
+from spio.kernels.conv2d_gw8.params import (
     Conv2dGw8Config,
     Conv2dGw8Params,
     Conv2dGw8ReduceConfig,

@@ -9,8 +9,8 @@ import math
 import pytest
 
 from spio.cuda import known_device
-from spio.kernels import conv2d_gw8_wgrad as wg
-from spio.kernels.conv2d_gw8_params import Conv2dGw8Params, Conv2dGw8WgradConfig
+from spio.kernels.conv2d_gw8 import wgrad as wg
+from spio.kernels.conv2d_gw8.params import Conv2dGw8Params, Conv2dGw8WgradConfig
 from spio.testing import sample
 
 

@@ -20,10 +20,10 @@ import pytest
 import torch
 
 from spio.cuda import known_device
-from spio.kernels import conv2d_gw8_reference as ref
-from spio.kernels import conv2d_gw8_wgrad as wg
-from spio.kernels import conv2d_gw8_wgrad_tiling as wt
-from spio.kernels.conv2d_gw8_params import Conv2dGw8Params, Conv2dGw8WgradConfig
+from spio.kernels.conv2d_gw8 import reference as ref
+from spio.kernels.conv2d_gw8 import wgrad as wg
+from spio.kernels.conv2d_gw8 import wgrad_tiling as wt
+from spio.kernels.conv2d_gw8.params import Conv2dGw8Params, Conv2dGw8WgradConfig
 from spio.testing import sample
 
 LANES = np.arange(32)

@@ -12,7 +12,7 @@ import pytest
 from spio.compiler.compile import prepare
 from spio.cuda import known_device
 from spio.kernels import KERNELS, loader
-from spio.kernels.conv2d_gw8_params import Conv2dGw8Params
+from spio.kernels.conv2d_gw8.params import Conv2dGw8Params
 from spio.kernels.layernorm_2d_params import LayerNorm2dParams
 from spio.kernels.loader import FunctionCache, compile_spec
 from spio.kernels.matmul_params import MatmulParams
@@ -95,7 +95,7 @@ def test_the_config_is_the_one_the_op_runs(tmp_path, monkeypatch):
     layernorm forward keep the config of a layer's first batch size / row count, matmul selects
     for the bucketed token count, conv wgrad and the layernorm backward select for the layer at a
     fixed batch size / row count."""
-    from spio.kernels.conv2d_gw8_wgrad import SELECT_BATCH
+    from spio.kernels.conv2d_gw8.wgrad import SELECT_BATCH
     from spio.kernels.layernorm_2d import SELECT_ROWS
     from spio.select import op_config
 

@@ -313,7 +313,7 @@ import json, sys
 from spio.cuda import known_device
 from spio.kernels import KERNELS
 from spio.select import Selector
-from spio.kernels.conv2d_gw8_params import Conv2dGw8Params
+from spio.kernels.conv2d_gw8.params import Conv2dGw8Params
 sel = Selector()
 p = Conv2dGw8Params(n=8, c=256, h=14, w=14, r=3, s=3, pad_h=1, pad_w=1)
 cfg = sel.select(KERNELS["conv2d_gw8_fprop"], p, known_device("H100"))

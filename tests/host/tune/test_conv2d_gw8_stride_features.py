@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-import spio.kernels.conv2d_gw8_tune as tune
+import spio.kernels.conv2d_gw8.tune as tune
 import spio.tune.evaluate as ev
 from spio.cuda import known_device
 from spio.kernels import KERNELS
-from spio.kernels.conv2d_gw8_params import Conv2dGw8Params
+from spio.kernels.conv2d_gw8.params import Conv2dGw8Params
 from spio.tune.dataset import Sample
 from spio.tune.features import features, to_dict
 

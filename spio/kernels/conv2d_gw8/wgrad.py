@@ -7,7 +7,7 @@ and the device's SM count.
 
 This module holds the config space, heuristic, spec, stats, features and launch; the tiling
 geometry they rest on (tile sizes, shared memory, registers, split plan, grid) is in
-`conv2d_gw8_wgrad_tiling`.
+`spio.kernels.conv2d_gw8.wgrad_tiling`.
 """
 
 from __future__ import annotations
@@ -17,28 +17,28 @@ import math
 from dataclasses import replace
 from typing import Any
 
-from spio.kernels import conv2d_gw8_tune as _tune
-from spio.kernels.conv2d_gw8_params import GROUP_WIDTH, Conv2dGw8Params, Conv2dGw8WgradConfig
+from spio.kernels.conv2d_gw8 import tune as _tune
+from spio.kernels.conv2d_gw8.params import GROUP_WIDTH, Conv2dGw8Params, Conv2dGw8WgradConfig
 
 # The tiling geometry; `name as name` re-exports what ops, benches and tests reach as
 # conv2d_gw8_wgrad.<name>.
-from spio.kernels.conv2d_gw8_wgrad_tiling import BLOCK_P_CHOICES as BLOCK_P_CHOICES
-from spio.kernels.conv2d_gw8_wgrad_tiling import block_p_choices as block_p_choices
-from spio.kernels.conv2d_gw8_wgrad_tiling import dy_rows as dy_rows
-from spio.kernels.conv2d_gw8_wgrad_tiling import (
+from spio.kernels.conv2d_gw8.wgrad_tiling import BLOCK_P_CHOICES as BLOCK_P_CHOICES
+from spio.kernels.conv2d_gw8.wgrad_tiling import block_p_choices as block_p_choices
+from spio.kernels.conv2d_gw8.wgrad_tiling import dy_rows as dy_rows
+from spio.kernels.conv2d_gw8.wgrad_tiling import (
     grid,
     in_flight_bytes,
     partial_bytes,
     s_pairs,
     task_rows,
 )
-from spio.kernels.conv2d_gw8_wgrad_tiling import live_regs as live_regs
-from spio.kernels.conv2d_gw8_wgrad_tiling import num_slices as num_slices
-from spio.kernels.conv2d_gw8_wgrad_tiling import p_chunks as p_chunks
-from spio.kernels.conv2d_gw8_wgrad_tiling import q_tiles as q_tiles
-from spio.kernels.conv2d_gw8_wgrad_tiling import smem_bytes as smem_bytes
-from spio.kernels.conv2d_gw8_wgrad_tiling import split_plan as split_plan
-from spio.kernels.conv2d_gw8_wgrad_tiling import tile_w as tile_w
+from spio.kernels.conv2d_gw8.wgrad_tiling import live_regs as live_regs
+from spio.kernels.conv2d_gw8.wgrad_tiling import num_slices as num_slices
+from spio.kernels.conv2d_gw8.wgrad_tiling import p_chunks as p_chunks
+from spio.kernels.conv2d_gw8.wgrad_tiling import q_tiles as q_tiles
+from spio.kernels.conv2d_gw8.wgrad_tiling import smem_bytes as smem_bytes
+from spio.kernels.conv2d_gw8.wgrad_tiling import split_plan as split_plan
+from spio.kernels.conv2d_gw8.wgrad_tiling import tile_w as tile_w
 from spio.kernels.kernel_def import KernelDef, KernelSpec, KernelStats
 
 SOURCE = "conv2d_gw8_wgrad.cu"
@@ -354,7 +354,7 @@ class WgradLaunch:
         self, kernel: Any, reduce_kernel: Any, p: Conv2dGw8Params, cfg: Conv2dGw8WgradConfig,
         dev: Any,
     ) -> None:  # fmt: skip
-        from spio.kernels import conv2d_gw8_wgrad_reduce as rd
+        from spio.kernels.conv2d_gw8 import wgrad_reduce as rd
 
         tasks, tps, _ = split_plan(p, cfg, dev)
         self._main = kernel.bind(grid(p, cfg, dev))
@@ -430,7 +430,7 @@ def compiled_variant(p: Conv2dGw8Params) -> Conv2dGw8Params:
 
 
 def examples() -> list[Conv2dGw8Params]:
-    from spio.kernels.conv2d_gw8_fprop import examples as fprop_examples
+    from spio.kernels.conv2d_gw8.fprop import examples as fprop_examples
 
     return fprop_examples()
 

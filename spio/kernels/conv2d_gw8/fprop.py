@@ -8,12 +8,14 @@ take the layer's params.
 
 from __future__ import annotations
 
+import functools
 import math
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from spio.kernels import conv2d_gw8_tune as _tune
-from spio.kernels.conv2d_gw8_params import (
+from spio.kernels.conv2d_gw8 import tune as _tune
+from spio.kernels.conv2d_gw8.params import (
     GROUP_WIDTH,
     Conv2dGw8Config,
     Conv2dGw8Params,
@@ -399,34 +401,38 @@ def launch(
     FpropLaunch(kernel, p, cfg)(out, x, weight, bias, stream)
 
 
-# ---- dgrad: the same kernel on the transposed problem ------------------------------------------
+# ---- dgrad: the same kernel on the layer's input-gradient problem -----------------------------
 
 
-def dgrad_configs(p: Conv2dGw8Params, dev: Any) -> list[Conv2dGw8Config]:
-    return configs(p.dgrad_as_fprop(), dev)
+def on_dgrad_problem(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """fprop's `fn(p, ...)` for the input gradient of layer p: `fn` on the fprop problem of dy
+    (`Conv2dGw8Params.dgrad_as_fprop`). The dgrad family is fprop's functions through this one
+    adapter (its spec the transposed-weight variant), so the two cannot drift apart."""
+
+    @functools.wraps(fn)
+    def on_dgrad(p: Conv2dGw8Params, *args: Any, **kwargs: Any) -> Any:
+        return fn(p.dgrad_as_fprop(), *args, **kwargs)
+
+    return on_dgrad
 
 
-def dgrad_heuristic(p: Conv2dGw8Params, dev: Any) -> Conv2dGw8Config:
-    return heuristic(p.dgrad_as_fprop(), dev)
+def _transposed_spec(p: Conv2dGw8Params, cfg: Conv2dGw8Config, dev: Any = None) -> KernelSpec:
+    """The dgrad variant of `spec`: it reads the forward weight as w[g8+c, k, R-1-r, S-1-s]."""
+    return spec(p, cfg, dev, transposed=True)
 
 
-def dgrad_spec(p: Conv2dGw8Params, cfg: Conv2dGw8Config, dev: Any = None) -> KernelSpec:
-    return spec(p.dgrad_as_fprop(), cfg, dev, transposed=True)
-
-
-def dgrad_stats(p: Conv2dGw8Params) -> KernelStats:
-    return stats(p.dgrad_as_fprop())
-
-
-def dgrad_features(p: Conv2dGw8Params, cfg: Conv2dGw8Config, dev: Any) -> dict[str, float]:
-    return features(p.dgrad_as_fprop(), cfg, dev)
+dgrad_configs = on_dgrad_problem(configs)
+dgrad_heuristic = on_dgrad_problem(heuristic)
+dgrad_spec = on_dgrad_problem(_transposed_spec)
+dgrad_stats = on_dgrad_problem(stats)
+dgrad_features = on_dgrad_problem(features)
 
 
 class DgradLaunch:
     """A loaded dgrad variant bound to one layer, its batch included: `launch(grad_input,
     grad_output, weight, stream)` runs grad_input <- conv(grad_output, transpose_weight(weight))
     with the forward `weight` (C, 8, R, S) as is: the kernel reads it transposed and rotated (see
-    `transpose_weight` in spio.kernels.conv2d_gw8_reference for the same map on the host)."""
+    `transpose_weight` in spio.kernels.conv2d_gw8.reference for the same map on the host)."""
 
     __slots__ = ("_launch", "_n")
 

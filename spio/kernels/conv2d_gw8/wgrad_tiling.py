@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from spio.kernels.conv2d_gw8_params import (
+from spio.kernels.conv2d_gw8.params import (
     GROUP_WIDTH,
     Conv2dGw8Params,
     Conv2dGw8WgradConfig,

@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 import torch.nn.grad
 
-from spio.kernels.conv2d_gw8_params import GROUP_WIDTH
+from spio.kernels.conv2d_gw8.params import GROUP_WIDTH
 
 
 def fprop(

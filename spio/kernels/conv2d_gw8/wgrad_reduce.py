@@ -1,7 +1,7 @@
 """The deterministic second pass of conv2d_gw8's weight gradient: the ordered slice reduction.
 
 `spio/src/conv2d_gw8_wgrad_reduce.cu` sums the fp32 partial slices written by the wgrad kernel
-(`spio.kernels.conv2d_gw8_wgrad`) in a fixed order (THREADS / 32 contiguous runs of slices, each
+(`spio.kernels.conv2d_gw8.wgrad`) in a fixed order (THREADS / 32 contiguous runs of slices, each
 ascending, then the runs ascending) and rounds once to fp16/bf16.
 
 Config: the CTA size is a pure function of the most slices the wgrad launch can write
@@ -18,14 +18,14 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from spio.kernels.conv2d_gw8_params import (
+from spio.kernels.conv2d_gw8.params import (
     GROUP_WIDTH,
     REDUCE_THREADS,
     Conv2dGw8Params,
     Conv2dGw8ReduceConfig,
     Conv2dGw8WgradConfig,
 )
-from spio.kernels.conv2d_gw8_wgrad_tiling import max_slices
+from spio.kernels.conv2d_gw8.wgrad_tiling import max_slices
 from spio.kernels.kernel_def import KernelDef, KernelSpec, KernelStats
 
 REDUCE_SOURCE = "conv2d_gw8_wgrad_reduce.cu"
@@ -63,7 +63,7 @@ def reduce_config(
 def reduce_heuristic(p: Conv2dGw8Params, dev: Any) -> Conv2dGw8ReduceConfig:
     """`reduce_config` of the wgrad heuristic's config (callers that know the selected wgrad
     config call `reduce_config` with it)."""
-    from spio.kernels import conv2d_gw8_wgrad as wg
+    from spio.kernels.conv2d_gw8 import wgrad as wg
 
     return reduce_config(p, wg.heuristic(p, dev), dev)
 
@@ -157,7 +157,7 @@ def reduce_launch(
 
 
 def examples() -> list[Conv2dGw8Params]:
-    from spio.kernels.conv2d_gw8_fprop import examples as fprop_examples
+    from spio.kernels.conv2d_gw8.fprop import examples as fprop_examples
 
     return fprop_examples()
 

@@ -14,9 +14,9 @@ import functools
 from pathlib import Path
 from typing import Any
 
-from spio.kernels.conv2d_gw8_params import Conv2dGw8Params
+from spio.kernels.conv2d_gw8.params import Conv2dGw8Params
 
-SHAPES_CSV = Path(__file__).resolve().parent / "data" / "conv2d_gw8_layer_shapes.csv"
+SHAPES_CSV = Path(__file__).resolve().parents[1] / "data" / "conv2d_gw8_layer_shapes.csv"
 BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 REAL_PROB = 0.8  # a real layer's shape, else a random one
 # Stride-2 layers drawn: RegNets (regnetx_*, regnety_*) open each stage with a stride-2 3x3
@@ -100,7 +100,7 @@ def _loaded(kdef, p: Conv2dGw8Params, cfg: Any):
 
 
 def make_fprop_runner(p: Conv2dGw8Params, cfg: Any):
-    from spio.kernels import conv2d_gw8_fprop as fp
+    from spio.kernels.conv2d_gw8 import fprop as fp
 
     x, dy, w, b, stream = _tensors(p)
     _, kernel = _loaded(fp.FPROP, p, cfg)
@@ -111,7 +111,7 @@ def make_fprop_runner(p: Conv2dGw8Params, cfg: Any):
 
 
 def make_dgrad_runner(p: Conv2dGw8Params, cfg: Any):
-    from spio.kernels import conv2d_gw8_fprop as fp
+    from spio.kernels.conv2d_gw8 import fprop as fp
 
     x, dy, w, _, stream = _tensors(p)
     _, kernel = _loaded(fp.DGRAD, p, cfg)
@@ -126,8 +126,8 @@ def make_wgrad_runner(p: Conv2dGw8Params, cfg: Any):
     writes (more splits: more parallel wgrad, more partial traffic and reduction work)."""
     import torch
 
-    from spio.kernels import conv2d_gw8_wgrad as wg
-    from spio.kernels import conv2d_gw8_wgrad_reduce as rd
+    from spio.kernels.conv2d_gw8 import wgrad as wg
+    from spio.kernels.conv2d_gw8 import wgrad_reduce as rd
 
     x, dy, w, b, stream = _tensors(p)
     dev, kernel = _loaded(wg.WGRAD, p, cfg)
