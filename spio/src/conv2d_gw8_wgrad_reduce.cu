@@ -16,7 +16,7 @@
 ///   warps per element column and UNROLL independent loads per thread, the last partial group
 ///   too (guarded loads issued together, then the adds in slice order): a run shorter than
 ///   UNROLL no longer waits out one DRAM latency per slice (7-25 us on the H100 before). PARTS comes from the most
-///   slices the wgrad launch writes at any batch (spio.kernels.conv2d_gw8_wgrad_reduce.
+///   slices the wgrad launch writes at any batch (spio.kernels.conv2d_gw8.wgrad_reduce.
 ///   reduce_config): a run is <= UNROLL up to 256 slices; beyond, 32 warps sum ceil(slices / 32)
 ///   each (the wgrad space's 32 splits per SM write up to ~1000), UNROLL loads in flight at a
 ///   time; a smaller batch leaves some warps idle. The wgrad tune runner times this kernel too.
