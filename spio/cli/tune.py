@@ -143,14 +143,22 @@ def cmd_collect(a: argparse.Namespace) -> int:
     from spio.kernels import KERNELS
     from spio.tune.collect import collect, collect_all_gpus
 
+    if a.active and a.max_configs is None:
+        _usage_error(
+            "collect",
+            "--active chooses which configs of a shape to measure, so it needs --max-configs N "
+            "(e.g. --max-configs 40 --active); without --max-configs every config is measured",
+        )
     kernels = _kernels(a.kernel, "collect")
     ordinals = _collect_ordinals(a.device)
     for k in kernels:
         out = Path(a.out) if a.out else _data_path(k)
         if a.device == "all":
-            n = collect_all_gpus(k, a.minutes, out, a.seed, a.max_configs)
+            n = collect_all_gpus(k, a.minutes, out, a.seed, a.max_configs, a.active)
         else:
-            n = collect(KERNELS[k], a.minutes, out, ordinals[0], a.seed, a.max_configs)
+            n = collect(
+                KERNELS[k], a.minutes, out, ordinals[0], a.seed, a.max_configs, active=a.active
+            )
         print(f"{k}: {n} new samples -> {out}")
     return 0
 
@@ -249,6 +257,12 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--seed", type=int, default=0, help="shape sampling seed (default 0)")
     c.add_argument(
         "--max-configs", type=_number(int, 1), default=None, help="configs sampled per shape"
+    )
+    c.add_argument(
+        "--active",
+        action="store_true",
+        help="with --max-configs: half of each shape's configs from the model's top ranks, the "
+        "rest sampled uniformly (uniform alone without a model for the GPU)",
     )
     c.set_defaults(func=cmd_collect)
     t = sub.add_parser("train", help="fit one model per kernel and GPU")

@@ -17,6 +17,12 @@ after each pause and the RECHECK fastest are timed again, keeping the lower medi
 re-time out of memory or resources keeps the first). The min of two medians reads ~0.5-1.5% low
 against rows timed once (1-3% noise on a median of 15): see docs/tuning.md. On a resumed, partly
 measured shape only the newly timed configs take part.
+
+Which configs a shape measures: all of them, or with `max_configs` a uniform sample; with
+`active` too (`spio tune collect --active`), the shipped or local model's top-ranked share of
+that budget plus a uniform sample of the rest (`choose_configs`): the configs a pick comes from
+get measured where the model is right and corrected where it is wrong, and the sample keeps the
+rest of the space covered. Without a model for the GPU, a uniform sample.
 """
 
 from __future__ import annotations
@@ -38,6 +44,49 @@ SHAPE_WARMUP_MS = 50.0
 PAUSE_S = 0.02  # a make_runner call longer than this compiled something: warm up again
 RECHECK = 5  # the fastest configs of a shape, timed twice
 RECHECK_FIRST = 8  # the configs timed right after each pause, timed twice
+ACTIVE_TOP = 0.5  # with --active: the share of a shape's config budget taken from the model's top
+
+
+def choose_configs(
+    configs: list[Any],
+    max_configs: int | None,
+    rng: random.Random,
+    ranked: list[Any] | None = None,
+    top_share: float = ACTIVE_TOP,
+) -> list[Any]:
+    """The configs one shape measures, in the family's order: every config when max_configs is
+    None or not below their count; else round(top_share * max_configs) of `ranked` (the model's
+    ranking of the same configs, fastest first; none when it is None) and a uniform sample of
+    the others up to max_configs."""
+    if max_configs is None or len(configs) <= max_configs:
+        return list(configs)
+    if not 0.0 <= top_share <= 1.0:
+        raise ValueError(f"choose_configs: top_share must be in [0, 1], got {top_share}")
+    chosen: set[Any] = set()
+    if ranked is not None:
+        if set(ranked) != set(configs):
+            raise ValueError("choose_configs: `ranked` must order the same configs as `configs`")
+        chosen.update(ranked[: round(top_share * max_configs)])
+    rest = [c for c in configs if c not in chosen]
+    chosen.update(rng.sample(rest, max_configs - len(chosen)))
+    return [c for c in configs if c in chosen]
+
+
+def model_ranking(kdef: KernelDef, params: Any, dev: Any) -> list[Any] | None:
+    """The configs of `params` fastest first as the model for `dev` predicts (the shipped or
+    local one, as selection finds it), or None when there is none or its features no longer
+    match the family's."""
+    from spio.errors import ModelFormatError
+    from spio.tune.rank import rank
+    from spio.tune.store import find_model
+
+    model = find_model(kdef.name, dev.name, dev.arch)
+    if model is None:
+        return None
+    try:
+        return [c for c, _ in rank(kdef, params, dev, model)]
+    except ModelFormatError:
+        return None
 
 
 def recheck_fastest(
@@ -82,8 +131,11 @@ def collect(
     seed: int = 0,
     max_configs: int | None = None,
     progress: bool = True,
+    active: bool = False,
 ) -> int:
-    """Measures samples for about `minutes`; returns how many new rows were written."""
+    """Measures samples for about `minutes`; returns how many new rows were written. `active`:
+    with max_configs, half the budget of each shape goes to the model's top-ranked configs
+    (`choose_configs`)."""
     import torch
 
     from spio.cuda import device_attributes
@@ -104,7 +156,8 @@ def collect(
         params = sample_params(rng)
         configs = kdef.configs(params, dev)
         if max_configs is not None and len(configs) > max_configs:
-            configs = rng.sample(configs, max_configs)
+            ranked = model_ranking(kdef, params, dev) if active else None
+            configs = choose_configs(configs, max_configs, rng, ranked)
         todo = [
             c
             for c in configs
@@ -178,7 +231,12 @@ def _bar(minutes: float, progress: bool, desc: str):
 
 
 def collect_all_gpus(
-    kdef_name: str, minutes: float, out: Path, seed: int, max_configs: int | None
+    kdef_name: str,
+    minutes: float,
+    out: Path,
+    seed: int,
+    max_configs: int | None,
+    active: bool = False,
 ) -> int:
     """One worker process per GPU, each appending to its own file `<out>.gpu<N>`."""
     import multiprocessing as mp
@@ -191,7 +249,15 @@ def collect_all_gpus(
         counts = pool.starmap(
             _worker,
             [
-                (kdef_name, minutes, out.with_name(f"{out.name}.gpu{i}"), i, seed, max_configs)
+                (
+                    kdef_name,
+                    minutes,
+                    out.with_name(f"{out.name}.gpu{i}"),
+                    i,
+                    seed,
+                    max_configs,
+                    active,
+                )  # fmt: skip
                 for i in range(n)
             ],
         )
@@ -199,8 +265,16 @@ def collect_all_gpus(
 
 
 def _worker(
-    kdef_name: str, minutes: float, out: Path, ordinal: int, seed: int, max_configs: int | None
+    kdef_name: str,
+    minutes: float,
+    out: Path,
+    ordinal: int,
+    seed: int,
+    max_configs: int | None,
+    active: bool,
 ) -> int:
     from spio.kernels import KERNELS
 
-    return collect(KERNELS[kdef_name], minutes, out, ordinal, seed, max_configs, progress=False)
+    return collect(
+        KERNELS[kdef_name], minutes, out, ordinal, seed, max_configs, progress=False, active=active
+    )

@@ -85,6 +85,11 @@ def test_collect_rejects_a_device_that_is_not_here(one_gpu, device, capsys):
     assert "--device must be a GPU ordinal 0..0 or 'all'" in msg and repr(device) in msg, msg
 
 
+def test_collect_active_needs_a_config_budget(one_gpu, capsys):
+    msg = _usage_error(["collect", "--kernel", "matmul", "--active"], capsys)
+    assert "--active" in msg and "needs --max-configs N" in msg, msg
+
+
 def test_collect_rejects_a_gpu_below_sm80(one_gpu):
     one_gpu.setattr(torch.cuda, "get_device_capability", lambda i=0: (7, 5))
     msg = _exit_message(["collect", "--kernel", "matmul"])

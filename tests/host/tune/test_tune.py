@@ -264,3 +264,58 @@ def test_dataset_reads_format_1_rows_as_timed_once_and_skips_unknown_formats(tmp
     got = read(path)
     assert [(s.params["n"], s.latency_us, s.timings) for s in got] == [(1, 3.0, 1), (2, 5.0, 2)]
     assert json.loads(path.read_text().splitlines()[-1])["format"] == 2
+
+
+def test_choose_configs_takes_the_models_top_share_and_a_uniform_rest():
+    import random
+
+    from spio.tune.collect import choose_configs
+
+    configs = list(range(100))
+    ranked = list(reversed(configs))  # the model says: 99 fastest, then 98, ...
+    got = choose_configs(configs, 20, random.Random(3), ranked)
+    assert len(got) == 20 and got == sorted(got)  # the family's order kept
+    assert set(range(90, 100)) <= set(got)  # the top half of the budget: the model's 10 best
+    rest = [c for c in got if c < 90]
+    assert len(rest) == 10
+    # The rest is a uniform sample of the others: seeded, and not the next-ranked ones.
+    assert rest == [c for c in choose_configs(configs, 20, random.Random(3), ranked) if c < 90]
+    assert rest != list(range(80, 90))
+    # Without a ranking: a uniform sample; with a budget that covers the space: everything.
+    uniform = choose_configs(configs, 20, random.Random(3))
+    assert len(set(uniform)) == 20 and uniform == sorted(uniform)
+    assert choose_configs(configs[:15], 20, random.Random(3), ranked[-15:]) == configs[:15]
+    assert choose_configs(configs, None, random.Random(3), ranked) == configs
+    assert choose_configs(configs, 20, random.Random(3), ranked, top_share=1.0) == list(
+        range(80, 100)
+    )
+    with pytest.raises(ValueError, match="same configs"):
+        choose_configs(configs, 20, random.Random(3), ranked[:50])
+    with pytest.raises(ValueError, match=r"top_share must be in \[0, 1\]"):
+        choose_configs(configs, 20, random.Random(3), ranked, top_share=1.5)
+
+
+def test_model_ranking_is_the_shipped_models_and_none_without_one():
+    from spio.cuda import known_device
+    from spio.kernels import KERNELS
+    from spio.kernels.conv2d_gw8.params import Conv2dGw8Params
+    from spio.tune.collect import model_ranking
+    from spio.tune.rank import rank
+    from spio.tune.store import find_model
+
+    kdef = KERNELS["conv2d_gw8_fprop"]
+    dev = known_device("H100")
+    p = Conv2dGw8Params(n=32, c=56, h=28, w=28, stride_h=2, stride_w=2)
+    model = find_model(kdef.name, dev.name, dev.arch)
+    if model is None:
+        pytest.skip("no conv2d_gw8_fprop model ships in this checkout")
+    ranked = model_ranking(kdef, p, dev)
+    assert ranked == [c for c, _ in rank(kdef, p, dev, model)]
+    assert set(ranked) == set(kdef.configs(p, dev))
+    from dataclasses import replace
+
+    # An sm_90 GPU of another name uses the H100's model (same arch); an sm_80 one has none.
+    assert model_ranking(kdef, p, replace(dev, name="Other sm_90 GPU")) == ranked
+    a100 = known_device("A100")
+    assert find_model(kdef.name, a100.name, a100.arch) is None
+    assert model_ranking(kdef, p, a100) is None
