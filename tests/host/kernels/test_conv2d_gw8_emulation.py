@@ -335,38 +335,43 @@ def _nhwc(t: torch.Tensor) -> np.ndarray:
     return t.permute(0, 2, 3, 1).numpy()
 
 
+def _check_fprop(p: Conv2dGw8Params, cfgs, seed: int) -> None:
+    """emulate_fprop of each config against the fp64 reference of the same inputs."""
+    assert cfgs, f"{p}: no config to check"
+    x, w, b = _inputs(p, seed)
+    want = _nhwc(ref.fprop(x, w, b, p.padding, p.stride))
+    for cfg in cfgs:
+        got = emulate_fprop(_nhwc(x), w.numpy(), None if b is None else b.numpy(), p, cfg)
+        np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-9, err_msg=f"{p} {cfg}")
+
+
+def _check_dgrad(p: Conv2dGw8Params, cfgs, seed: int) -> None:
+    """The dgrad variant (the fprop kernel on dy, reading the forward weight transposed and
+    rotated) of each config against the fp64 input gradient."""
+    assert cfgs, f"dgrad {p}: no config to check"
+    _, w, _ = _inputs(p, seed)
+    dy = torch.randn(p.n, p.c, p.p, p.q, generator=torch.Generator().manual_seed(seed + 1),
+                     dtype=torch.float64)  # fmt: skip
+    want = _nhwc(ref.dgrad(dy, w, (p.h, p.w), p.padding, p.stride))
+    q = p.dgrad_as_fprop()
+    assert (q.p, q.q) == (p.h, p.w)
+    for cfg in cfgs:
+        got = emulate_fprop(_nhwc(dy), w.numpy(), None, q, cfg, transposed=True)
+        np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-9, err_msg=f"dgrad {p} {cfg}")
+
+
 @pytest.mark.parametrize("p", SHAPES, ids=str)
 def test_fprop_and_dgrad_emulation(p, seed):
     dev = known_device("H100")
-    x, w, b = _inputs(p, seed)
-    want = _nhwc(ref.fprop(x, w, b, p.padding))
-    for cfg in sample(fp.configs(p, dev), 3, seed=seed):
-        got = emulate_fprop(_nhwc(x), w.numpy(), None if b is None else b.numpy(), p, cfg)
-        np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-9, err_msg=f"{p} {cfg}")
-    dy = torch.randn(p.n, p.c, p.p, p.q, dtype=torch.float64)
-    want = _nhwc(ref.dgrad(dy, w, (p.h, p.w), p.padding))
-    q = p.dgrad_as_fprop()
-    for cfg in sample(fp.dgrad_configs(p, dev), 2, seed=seed):
-        # The kernel's dgrad variant reads the forward weight transposed and rotated.
-        got = emulate_fprop(_nhwc(dy), w.numpy(), None, q, cfg, transposed=True)
-        np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-9, err_msg=f"dgrad {p} {cfg}")
+    _check_fprop(p, sample(fp.configs(p, dev), 3, seed=seed), seed)
+    _check_dgrad(p, sample(fp.dgrad_configs(p, dev), 2, seed=seed), seed)
 
 
 @pytest.mark.parametrize("p", STRIDED_SHAPES, ids=str)
 def test_strided_fprop_and_dgrad_emulation(p, seed):
     dev = known_device("H100")
-    x, w, b = _inputs(p, seed)
-    want = _nhwc(ref.fprop(x, w, b, p.padding, p.stride))
-    for cfg in sample(fp.configs(p, dev), 3, seed=seed):
-        got = emulate_fprop(_nhwc(x), w.numpy(), None if b is None else b.numpy(), p, cfg)
-        np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-9, err_msg=f"{p} {cfg}")
-    dy = torch.randn(p.n, p.c, p.p, p.q, dtype=torch.float64)
-    want = _nhwc(ref.dgrad(dy, w, (p.h, p.w), p.padding, p.stride))
-    q = p.dgrad_as_fprop()
-    assert (q.p, q.q) == (p.h, p.w)
-    for cfg in sample(fp.dgrad_configs(p, dev), 3, seed=seed):
-        got = emulate_fprop(_nhwc(dy), w.numpy(), None, q, cfg, transposed=True)
-        np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-9, err_msg=f"dgrad {p} {cfg}")
+    _check_fprop(p, sample(fp.configs(p, dev), 3, seed=seed), seed)
+    _check_dgrad(p, sample(fp.dgrad_configs(p, dev), 3, seed=seed), seed)
 
 
 @pytest.mark.parametrize("p", SHAPES, ids=str)
@@ -404,48 +409,25 @@ def test_wgrad_emulation_streams_across_tasks(p, seed):
 @pytest.mark.parametrize("p", PACKED_SHAPES, ids=str)
 def test_two_images_per_cta_emulation(p, seed):
     dev = known_device("H100")
-    x, w, b = _inputs(p, seed)
-    want = _nhwc(ref.fprop(x, w, b, p.padding))
     packed = [c for c in fp.configs(p, dev) if fp.images(c) == 2]
     assert packed, f"{p}: Q <= 8 must offer block_q 8"
-    for cfg in sample(packed, 3, seed=seed):
-        got = emulate_fprop(_nhwc(x), w.numpy(), None if b is None else b.numpy(), p, cfg)
-        np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-9, err_msg=f"{p} {cfg}")
-    dy = torch.randn(p.n, p.c, p.p, p.q, dtype=torch.float64)
-    want = _nhwc(ref.dgrad(dy, w, (p.h, p.w), p.padding))
-    q = p.dgrad_as_fprop()
-    for cfg in sample([c for c in fp.dgrad_configs(p, dev) if fp.images(c) == 2], 2, seed=seed):
-        got = emulate_fprop(_nhwc(dy), w.numpy(), None, q, cfg, transposed=True)
-        np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-9, err_msg=f"dgrad {p} {cfg}")
+    _check_fprop(p, sample(packed, 3, seed=seed), seed)
+    packed = [c for c in fp.dgrad_configs(p, dev) if fp.images(c) == 2]
+    _check_dgrad(p, sample(packed, 2, seed=seed), seed)
 
 
 @pytest.mark.parametrize("p", PHASED_SHAPES, ids=str)
 def test_phased_dgrad_emulation(p, seed):
     dev = known_device("H100")
-    _, w, _ = _inputs(p, seed)
-    dy = torch.randn(p.n, p.c, p.p, p.q, dtype=torch.float64)
-    want = _nhwc(ref.dgrad(dy, w, (p.h, p.w), p.padding, p.stride))
-    q = p.dgrad_as_fprop()
-    phased = [c for c in fp.dgrad_configs(p, dev) if fp.phased(q, c)]
-    assert phased, f"{p}: no PHASED dgrad config"
-    for cfg in sample(phased, 3, seed=seed):
-        got = emulate_fprop(_nhwc(dy), w.numpy(), None, q, cfg, transposed=True)
-        np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-9, err_msg=f"dgrad {p} {cfg}")
+    phased = [c for c in fp.dgrad_configs(p, dev) if fp.phased(p.dgrad_as_fprop(), c)]
+    _check_dgrad(p, sample(phased, 3, seed=seed), seed)
 
 
 @pytest.mark.parametrize("p", RAGGED_SHAPES, ids=str)
 def test_ragged_group_blocks_emulation(p, seed):
     dev = known_device("H100")
-    x, w, b = _inputs(p, seed)
-    want = _nhwc(ref.fprop(x, w, b, p.padding, p.stride))
-    ragged = [c for c in fp.configs(p, dev) if p.groups % c.warps]
-    assert ragged, f"{p}: no config with idle warps"
-    for cfg in sample(ragged, 3, seed=seed):
-        got = emulate_fprop(_nhwc(x), w.numpy(), None if b is None else b.numpy(), p, cfg)
-        np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-9, err_msg=f"{p} {cfg}")
-    dy = torch.randn(p.n, p.c, p.p, p.q, dtype=torch.float64)
-    want = _nhwc(ref.dgrad(dy, w, (p.h, p.w), p.padding, p.stride))
-    q = p.dgrad_as_fprop()
-    for cfg in sample([c for c in fp.dgrad_configs(p, dev) if p.groups % c.warps], 3, seed=seed):
-        got = emulate_fprop(_nhwc(dy), w.numpy(), None, q, cfg, transposed=True)
-        np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-9, err_msg=f"dgrad {p} {cfg}")
+    _check_fprop(
+        p, sample([c for c in fp.configs(p, dev) if p.groups % c.warps], 3, seed=seed), seed
+    )
+    ragged = [c for c in fp.dgrad_configs(p, dev) if p.groups % c.warps]
+    _check_dgrad(p, sample(ragged, 3, seed=seed), seed)
