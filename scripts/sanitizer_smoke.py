@@ -61,31 +61,50 @@ def layernorm(n: int, c: int, h: int, w: int, dtype: torch.dtype) -> None:
         _check(f"{tag} {name}", got, want, 2e-2)
 
 
-def dgrad_phased(n: int, c: int, h: int, w: int, k: int, dtype: torch.dtype) -> None:
-    """The dgrad kernel of a stride-2 layer on a PHASED config (tiles paired by column parity,
-    the dilation's zero columns never loaded), launched directly: the op may pick another."""
+def _direct(
+    n: int, c: int, h: int, w: int, k: int, dtype: torch.dtype, stride: int, pick: str
+) -> None:
+    """fprop and dgrad launched directly on a config the op may not pick: `pick` "phased" (the
+    dgrad of a stride-2 layer with its M tiles paired by column parity, the dilation's zero
+    columns never loaded) or "ragged" (a CTA whose last group block has idle warps)."""
     from spio.cuda import device_attributes
     from spio.kernels.conv2d_gw8 import fprop as fp
     from spio.kernels.conv2d_gw8.params import Conv2dGw8Params
     from spio.kernels.loader import default_function_cache
 
     p = Conv2dGw8Params(
-        n=n, c=c, h=h, w=w, r=k, s=k, pad_h=k // 2, pad_w=k // 2, stride_h=2, stride_w=2,
-        dtype=str(dtype).removeprefix("torch."),
+        n=n, c=c, h=h, w=w, r=k, s=k, pad_h=k // 2, pad_w=k // 2, stride_h=stride,
+        stride_w=stride, has_bias=True, dtype=str(dtype).removeprefix("torch."),
     )  # fmt: skip
     dev = device_attributes(torch.cuda.current_device())
-    cfg = next(c for c in fp.dgrad_configs(p, dev) if fp.phased(p.dgrad_as_fprop(), c))
+    stream = torch.cuda.current_stream().cuda_stream
+    cache = default_function_cache()
+    ok = {
+        "phased": lambda cfg: fp.phased(p.dgrad_as_fprop(), cfg),
+        "ragged": lambda cfg: p.groups % cfg.warps != 0,
+    }[pick]
+    x = torch.randn(n, c, h, w, device="cuda", dtype=dtype).to(memory_format=torch.channels_last)
+    wt = torch.randn(c, 8, k, k, device="cuda", dtype=dtype) * 0.2
+    b = torch.randn(c, device="cuda", dtype=dtype)
     dy = torch.randn(n, c, p.p, p.q, device="cuda", dtype=dtype)
     dy = dy.to(memory_format=torch.channels_last)
-    wt = torch.randn(c, 8, k, k, device="cuda", dtype=dtype) * 0.2
+    if pick == "ragged":
+        cfg = next(cf for cf in fp.configs(p, dev) if ok(cf))
+        y = torch.full((n, c, p.p, p.q), float("nan"), device="cuda", dtype=dtype)
+        y = y.to(memory_format=torch.channels_last)
+        fp.launch(cache.get(fp.FPROP, p.variant(), cfg, dev), p, cfg, y, x, wt, b, stream)
+        want = F.conv2d(
+            x.double(), wt.double(), b.double(), stride=stride, padding=k // 2, groups=c // 8
+        )
+        _check(f"fprop {pick} {n}x{c}x{h}x{w} k{k} s{stride} {cfg}", y, want, 2e-2)
+    cfg = next(cf for cf in fp.dgrad_configs(p, dev) if ok(cf))
     dx = torch.full((n, c, h, w), float("nan"), device="cuda", dtype=dtype)
     dx = dx.to(memory_format=torch.channels_last)
-    kernel = default_function_cache().get(fp.DGRAD, p.variant(), cfg, dev)
-    fp.dgrad_launch(kernel, p, cfg, dx, dy, wt, torch.cuda.current_stream().cuda_stream)
+    fp.dgrad_launch(cache.get(fp.DGRAD, p.variant(), cfg, dev), p, cfg, dx, dy, wt, stream)
     want = torch.nn.grad.conv2d_input(
-        (n, c, h, w), wt.double(), dy.double(), stride=2, padding=k // 2, groups=c // 8
+        (n, c, h, w), wt.double(), dy.double(), stride=stride, padding=k // 2, groups=c // 8
     )
-    _check(f"dgrad phased {n}x{c}x{h}x{w} k{k} {cfg}", dx, want, 2e-2)
+    _check(f"dgrad {pick} {n}x{c}x{h}x{w} k{k} s{stride} {cfg}", dx, want, 2e-2)
 
 
 def matmul(m: int, n: int, k: int, dtype: torch.dtype) -> None:
@@ -107,8 +126,10 @@ def main() -> None:
     conv(2, 16, 9, 7, 3, torch.float16, stride=(2, 2))  # odd H, W: dx's last row/column
     conv(1, 24, 6, 11, 5, torch.bfloat16, stride=(1, 2))
     conv(1, 8, 13, 4, 7, torch.float16, stride=(2, 1))
-    dgrad_phased(2, 16, 6, 37, 3, torch.float16)
-    dgrad_phased(1, 8, 5, 40, 5, torch.bfloat16)
+    _direct(2, 16, 6, 37, 3, torch.float16, 2, "phased")
+    _direct(1, 8, 5, 40, 5, torch.bfloat16, 2, "phased")
+    _direct(2, 56, 9, 11, 3, torch.float16, 1, "ragged")  # 7 groups: idle warps
+    _direct(1, 104, 7, 34, 3, torch.bfloat16, 2, "ragged")  # 13 groups, stride 2
     layernorm(2, 96, 5, 3, torch.float16)
     layernorm(1, 768, 3, 3, torch.bfloat16)
     matmul(17, 40, 64, torch.float16)

@@ -252,6 +252,8 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
         smem_weight.get()[t] = static_cast<Elem>(weight_block[t]);
     }
     __syncthreads();
+    // An idle warp (RAGGED_GROUPS) fills its registers from weight slots the copy above skipped;
+    // it never multiplies, so those values are never used.
 #pragma unroll
     for (int r = 0; r < KERNEL_R; ++r) {
 #pragma unroll

@@ -27,6 +27,7 @@ rest of the space covered. Without a model for the GPU, a uniform sample.
 
 from __future__ import annotations
 
+import math
 import random
 import time
 from collections.abc import Callable, Iterable
@@ -54,22 +55,26 @@ def choose_configs(
     ranked: list[Any] | None = None,
     top_share: float = ACTIVE_TOP,
 ) -> list[Any]:
-    """The configs one shape measures, in the family's order: every config when max_configs is
-    None or not below their count; else round(top_share * max_configs) of `ranked` (the model's
-    ranking of the same configs, fastest first; none when it is None) and a uniform sample of
-    the others up to max_configs."""
+    """The configs one shape measures, in the order to time them: every config when max_configs
+    is None or not below their count; without a ranking, `rng.sample(configs, max_configs)`;
+    with `ranked` (the model's ranking of the same configs, fastest first), its first
+    ceil(top_share * max_configs) and a uniform sample of the others up to max_configs, in a
+    random order (so a drift in the GPU's clocks over a shape does not always land on the same
+    configs)."""
     if max_configs is None or len(configs) <= max_configs:
         return list(configs)
+    if ranked is None:
+        return rng.sample(configs, max_configs)
     if not 0.0 <= top_share <= 1.0:
         raise ValueError(f"choose_configs: top_share must be in [0, 1], got {top_share}")
-    chosen: set[Any] = set()
-    if ranked is not None:
-        if set(ranked) != set(configs):
-            raise ValueError("choose_configs: `ranked` must order the same configs as `configs`")
-        chosen.update(ranked[: round(top_share * max_configs)])
+    if set(ranked) != set(configs):
+        raise ValueError("choose_configs: `ranked` must order the same configs as `configs`")
+    top = ranked[: math.ceil(top_share * max_configs)]
+    chosen = set(top)
     rest = [c for c in configs if c not in chosen]
-    chosen.update(rng.sample(rest, max_configs - len(chosen)))
-    return [c for c in configs if c in chosen]
+    picked = top + rng.sample(rest, max_configs - len(top))
+    rng.shuffle(picked)
+    return picked
 
 
 def model_ranking(kdef: KernelDef, params: Any, dev: Any) -> list[Any] | None:

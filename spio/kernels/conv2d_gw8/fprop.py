@@ -404,15 +404,17 @@ def launch(
 # ---- dgrad: the same kernel on the layer's input-gradient problem -----------------------------
 
 
-def on_dgrad_problem(fn: Callable[..., Any]) -> Callable[..., Any]:
+def on_dgrad_problem(fn: Callable[..., Any], name: str) -> Callable[..., Any]:
     """fprop's `fn(p, ...)` for the input gradient of layer p: `fn` on the fprop problem of dy
-    (`Conv2dGw8Params.dgrad_as_fprop`). The dgrad family is fprop's functions through this one
+    (`Conv2dGw8Params.dgrad_as_fprop`), named `name` in this module (so it pickles by reference
+    and reads as itself in tracebacks). The dgrad family is fprop's functions through this one
     adapter (its spec the transposed-weight variant), so the two cannot drift apart."""
 
     @functools.wraps(fn)
     def on_dgrad(p: Conv2dGw8Params, *args: Any, **kwargs: Any) -> Any:
         return fn(p.dgrad_as_fprop(), *args, **kwargs)
 
+    on_dgrad.__name__ = on_dgrad.__qualname__ = name
     return on_dgrad
 
 
@@ -421,11 +423,11 @@ def _transposed_spec(p: Conv2dGw8Params, cfg: Conv2dGw8Config, dev: Any = None) 
     return spec(p, cfg, dev, transposed=True)
 
 
-dgrad_configs = on_dgrad_problem(configs)
-dgrad_heuristic = on_dgrad_problem(heuristic)
-dgrad_spec = on_dgrad_problem(_transposed_spec)
-dgrad_stats = on_dgrad_problem(stats)
-dgrad_features = on_dgrad_problem(features)
+dgrad_configs = on_dgrad_problem(configs, "dgrad_configs")
+dgrad_heuristic = on_dgrad_problem(heuristic, "dgrad_heuristic")
+dgrad_spec = on_dgrad_problem(_transposed_spec, "dgrad_spec")
+dgrad_stats = on_dgrad_problem(stats, "dgrad_stats")
+dgrad_features = on_dgrad_problem(features, "dgrad_features")
 
 
 class DgradLaunch:

@@ -1,7 +1,7 @@
 """conv2d_gw8 weight-gradient kernels: partial sums per split, then an ordered reduction.
 
 `WGRAD` (spio/src/conv2d_gw8_wgrad.cu) writes one fp32 partial of dw (and db) per (split, column
-tile); `conv2d_gw8_wgrad_reduce.WGRAD_REDUCE` sums them in slice order. Same inputs
+tile); `wgrad_reduce.WGRAD_REDUCE` sums them in slice order. Same inputs
 give the same bits: there are no float atomics and the summation order is fixed by the config
 and the device's SM count.
 
@@ -21,7 +21,7 @@ from spio.kernels.conv2d_gw8 import tune as _tune
 from spio.kernels.conv2d_gw8.params import GROUP_WIDTH, Conv2dGw8Params, Conv2dGw8WgradConfig
 
 # The tiling geometry; `name as name` re-exports what ops, benches and tests reach as
-# conv2d_gw8_wgrad.<name>.
+# spio.kernels.conv2d_gw8.wgrad.<name>.
 from spio.kernels.conv2d_gw8.wgrad_tiling import BLOCK_P_CHOICES as BLOCK_P_CHOICES
 from spio.kernels.conv2d_gw8.wgrad_tiling import block_p_choices as block_p_choices
 from spio.kernels.conv2d_gw8.wgrad_tiling import dy_rows as dy_rows
@@ -61,7 +61,7 @@ SPLIT_CHOICES = (1, 2, 4, 8, 16, 32)
 WARPS_PER_SM_MIN, WARPS_PER_SM_MAX = 4, 32
 HEURISTIC_WARPS_PER_SM = 16
 MAX_LIVE_REGS = 160  # R * ceil(S/2) * 4 accumulators + ceil(S/2) * 2 operands + bias
-# Bytes of x and dy rows the heuristic wants in flight per SM (see conv2d_gw8_fprop): the first
+# Bytes of x and dy rows the heuristic wants in flight per SM (see conv2d_gw8.fprop): the first
 # H100 run had 9-33 KB and reached 19-30% of copy bandwidth at 3x3.
 IN_FLIGHT_BYTES = 48 * 1024
 
@@ -343,7 +343,7 @@ class WgradLaunch:
     split into `workspace` (`workspace_floats` fp32, 16-byte aligned: the weight partials, then
     the bias partials) and sums them in a fixed order into grad_weight (C, 8, R, S) and
     grad_bias (C,) (None without a bias). The reduction is the dependent launch of the pair
-    (programmatic dependent launch on sm_90+, see `conv2d_gw8_wgrad_reduce.reduce_launch`).
+    (programmatic dependent launch on sm_90+, see `wgrad_reduce.reduce_launch`).
 
     `reduce_kernel` is the loaded reduction of `reduce_config(p, cfg, dev)`."""
 

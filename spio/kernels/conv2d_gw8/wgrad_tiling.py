@@ -2,9 +2,9 @@
 
 Tile widths and ring depths, shared memory and live registers, the balanced row choices, the
 split plan and grid, and the per-SM traffic terms the heuristic and the features read. Pure
-functions of their arguments; `conv2d_gw8_wgrad` builds the config space, heuristic, spec and
+functions of their arguments; `conv2d_gw8.wgrad` builds the config space, heuristic, spec and
 launch on them and re-exports the names other modules reach through it (`split_plan`,
-`num_slices`, ...). Dependencies point one way: this module must not import `conv2d_gw8_wgrad`.
+`num_slices`, ...). Dependencies point one way: this module must not import `conv2d_gw8.wgrad`.
 """
 
 from __future__ import annotations

@@ -192,8 +192,8 @@ STRIDED_SHAPES = [
 
 
 # dgrad of stride 2 in W on tiles of an even number of 16-column M tiles runs PHASED (the tiles
-# pair up by column parity and skip the dilation's zero columns): every parity of the dgrad
-# padding (R - 1 - pad: 1, 2, 0, 1 for an even kernel), ragged last tiles, stride (1, 2).
+# pair up by column parity and skip the dilation's zero columns): the dgrad padding S - 1 - pad
+# even, odd and negative (2, 0, 1, 1, 1, 1, -1), ragged last tiles, stride (1, 2).
 PHASED_SHAPES = [
     Conv2dGw8Params(n=2, c=16, h=9, w=47, r=3, s=5, pad_h=1, pad_w=2, stride_h=2, stride_w=2,
                     has_bias=True),
@@ -204,6 +204,8 @@ PHASED_SHAPES = [
                     has_bias=True),
     Conv2dGw8Params(n=2, c=16, h=11, w=20, r=1, s=3, pad_h=0, pad_w=1, stride_h=1, stride_w=2),
     Conv2dGw8Params(n=2, c=64, h=56, w=56, r=3, s=3, pad_h=1, pad_w=1, stride_h=2, stride_w=2),
+    Conv2dGw8Params(n=1, c=8, h=5, w=40, r=3, s=3, pad_h=1, pad_w=3, stride_h=2, stride_w=2,
+                    has_bias=True),  # pad > S - 1: the dgrad crops (padding -1)
 ]  # fmt: skip
 
 

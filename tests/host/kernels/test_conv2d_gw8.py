@@ -210,6 +210,18 @@ def test_odd_group_counts_get_several_warps():
     assert even["RAGGED_GROUPS"].value is False
 
 
+def test_kernel_defs_pickle_by_reference():
+    """The conv families (dgrad's functions come from fprop's through one adapter) pickle as the
+    registry's own objects, as a spawned worker would need them."""
+    import pickle
+
+    for name in ("conv2d_gw8_fprop", "conv2d_gw8_dgrad", "conv2d_gw8_wgrad"):
+        kdef = KERNELS[name]
+        assert pickle.loads(pickle.dumps(kdef)) == kdef, name
+    assert fp.dgrad_configs.__name__ == "dgrad_configs"
+    assert fp.dgrad_spec.__qualname__ == "dgrad_spec"
+
+
 def test_config_space_is_real():
     p = Conv2dGw8Params(n=32, c=64, h=56, w=56)
     dev = _dev("H100")

@@ -306,13 +306,15 @@ STRIDED_SHAPES = [
 
 # dgrad of stride 2 in W on an even number of M tiles (PHASED: tiles paired by column parity,
 # the dilation's zero columns never filled, so a read of one would bring NaN): every parity of
-# the dgrad padding (R - 1 - pad = 2, 0, 1), a ragged last tile, stride (1, 2).
+# the dgrad padding (S - 1 - pad = 2, 0, 1, and -1: pad > S - 1 crops), a ragged last tile,
+# stride (1, 2).
 PHASED_SHAPES = [
     Conv2dGw8Params(n=1, c=8, h=5, w=47, r=3, s=5, pad_h=1, pad_w=2, stride_h=2, stride_w=2,
                     has_bias=True),
     Conv2dGw8Params(n=1, c=16, h=6, w=37, r=3, s=3, pad_h=2, pad_w=2, stride_h=2, stride_w=2),
     Conv2dGw8Params(n=2, c=8, h=4, w=40, r=2, s=2, pad_h=0, pad_w=0, stride_h=2, stride_w=2),
     Conv2dGw8Params(n=1, c=8, h=3, w=36, r=1, s=3, pad_h=0, pad_w=1, stride_h=1, stride_w=2),
+    Conv2dGw8Params(n=1, c=8, h=5, w=40, r=3, s=3, pad_h=1, pad_w=3, stride_h=2, stride_w=2),
 ]  # fmt: skip
 # Odd channel-group counts on CTAs with idle warps in the last group block (RAGGED_GROUPS).
 RAGGED_SHAPES = [
