@@ -11,7 +11,9 @@
 ///
 /// Tiling: one CTA per (BLOCK_P output rows, BLOCK_Q output columns, WARPS channel groups) tile of
 ///   IMAGES images (blockIdx.y = n / IMAGES; the batch is a run-time argument: no recompile per
-///   batch size). One warp per group of 8 channels. IMAGES = 2 (BLOCK_Q = 8, for Q <= 8 such as
+///   batch size). One warp per group of 8 channels; when WARPS does not divide the GROUPS
+///   groups (RAGGED_GROUPS) the last group block's warps past the last group idle through the
+///   barriers. IMAGES = 2 (BLOCK_Q = 8, for Q <= 8 such as
 ///   7x7 maps) puts two images side by side in the M = 16 side of the mma: fragment rows 0-7 are
 ///   columns of image n, rows 8-15 the same columns of image n + 1, each image its own TILE_W
 ///   region of the shared-memory row (A_HI apart), so a 7-column map fills 14 of 16 rows
