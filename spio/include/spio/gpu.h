@@ -17,3 +17,4 @@
 #include "spio/reduce.h"
 #include "spio/smem.h"
 #include "spio/vector.h"
+#include "spio/wgmma.h"

@@ -1,0 +1,287 @@
+/// Hopper warpgroup MMA (`wgmma.mma_async`) on shared-memory matrix descriptors: sm_90a only.
+///
+/// D(64xN, fp32) = A(64x16) * B(16xN) (+ D), A and B read from shared memory through 64-bit
+/// descriptors (`make_desc`), D in registers spread over the 128 threads of a warpgroup (four
+/// consecutive warps, the first a multiple of 4). The instruction is asynchronous: issue
+/// `fence()` before the first wgmma that touches the accumulators, `commit_group()` after a
+/// batch, `wait_group<N>()` before reading D or overwriting the operands' shared memory.
+///
+/// Accumulator layout (the PTX ISA's; per warp as mma.m16n8): thread t of the warpgroup holds
+/// d[i] at row 16 (t / 32) + (t % 32) / 4 + 8 ((i / 2) % 2), column 8 (i / 4) + 2 (t % 4) + i % 2.
+///
+/// Shared-memory operands without swizzle: 8x8 core matrices of 8 rows x 16 bytes (8 elements
+/// along K: K-major), each stored contiguously (128 bytes); `lbo_bytes` is the distance between
+/// core matrices adjacent along K, `sbo_bytes` between those adjacent along M (A) or N (B).
+///
+/// Defined only where the compiler targets sm_90a (`__CUDA_ARCH_FEAT_SM90_ALL`): SPIO_WGMMA is 1
+/// there and 0 elsewhere (sm_80, plain sm_90, a host compiler). Compile-tested on the host
+/// (tests/host/include/test_wgmma.py); the numerics are checked by tests/gpu/test_wgmma.py.
+///
+/// Example (one 64x64 tile, K = 16, no swizzle; A 64x16 and B^T 64x16 staged K-major):
+///     float d[32];
+///     const auto da = spio::warpgroup::make_desc(smem_a, 128, 256);
+///     const auto db = spio::warpgroup::make_desc(smem_b, 128, 256);
+///     spio::warpgroup::fence();
+///     spio::warpgroup::mma_async<__half, 64>(d, da, db, false);   // D = A B
+///     spio::warpgroup::commit_group();
+///     spio::warpgroup::wait_group<0>();
+#pragma once
+
+#include "spio/device.h"
+#include "spio/mma.h"
+
+#if SPIO_GPU_BLOCKS && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define SPIO_WGMMA 1
+namespace spio::warpgroup {
+
+/// The swizzle mode of a descriptor's shared-memory layout (descriptor bits 62-63).
+enum class Swizzle : unsigned { None = 0, B128 = 1, B64 = 2, B32 = 3 };
+
+/// The 64-bit shared-memory matrix descriptor of a wgmma operand.
+///
+/// Parameters:
+///   smem       the operand's first core matrix in shared memory, 16-byte aligned
+///   lbo_bytes  bytes between core matrices adjacent along K (the leading dimension)
+///   sbo_bytes  bytes between core matrices adjacent along M or N (the stride dimension)
+///   swizzle    the layout's swizzle mode
+/// Addresses and offsets are multiples of 16 below 256 KiB (14-bit fields in 16-byte units).
+SPIO_DEVICE unsigned long long make_desc(const void* smem, unsigned lbo_bytes, unsigned sbo_bytes,
+                                         Swizzle swizzle = Swizzle::None) {
+    const unsigned long long field = 0x3FFFull;
+    const unsigned long long addr = smem_address(smem);
+    return ((addr >> 4) & field) | (((lbo_bytes >> 4) & field) << 16) |
+           (((sbo_bytes >> 4) & field) << 32) | (static_cast<unsigned long long>(swizzle) << 62);
+}
+
+/// Makes this thread's ordinary stores to shared memory visible to the async proxy that wgmma
+/// (and TMA) read through (fence.proxy.async.shared::cta): each thread that wrote an operand,
+/// before the barrier that precedes the wgmma.
+SPIO_DEVICE void fence_async_proxy() {
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
+/// Orders the warpgroup's earlier accesses to the accumulators and to shared memory before the
+/// wgmma that follow (wgmma.fence). Warpgroup-wide.
+SPIO_DEVICE void fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+
+/// Closes the batch of wgmma issued since the last commit (wgmma.commit_group). Warpgroup-wide.
+SPIO_DEVICE void commit_group() {
+    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+
+/// Waits until at most N committed batches are in flight (wgmma.wait_group). Warpgroup-wide.
+template <int N>
+SPIO_DEVICE void wait_group() {
+    static_assert(N >= 0 && N <= 7,
+                  "spio::warpgroup::wait_group<N>: N is a count of pending batches, 0..7");
+    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+
+namespace detail {
+template <typename T, int N>
+struct Mma;
+}  // namespace detail
+
+/// D(64xN) = A(64x16) B(16xN) + (accumulate ? D : 0) with fp32 accumulators, both operands
+/// K-major in shared memory. Warpgroup-wide; asynchronous (see commit_group / wait_group).
+///
+/// Template parameters:
+///   T   the operand type, __half or __nv_bfloat16
+///   N   64, 128 or 256: the columns of D (N / 2 accumulators per thread)
+/// Parameters:
+///   d           this thread's accumulators (layout in the file comment)
+///   desc_a      A's descriptor (64 rows x 16 along K)
+///   desc_b      B's descriptor (N rows x 16 along K: B transposed, K-major)
+///   accumulate  false: D = A B; true: D += A B
+template <typename T, int N>
+SPIO_DEVICE void mma_async(float (&d)[N / 2], unsigned long long desc_a, unsigned long long desc_b,
+                           bool accumulate) {
+    // Preconditions
+    static_assert(spio::detail::is_mma_input_v<T>,
+                  "spio::warpgroup::mma_async<T, N>: T must be __half or __nv_bfloat16 (fp32 "
+                  "accumulators); convert the operands to one of those types");  // T
+    static_assert(N == 64 || N == 128 || N == 256,
+                  "spio::warpgroup::mma_async<T, N>: N must be 64, 128 or 256 (the wrapped "
+                  "shapes); tile wider N as several calls");  // N
+    detail::Mma<T, N>::run(d, desc_a, desc_b, accumulate);
+}
+
+namespace detail {
+template <>
+struct Mma<__half, 64> {
+    SPIO_DEVICE static void run(float (&d)[32], unsigned long long a, unsigned long long b,
+                                bool acc) {
+        asm volatile(
+            "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+            "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {"
+            "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
+            "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31"
+            "}, %32, %33, p, 1, 1, 0, 0;\n}\n"
+            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),
+              "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),
+              "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]),
+              "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+              "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
+              "+f"(d[30]), "+f"(d[31])
+            : "l"(a), "l"(b), "r"(static_cast<int>(acc)));
+    }
+};
+template <>
+struct Mma<__half, 128> {
+    SPIO_DEVICE static void run(float (&d)[64], unsigned long long a, unsigned long long b,
+                                bool acc) {
+        asm volatile(
+            "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+            "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {"
+            "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
+            "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,"
+            "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,"
+            "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63"
+            "}, %64, %65, p, 1, 1, 0, 0;\n}\n"
+            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),
+              "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),
+              "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]),
+              "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+              "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
+              "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]),
+              "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
+              "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+              "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]),
+              "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]),
+              "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+            : "l"(a), "l"(b), "r"(static_cast<int>(acc)));
+    }
+};
+template <>
+struct Mma<__half, 256> {
+    SPIO_DEVICE static void run(float (&d)[128], unsigned long long a, unsigned long long b,
+                                bool acc) {
+        asm volatile(
+            "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
+            "wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16 {"
+            "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
+            "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,"
+            "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,"
+            "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63,"
+            "%64,%65,%66,%67,%68,%69,%70,%71,%72,%73,%74,%75,%76,%77,%78,%79,"
+            "%80,%81,%82,%83,%84,%85,%86,%87,%88,%89,%90,%91,%92,%93,%94,%95,"
+            "%96,%97,%98,%99,%100,%101,%102,%103,%104,%105,%106,%107,%108,%109,%110,%111,"
+            "%112,%113,%114,%115,%116,%117,%118,%119,%120,%121,%122,%123,%124,%125,%126,%127"
+            "}, %128, %129, p, 1, 1, 0, 0;\n}\n"
+            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),
+              "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),
+              "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]),
+              "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+              "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
+              "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]),
+              "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
+              "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+              "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]),
+              "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]),
+              "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]),
+              "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
+              "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]),
+              "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]),
+              "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]),
+              "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
+              "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]),
+              "+f"(d[102]), "+f"(d[103]), "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]),
+              "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), "+f"(d[112]), "+f"(d[113]),
+              "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
+              "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]),
+              "+f"(d[126]), "+f"(d[127])
+            : "l"(a), "l"(b), "r"(static_cast<int>(acc)));
+    }
+};
+template <>
+struct Mma<__nv_bfloat16, 64> {
+    SPIO_DEVICE static void run(float (&d)[32], unsigned long long a, unsigned long long b,
+                                bool acc) {
+        asm volatile(
+            "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+            "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
+            "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
+            "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31"
+            "}, %32, %33, p, 1, 1, 0, 0;\n}\n"
+            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),
+              "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),
+              "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]),
+              "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+              "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
+              "+f"(d[30]), "+f"(d[31])
+            : "l"(a), "l"(b), "r"(static_cast<int>(acc)));
+    }
+};
+template <>
+struct Mma<__nv_bfloat16, 128> {
+    SPIO_DEVICE static void run(float (&d)[64], unsigned long long a, unsigned long long b,
+                                bool acc) {
+        asm volatile(
+            "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+            "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
+            "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
+            "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,"
+            "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,"
+            "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63"
+            "}, %64, %65, p, 1, 1, 0, 0;\n}\n"
+            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),
+              "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),
+              "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]),
+              "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+              "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
+              "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]),
+              "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
+              "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+              "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]),
+              "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]),
+              "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+            : "l"(a), "l"(b), "r"(static_cast<int>(acc)));
+    }
+};
+template <>
+struct Mma<__nv_bfloat16, 256> {
+    SPIO_DEVICE static void run(float (&d)[128], unsigned long long a, unsigned long long b,
+                                bool acc) {
+        asm volatile(
+            "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
+            "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {"
+            "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
+            "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,"
+            "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,"
+            "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63,"
+            "%64,%65,%66,%67,%68,%69,%70,%71,%72,%73,%74,%75,%76,%77,%78,%79,"
+            "%80,%81,%82,%83,%84,%85,%86,%87,%88,%89,%90,%91,%92,%93,%94,%95,"
+            "%96,%97,%98,%99,%100,%101,%102,%103,%104,%105,%106,%107,%108,%109,%110,%111,"
+            "%112,%113,%114,%115,%116,%117,%118,%119,%120,%121,%122,%123,%124,%125,%126,%127"
+            "}, %128, %129, p, 1, 1, 0, 0;\n}\n"
+            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),
+              "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),
+              "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]),
+              "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+              "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
+              "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]),
+              "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
+              "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+              "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]),
+              "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]),
+              "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]),
+              "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
+              "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]),
+              "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]),
+              "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]),
+              "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
+              "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]),
+              "+f"(d[102]), "+f"(d[103]), "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]),
+              "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), "+f"(d[112]), "+f"(d[113]),
+              "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
+              "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]),
+              "+f"(d[126]), "+f"(d[127])
+            : "l"(a), "l"(b), "r"(static_cast<int>(acc)));
+    }
+};
+}  // namespace detail
+
+}  // namespace spio::warpgroup
+#else
+#define SPIO_WGMMA 0
+#endif

@@ -1,0 +1,57 @@
+// One warpgroup computes D (64 x N, fp32) = A (64 x 32) B (32 x N) with two wgmma m64nNk16
+// (the second accumulating), operands staged by ordinary stores into the no-swizzle core-matrix
+// layout of spio/wgmma.h. A is row-major (K contiguous), bt is B transposed (N x 32, K
+// contiguous), out is D row-major. T is SPIO_T (compile with -DSPIO_T=__half or __nv_bfloat16).
+// Used by tests/host/include/test_wgmma.py (compile, SASS) and tests/gpu/test_wgmma.py (values).
+#include "spio/wgmma.h"
+
+#if !SPIO_WGMMA
+#error "wgmma_probe.cu needs sm_90a (spio/wgmma.h defines nothing elsewhere)"
+#endif
+
+using T = SPIO_T;
+constexpr int K = 32;
+
+// Element (r, k) of a (rows x K) K-major operand in the core-matrix layout: 8x8 cores of 128
+// bytes, core (r / 8, k / 8) at ((r / 8) (K / 8) + k / 8) 64 elements; so the cores adjacent
+// along K are 128 bytes apart (LBO) and those adjacent along rows K / 8 * 128 bytes (SBO).
+__device__ int core_index(int r, int k) {
+    return ((r / 8) * (K / 8) + k / 8) * 64 + (r % 8) * 8 + k % 8;
+}
+
+template <int N>
+__device__ void probe(float* out, const T* a, const T* bt) {
+    __shared__ __align__(128) T sa[64 * K];
+    __shared__ __align__(128) T sb[N * K];
+    const int t = threadIdx.x;
+    for (int i = t; i < 64 * K; i += 128) sa[core_index(i / K, i % K)] = a[i];
+    for (int i = t; i < N * K; i += 128) sb[core_index(i / K, i % K)] = bt[i];
+    spio::warpgroup::fence_async_proxy();
+    __syncthreads();
+    float d[N / 2];
+    spio::warpgroup::fence();
+#pragma unroll
+    for (int ks = 0; ks < K / 16; ++ks) {  // K-step ks starts at core column 2 ks: 256 ks bytes
+        const auto da = spio::warpgroup::make_desc(sa + 128 * ks, 128, (K / 8) * 128);
+        const auto db = spio::warpgroup::make_desc(sb + 128 * ks, 128, (K / 8) * 128);
+        spio::warpgroup::mma_async<T, N>(d, da, db, ks > 0);
+    }
+    spio::warpgroup::commit_group();
+    spio::warpgroup::wait_group<0>();
+#pragma unroll
+    for (int i = 0; i < N / 2; ++i) {
+        const int row = 16 * (t / 32) + (t % 32) / 4 + 8 * ((i / 2) % 2);
+        const int col = 8 * (i / 4) + 2 * (t % 4) + i % 2;
+        out[row * N + col] = d[i];
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(128) wgmma_probe_64(float* o, const T* a, const T* b) {
+    probe<64>(o, a, b);
+}
+extern "C" __global__ void __launch_bounds__(128) wgmma_probe_128(float* o, const T* a, const T* b) {
+    probe<128>(o, a, b);
+}
+extern "C" __global__ void __launch_bounds__(128) wgmma_probe_256(float* o, const T* a, const T* b) {
+    probe<256>(o, a, b);
+}

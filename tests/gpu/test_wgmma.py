@@ -1,0 +1,55 @@
+"""GPU test of spio/wgmma.h: one warpgroup's D (64 x N, fp32) = A (64 x 32) B (32 x N) through two
+wgmma m64nNk16 on no-swizzle shared-memory descriptors (tests/gpu/data/wgmma_probe.cu), N = 64,
+128 and 256, fp16 and bf16, against an fp64 product of the same inputs. The output is NaN-poisoned
+so an accumulator the layout misses fails. Needs an sm_90 GPU (the probe is built for sm_90a).
+"""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from spio.compiler import compile as spio_compile  # noqa: E402
+from spio.cuda import Module  # noqa: E402
+from spio.testing import tolerance  # noqa: E402
+
+pytestmark = pytest.mark.gpu
+
+SOURCE = (Path(__file__).parent / "data" / "wgmma_probe.cu").read_text()
+K = 32
+DTYPES = {"__half": torch.float16, "__nv_bfloat16": torch.bfloat16}
+
+
+@functools.cache
+def _module(type_name: str):
+    cubin = spio_compile(
+        SOURCE, "sm_90a", options=(f"-DSPIO_T={type_name}",), name="wgmma_probe.cu"
+    )
+    return Module.load(cubin)
+
+
+@pytest.mark.parametrize("type_name", list(DTYPES))
+@pytest.mark.parametrize("n", [64, 128, 256])
+def test_wgmma_probe(type_name, n, seed):
+    if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("needs an sm_90 GPU (wgmma is sm_90a)")
+    dtype = DTYPES[type_name]
+    g = torch.Generator("cuda").manual_seed(seed)
+    a = torch.randn(64, K, generator=g, device="cuda").to(dtype)
+    bt = torch.randn(n, K, generator=g, device="cuda").to(dtype)
+    out = torch.full((64, n), float("nan"), device="cuda")
+    fn = _module(type_name).function(f"wgmma_probe_{n}", signature="ppp")
+    fn.launch(1, 128, (out, a, bt), stream=torch.cuda.current_stream().cuda_stream)
+    torch.cuda.synchronize()
+    want = a.double() @ bt.double().t()
+    assert not torch.isnan(out).any(), (
+        f"N={n} {type_name} seed={seed}: {int(torch.isnan(out).sum())} outputs never written, "
+        f"first at {torch.isnan(out).nonzero()[:8].tolist()}"
+    )
+    err = (out.double() - want).abs().max().item() / want.abs().max().item()
+    tol = tolerance(torch.float32, depth=K)  # products exact in fp32, K terms summed in fp32
+    assert err <= tol, f"N={n} {type_name} seed={seed}: max rel err {err:.3e} > {tol:.3e}"
