@@ -1,6 +1,7 @@
-"""GPU test of spio/wgmma.h: one warpgroup's D (64 x N, fp32) = A (64 x 32) B (32 x N) through two
-wgmma m64nNk16 on no-swizzle shared-memory descriptors (tests/gpu/data/wgmma_probe.cu), N = 64,
-128 and 256, fp16 and bf16, against an fp64 product of the same inputs. The output is NaN-poisoned
+"""GPU test of spio/wgmma.h: one warpgroup's D (64 x N, fp32) = A (64 x K) B (K x N) through chains
+of wgmma m64nNk16 on shared-memory descriptors (tests/gpu/data/wgmma_probe.cu): no swizzle with
+K = 32 (N = 64, 128, 256) and the 128-byte swizzle with K = 64 (N = 64, 128), fp16 and bf16,
+against an fp64 product of the same inputs. The output is NaN-poisoned
 so an accumulator the layout misses fails. Needs an sm_90 GPU (the probe is built for sm_90a).
 """
 
@@ -20,7 +21,6 @@ from spio.testing import tolerance  # noqa: E402
 pytestmark = pytest.mark.gpu
 
 SOURCE = (Path(__file__).parent / "data" / "wgmma_probe.cu").read_text()
-K = 32
 DTYPES = {"__half": torch.float16, "__nv_bfloat16": torch.bfloat16}
 
 
@@ -33,23 +33,33 @@ def _module(type_name: str):
 
 
 @pytest.mark.parametrize("type_name", list(DTYPES))
-@pytest.mark.parametrize("n", [64, 128, 256])
-def test_wgmma_probe(type_name, n, seed):
+@pytest.mark.parametrize(
+    "kernel, n, k",
+    [
+        ("wgmma_probe_64", 64, 32),
+        ("wgmma_probe_128", 128, 32),
+        ("wgmma_probe_256", 256, 32),
+        ("wgmma_probe_sw128_64", 64, 64),
+        ("wgmma_probe_sw128_128", 128, 64),
+    ],  # fmt: skip
+)
+def test_wgmma_probe(type_name, kernel, n, k, seed):
+    """No swizzle (K = 32) and the 128-byte swizzle TMA writes (K = 64)."""
     if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
         pytest.skip("needs an sm_90 GPU (wgmma is sm_90a)")
     dtype = DTYPES[type_name]
     g = torch.Generator("cuda").manual_seed(seed)
-    a = torch.randn(64, K, generator=g, device="cuda").to(dtype)
-    bt = torch.randn(n, K, generator=g, device="cuda").to(dtype)
+    a = torch.randn(64, k, generator=g, device="cuda").to(dtype)
+    bt = torch.randn(n, k, generator=g, device="cuda").to(dtype)
     out = torch.full((64, n), float("nan"), device="cuda")
-    fn = _module(type_name).function(f"wgmma_probe_{n}", signature="ppp")
+    fn = _module(type_name).function(kernel, signature="ppp")
     fn.launch(1, 128, (out, a, bt), stream=torch.cuda.current_stream().cuda_stream)
     torch.cuda.synchronize()
     want = a.double() @ bt.double().t()
     assert not torch.isnan(out).any(), (
-        f"N={n} {type_name} seed={seed}: {int(torch.isnan(out).sum())} outputs never written, "
+        f"{kernel} {type_name} seed={seed}: {int(torch.isnan(out).sum())} outputs never written, "
         f"first at {torch.isnan(out).nonzero()[:8].tolist()}"
     )
     err = (out.double() - want).abs().max().item() / want.abs().max().item()
-    tol = tolerance(torch.float32, depth=K)  # products exact in fp32, K terms summed in fp32
-    assert err <= tol, f"N={n} {type_name} seed={seed}: max rel err {err:.3e} > {tol:.3e}"
+    tol = tolerance(torch.float32, depth=k)  # products exact in fp32, k terms summed in fp32
+    assert err <= tol, f"{kernel} {type_name} seed={seed}: max rel err {err:.3e} > {tol:.3e}"

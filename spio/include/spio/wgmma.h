@@ -12,6 +12,10 @@
 /// Shared-memory operands without swizzle: 8x8 core matrices of 8 rows x 16 bytes (8 elements
 /// along K: K-major), each stored contiguously (128 bytes); `lbo_bytes` is the distance between
 /// core matrices adjacent along K, `sbo_bytes` between those adjacent along M (A) or N (B).
+/// With the 128-byte swizzle (Swizzle::B128, what TMA writes): rows of 128 bytes (64 elements
+/// along K), the 16-byte chunk c of row r stored at chunk c ^ (r % 8), 8 rows per 1024-byte
+/// atom (1024-byte aligned; `sbo_bytes` 1024, `lbo_bytes` unused); the K-step of 16 elements at
+/// byte 32 ks of the row is the descriptor of the tile's start plus 32 ks bytes.
 ///
 /// Defined only where the compiler targets sm_90a (`__CUDA_ARCH_FEAT_SM90_ALL`): SPIO_WGMMA is 1
 /// there and 0 elsewhere (sm_80, plain sm_90, a host compiler). Compile-tested on the host

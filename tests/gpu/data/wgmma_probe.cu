@@ -2,6 +2,7 @@
 // (the second accumulating), operands staged by ordinary stores into the no-swizzle core-matrix
 // layout of spio/wgmma.h. A is row-major (K contiguous), bt is B transposed (N x 32, K
 // contiguous), out is D row-major. T is SPIO_T (compile with -DSPIO_T=__half or __nv_bfloat16).
+// wgmma_probe_sw128_N: the same with K = 64 in the 128-byte swizzled layout (below).
 // Used by tests/host/include/test_wgmma.py (compile, SASS) and tests/gpu/test_wgmma.py (values).
 #include "spio/wgmma.h"
 
@@ -46,6 +47,46 @@ __device__ void probe(float* out, const T* a, const T* bt) {
     }
 }
 
+// The same product with K = 64 staged in the 128-byte swizzled K-major layout that TMA writes:
+// row r of a tile is 128 bytes (64 elements along K), its 16-byte chunk c stored at chunk c ^ (r %
+// 8); 8 rows form a 1024-byte atom (SBO = 1024; LBO unused by swizzled K-major layouts). K-step
+// ks of 16 elements starts 32 ks bytes into the row: the hardware applies the XOR to the
+// address, so the descriptor's start address just advances.
+constexpr int K_SW = 64;
+
+__device__ int swizzled_index(int r, int k) {
+    const int chunk = (k / 8) ^ (r % 8);
+    return r * K_SW + chunk * 8 + k % 8;
+}
+
+template <int N>
+__device__ void probe_sw128(float* out, const T* a, const T* bt) {
+    __shared__ __align__(1024) T sa[64 * K_SW];
+    __shared__ __align__(1024) T sb[N * K_SW];
+    const int t = threadIdx.x;
+    for (int i = t; i < 64 * K_SW; i += 128) sa[swizzled_index(i / K_SW, i % K_SW)] = a[i];
+    for (int i = t; i < N * K_SW; i += 128) sb[swizzled_index(i / K_SW, i % K_SW)] = bt[i];
+    spio::warpgroup::fence_async_proxy();
+    __syncthreads();
+    float d[N / 2];
+    spio::warpgroup::fence();
+#pragma unroll
+    for (int ks = 0; ks < K_SW / 16; ++ks) {
+        constexpr auto sw = spio::warpgroup::Swizzle::B128;
+        const auto da = spio::warpgroup::make_desc(sa + 16 * ks, 16, 1024, sw);
+        const auto db = spio::warpgroup::make_desc(sb + 16 * ks, 16, 1024, sw);
+        spio::warpgroup::mma_async<T, N>(d, da, db, ks > 0);
+    }
+    spio::warpgroup::commit_group();
+    spio::warpgroup::wait_group<0>();
+#pragma unroll
+    for (int i = 0; i < N / 2; ++i) {
+        const int row = 16 * (t / 32) + (t % 32) / 4 + 8 * ((i / 2) % 2);
+        const int col = 8 * (i / 4) + 2 * (t % 4) + i % 2;
+        out[row * N + col] = d[i];
+    }
+}
+
 extern "C" __global__ void __launch_bounds__(128) wgmma_probe_64(float* o, const T* a, const T* b) {
     probe<64>(o, a, b);
 }
@@ -54,4 +95,12 @@ extern "C" __global__ void __launch_bounds__(128) wgmma_probe_128(float* o, cons
 }
 extern "C" __global__ void __launch_bounds__(128) wgmma_probe_256(float* o, const T* a, const T* b) {
     probe<256>(o, a, b);
+}
+extern "C" __global__ void __launch_bounds__(128)
+    wgmma_probe_sw128_64(float* o, const T* a, const T* b) {
+    probe_sw128<64>(o, a, b);
+}
+extern "C" __global__ void __launch_bounds__(128)
+    wgmma_probe_sw128_128(float* o, const T* a, const T* b) {
+    probe_sw128<128>(o, a, b);
 }
