@@ -20,14 +20,32 @@ __device__ int core_index(int r, int k) {
     return ((r / 8) * (K / 8) + k / 8) * 64 + (r % 8) * 8 + k % 8;
 }
 
+// A (rows x KK) row-major operand into shared memory at index(r, k), by the warpgroup's threads
+// with ordinary stores, then made visible to wgmma's async proxy (the caller syncs).
+template <int KK, class Index>
+__device__ void stage(T* smem, const T* gmem, int rows, Index index) {
+    for (int i = threadIdx.x; i < rows * KK; i += 128) smem[index(i / KK, i % KK)] = gmem[i];
+    spio::warpgroup::fence_async_proxy();
+}
+
+// The accumulators to D (64 x N, row-major), in the layout of spio/wgmma.h's file comment.
+template <int N>
+__device__ void store_d(float* out, const float (&d)[N / 2]) {
+    const int t = threadIdx.x;
+#pragma unroll
+    for (int i = 0; i < N / 2; ++i) {
+        const int row = 16 * (t / 32) + (t % 32) / 4 + 8 * ((i / 2) % 2);
+        const int col = 8 * (i / 4) + 2 * (t % 4) + i % 2;
+        out[row * N + col] = d[i];
+    }
+}
+
 template <int N>
 __device__ void probe(float* out, const T* a, const T* bt) {
     __shared__ __align__(128) T sa[64 * K];
     __shared__ __align__(128) T sb[N * K];
-    const int t = threadIdx.x;
-    for (int i = t; i < 64 * K; i += 128) sa[core_index(i / K, i % K)] = a[i];
-    for (int i = t; i < N * K; i += 128) sb[core_index(i / K, i % K)] = bt[i];
-    spio::warpgroup::fence_async_proxy();
+    stage<K>(sa, a, 64, core_index);
+    stage<K>(sb, bt, N, core_index);
     __syncthreads();
     float d[N / 2];
     spio::warpgroup::fence();
@@ -39,12 +57,7 @@ __device__ void probe(float* out, const T* a, const T* bt) {
     }
     spio::warpgroup::commit_group();
     spio::warpgroup::wait_group<0>();
-#pragma unroll
-    for (int i = 0; i < N / 2; ++i) {
-        const int row = 16 * (t / 32) + (t % 32) / 4 + 8 * ((i / 2) % 2);
-        const int col = 8 * (i / 4) + 2 * (t % 4) + i % 2;
-        out[row * N + col] = d[i];
-    }
+    store_d<N>(out, d);
 }
 
 // The same product with K = 64 staged in the 128-byte swizzled K-major layout that TMA writes:
@@ -63,10 +76,8 @@ template <int N>
 __device__ void probe_sw128(float* out, const T* a, const T* bt) {
     __shared__ __align__(1024) T sa[64 * K_SW];
     __shared__ __align__(1024) T sb[N * K_SW];
-    const int t = threadIdx.x;
-    for (int i = t; i < 64 * K_SW; i += 128) sa[swizzled_index(i / K_SW, i % K_SW)] = a[i];
-    for (int i = t; i < N * K_SW; i += 128) sb[swizzled_index(i / K_SW, i % K_SW)] = bt[i];
-    spio::warpgroup::fence_async_proxy();
+    stage<K_SW>(sa, a, 64, swizzled_index);
+    stage<K_SW>(sb, bt, N, swizzled_index);
     __syncthreads();
     float d[N / 2];
     spio::warpgroup::fence();
@@ -79,12 +90,7 @@ __device__ void probe_sw128(float* out, const T* a, const T* bt) {
     }
     spio::warpgroup::commit_group();
     spio::warpgroup::wait_group<0>();
-#pragma unroll
-    for (int i = 0; i < N / 2; ++i) {
-        const int row = 16 * (t / 32) + (t % 32) / 4 + 8 * ((i / 2) % 2);
-        const int col = 8 * (i / 4) + 2 * (t % 4) + i % 2;
-        out[row * N + col] = d[i];
-    }
+    store_d<N>(out, d);
 }
 
 extern "C" __global__ void __launch_bounds__(128) wgmma_probe_64(float* o, const T* a, const T* b) {
