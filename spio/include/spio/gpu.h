@@ -12,6 +12,7 @@
 #include "spio/device.h"
 #include "spio/fragment.h"
 #include "spio/ldmatrix.h"
+#include "spio/mbarrier.h"
 #include "spio/mma.h"
 #include "spio/pipeline.h"
 #include "spio/reduce.h"

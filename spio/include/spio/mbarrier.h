@@ -1,0 +1,88 @@
+/// Shared-memory barriers with transaction counts (mbarrier) and the bulk copy that completes on
+/// them (cp.async.bulk, the 1-D form of the tensor memory accelerator): sm_90+.
+///
+/// An mbarrier is a 64-bit word in shared memory. One thread initialises it with the number of
+/// arrivals a phase needs (`init`, then `fence_init` and a CTA barrier before anyone uses it); a
+/// producer announces the bytes a phase will receive and arrives (`arrive_expect_tx`), issues bulk
+/// copies that count those bytes down as they land (`bulk_copy_g2s`); consumers wait for the
+/// phase to complete (`wait(bar, parity)`, parity 0 for the first phase, then 1, 0, ...).
+///
+/// Example (one producer thread, 128 consumers):
+///     __shared__ __align__(8) unsigned long long bar;
+///     if (threadIdx.x == 0) { spio::mbarrier::init(&bar, 1); spio::mbarrier::fence_init(); }
+///     __syncthreads();
+///     if (threadIdx.x == 0) {
+///         spio::mbarrier::arrive_expect_tx(&bar, bytes);
+///         spio::mbarrier::bulk_copy_g2s(smem, gmem, bytes, &bar);
+///     }
+///     spio::mbarrier::wait(&bar, 0);      // smem now holds the bytes
+///
+/// Defined where the compiler targets sm_90 or newer (SPIO_MBARRIER 1), else nothing
+/// (SPIO_MBARRIER 0). Compile-tested on the host (tests/host/include/test_mbarrier.py); the GPU
+/// test is tests/gpu/test_mbarrier.py.
+#pragma once
+
+#include "spio/device.h"
+
+#if SPIO_GPU_BLOCKS && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define SPIO_MBARRIER 1
+namespace spio::mbarrier {
+
+/// Initialises the barrier at `bar` (shared memory, 8-byte aligned) for `count` arrivals per
+/// phase. One thread; follow with fence_init() and a CTA barrier.
+SPIO_DEVICE void init(unsigned long long* bar, unsigned count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_address(bar)), "r"(count)
+                 : "memory");
+}
+
+/// Makes the initialisations visible to the async proxy and the cluster
+/// (fence.mbarrier_init.release.cluster). The initialising thread, after its init() calls.
+SPIO_DEVICE void fence_init() {
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+
+/// Arrives on the barrier and adds `bytes` to the transactions its current phase waits for.
+SPIO_DEVICE void arrive_expect_tx(unsigned long long* bar, unsigned bytes) {
+    asm volatile(
+        "{\n.reg .b64 state;\n"
+        "mbarrier.arrive.expect_tx.shared::cta.b64 state, [%0], %1;\n}\n" ::"r"(
+            smem_address(bar)),
+        "r"(bytes)
+        : "memory");
+}
+
+/// Arrives on the barrier (no transaction bytes).
+SPIO_DEVICE void arrive(unsigned long long* bar) {
+    asm volatile(
+        "{\n.reg .b64 state;\nmbarrier.arrive.shared::cta.b64 state, [%0];\n}\n" ::"r"(
+            smem_address(bar))
+        : "memory");
+}
+
+/// Waits until the barrier's phase of parity `parity` (0 for the first phase) has completed:
+/// its arrivals are in and its transaction bytes have landed.
+SPIO_DEVICE void wait(unsigned long long* bar, unsigned parity) {
+    asm volatile(
+        "{\n.reg .pred done;\n"
+        "WAIT:\n"
+        "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+        "@!done bra WAIT;\n}\n" ::"r"(smem_address(bar)),
+        "r"(parity)
+        : "memory");
+}
+
+/// Copies `bytes` (a multiple of 16, both addresses 16-byte aligned) from global to shared
+/// memory in the background (cp.async.bulk); the bytes count down the barrier's current phase.
+/// One thread per copy.
+SPIO_DEVICE void bulk_copy_g2s(void* smem, const void* gmem, unsigned bytes,
+                               unsigned long long* bar) {
+    asm volatile(
+        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"
+        ::"r"(smem_address(smem)), "l"(gmem), "r"(bytes), "r"(smem_address(bar))
+        : "memory");
+}
+
+}  // namespace spio::mbarrier
+#else
+#define SPIO_MBARRIER 0
+#endif
