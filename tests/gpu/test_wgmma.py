@@ -63,3 +63,31 @@ def test_wgmma_probe(type_name, kernel, n, k, seed):
     err = (out.double() - want).abs().max().item() / want.abs().max().item()
     tol = tolerance(torch.float32, depth=k)  # products exact in fp32, k terms summed in fp32
     assert err <= tol, f"{kernel} {type_name} seed={seed}: max rel err {err:.3e} > {tol:.3e}"
+
+
+def _core_order(t: torch.Tensor) -> torch.Tensor:
+    """A (rows x k) row-major operand in the no-swizzle core-matrix order of wgmma_probe.cu:
+    8x8 cores, core (r / 8, k / 8) at ((r / 8) (k / 8 per row) + k / 8) 64 elements."""
+    rows, k = t.shape
+    return t.view(rows // 8, 8, k // 8, 8).permute(0, 2, 1, 3).contiguous()
+
+
+@pytest.mark.parametrize("type_name", list(DTYPES))
+def test_bulk_copied_operands(type_name, seed):
+    """A and B brought into shared memory by cp.async.bulk on an mbarrier, then the wgmma."""
+    if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("needs an sm_90 GPU (wgmma is sm_90a)")
+    dtype, n, k = DTYPES[type_name], 128, 32
+    g = torch.Generator("cuda").manual_seed(seed)
+    a = torch.randn(64, k, generator=g, device="cuda").to(dtype)
+    bt = torch.randn(n, k, generator=g, device="cuda").to(dtype)
+    out = torch.full((64, n), float("nan"), device="cuda")
+    fn = _module(type_name).function("bulk_wgmma_probe_128", signature="ppp")
+    stream = torch.cuda.current_stream().cuda_stream
+    fn.launch(1, 128, (out, _core_order(a), _core_order(bt)), stream=stream)
+    torch.cuda.synchronize()
+    want = a.double() @ bt.double().t()
+    assert not torch.isnan(out).any(), f"{type_name} seed={seed}: outputs never written"
+    err = (out.double() - want).abs().max().item() / want.abs().max().item()
+    tol = tolerance(torch.float32, depth=k)
+    assert err <= tol, f"bulk {type_name} seed={seed}: max rel err {err:.3e} > {tol:.3e}"

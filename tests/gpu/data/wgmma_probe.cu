@@ -3,7 +3,10 @@
 // layout of spio/wgmma.h. A is row-major (K contiguous), bt is B transposed (N x 32, K
 // contiguous), out is D row-major. T is SPIO_T (compile with -DSPIO_T=__half or __nv_bfloat16).
 // wgmma_probe_sw128_N: the same with K = 64 in the 128-byte swizzled layout (below).
+// bulk_wgmma_probe_128: A and bt given already in core-matrix order, brought in by one thread's
+// cp.async.bulk copies completing on an mbarrier (spio/mbarrier.h), then the same product.
 // Used by tests/host/include/test_wgmma.py (compile, SASS) and tests/gpu/test_wgmma.py (values).
+#include "spio/mbarrier.h"
 #include "spio/wgmma.h"
 
 #if !SPIO_WGMMA
@@ -109,4 +112,41 @@ extern "C" __global__ void __launch_bounds__(128)
 extern "C" __global__ void __launch_bounds__(128)
     wgmma_probe_sw128_128(float* o, const T* a, const T* b) {
     probe_sw128<128>(o, a, b);
+}
+
+// Operands in core-matrix order in global memory (the host permutes them), copied whole into
+// shared memory by cp.async.bulk: the bytes land through the async proxy that wgmma reads, and
+// the mbarrier's phase completes when they are in.
+template <int N>
+__device__ void bulk_probe(float* out, const T* a_core, const T* bt_core) {
+    __shared__ __align__(128) T sa[64 * K];
+    __shared__ __align__(128) T sb[N * K];
+    __shared__ __align__(8) unsigned long long bar;
+    if (threadIdx.x == 0) {
+        spio::mbarrier::init(&bar, 1);
+        spio::mbarrier::fence_init();
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        spio::mbarrier::arrive_expect_tx(&bar, (64 + N) * K * sizeof(T));
+        spio::mbarrier::bulk_copy_g2s(sa, a_core, 64 * K * sizeof(T), &bar);
+        spio::mbarrier::bulk_copy_g2s(sb, bt_core, N * K * sizeof(T), &bar);
+    }
+    spio::mbarrier::wait(&bar, 0);
+    float d[N / 2];
+    spio::warpgroup::fence();
+#pragma unroll
+    for (int ks = 0; ks < K / 16; ++ks) {
+        const auto da = spio::warpgroup::make_desc(sa + 128 * ks, 128, (K / 8) * 128);
+        const auto db = spio::warpgroup::make_desc(sb + 128 * ks, 128, (K / 8) * 128);
+        spio::warpgroup::mma_async<T, N>(d, da, db, ks > 0);
+    }
+    spio::warpgroup::commit_group();
+    spio::warpgroup::wait_group<0>();
+    store_d<N>(out, d);
+}
+
+extern "C" __global__ void __launch_bounds__(128)
+    bulk_wgmma_probe_128(float* o, const T* a, const T* b) {
+    bulk_probe<128>(o, a, b);
 }
