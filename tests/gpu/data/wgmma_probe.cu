@@ -43,6 +43,23 @@ __device__ void store_d(float* out, const float (&d)[N / 2]) {
     }
 }
 
+// D = A B over KK / 16 wgmma K-steps, step ks's descriptors starting `step` elements further
+// (no swizzle: the next core column pair, 128 elements; 128-byte swizzle: 32 bytes into the row),
+// then committed and waited for.
+template <int N, int KK>
+__device__ void multiply(float (&d)[N / 2], const T* sa, const T* sb, int step, unsigned lbo,
+                         unsigned sbo, spio::warpgroup::Swizzle swizzle) {
+    spio::warpgroup::fence();
+#pragma unroll
+    for (int ks = 0; ks < KK / 16; ++ks) {
+        const auto da = spio::warpgroup::make_desc(sa + step * ks, lbo, sbo, swizzle);
+        const auto db = spio::warpgroup::make_desc(sb + step * ks, lbo, sbo, swizzle);
+        spio::warpgroup::mma_async<T, N>(d, da, db, ks > 0);
+    }
+    spio::warpgroup::commit_group();
+    spio::warpgroup::wait_group<0>();
+}
+
 template <int N>
 __device__ void probe(float* out, const T* a, const T* bt) {
     __shared__ __align__(128) T sa[64 * K];
@@ -51,15 +68,7 @@ __device__ void probe(float* out, const T* a, const T* bt) {
     stage<K>(sb, bt, N, core_index);
     __syncthreads();
     float d[N / 2];
-    spio::warpgroup::fence();
-#pragma unroll
-    for (int ks = 0; ks < K / 16; ++ks) {  // K-step ks starts at core column 2 ks: 256 ks bytes
-        const auto da = spio::warpgroup::make_desc(sa + 128 * ks, 128, (K / 8) * 128);
-        const auto db = spio::warpgroup::make_desc(sb + 128 * ks, 128, (K / 8) * 128);
-        spio::warpgroup::mma_async<T, N>(d, da, db, ks > 0);
-    }
-    spio::warpgroup::commit_group();
-    spio::warpgroup::wait_group<0>();
+    multiply<N, K>(d, sa, sb, 128, 128, (K / 8) * 128, spio::warpgroup::Swizzle::None);
     store_d<N>(out, d);
 }
 
@@ -83,16 +92,7 @@ __device__ void probe_sw128(float* out, const T* a, const T* bt) {
     stage<K_SW>(sb, bt, N, swizzled_index);
     __syncthreads();
     float d[N / 2];
-    spio::warpgroup::fence();
-#pragma unroll
-    for (int ks = 0; ks < K_SW / 16; ++ks) {
-        constexpr auto sw = spio::warpgroup::Swizzle::B128;
-        const auto da = spio::warpgroup::make_desc(sa + 16 * ks, 16, 1024, sw);
-        const auto db = spio::warpgroup::make_desc(sb + 16 * ks, 16, 1024, sw);
-        spio::warpgroup::mma_async<T, N>(d, da, db, ks > 0);
-    }
-    spio::warpgroup::commit_group();
-    spio::warpgroup::wait_group<0>();
+    multiply<N, K_SW>(d, sa, sb, 16, 16, 1024, spio::warpgroup::Swizzle::B128);
     store_d<N>(out, d);
 }
 
@@ -134,15 +134,7 @@ __device__ void bulk_probe(float* out, const T* a_core, const T* bt_core) {
     }
     spio::mbarrier::wait(&bar, 0);
     float d[N / 2];
-    spio::warpgroup::fence();
-#pragma unroll
-    for (int ks = 0; ks < K / 16; ++ks) {
-        const auto da = spio::warpgroup::make_desc(sa + 128 * ks, 128, (K / 8) * 128);
-        const auto db = spio::warpgroup::make_desc(sb + 128 * ks, 128, (K / 8) * 128);
-        spio::warpgroup::mma_async<T, N>(d, da, db, ks > 0);
-    }
-    spio::warpgroup::commit_group();
-    spio::warpgroup::wait_group<0>();
+    multiply<N, K>(d, sa, sb, 128, 128, (K / 8) * 128, spio::warpgroup::Swizzle::None);
     store_d<N>(out, d);
 }
 
