@@ -75,6 +75,22 @@ SPIO_DEVICE constexpr bool zero_tap(int m, int s) {
     return PHASED && ((m % 2 + s - PAD_W) % 2 + 2) % 2 != 0;
 }
 
+SPIO_DEVICE constexpr int gcd(int a, int b) { return b == 0 ? a : gcd(b, a % b); }
+SPIO_DEVICE constexpr int lcm(int a, int b) { return a / gcd(a, b) * b; }
+
+/// Input rows per step of the main loop: UNROLL (so ring slots are compile-time constants), or
+/// a multiple of it that STAGES and 2 divide too (stage and output-buffer indices constant as
+/// well) when that stays short: at most 12 rows (3x3: stride 1 with 2, 3, 4 or 6 stages, stride
+/// 2 with 2, 3, 4, 6 or 8), so the unrolled loop stays small.
+constexpr int STEP_ROWS =
+    lcm(lcm(UNROLL, STAGES), 2) <= 12 ? lcm(lcm(UNROLL, STAGES), 2) : UNROLL;
+
+/// (i0 + u) mod n for i0 a multiple of STEP_ROWS: a compile-time constant when n divides
+/// STEP_ROWS and u is one.
+SPIO_DEVICE constexpr int step_mod(int i0, int u, int n) {
+    return STEP_ROWS % n == 0 ? u % n : (i0 + u) % n;
+}
+
 /// The accumulator-ring slot of output row (i0 + d) / STRIDE_H, for i0 a multiple of UNROLL and
 /// d a compile-time constant that STRIDE_H divides (negative d included).
 SPIO_DEVICE constexpr int ring_slot(int d) { return ((d / STRIDE_H) % RING + RING) % RING; }
@@ -124,30 +140,77 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
             static_cast<float>(static_cast<Elem>(*bias[group][KO(2 * lane_pair.get() + 1)]));
     }
 
+    // ---- copy slots: what this thread copies of every input row and writes of every output row
+    // A tile row is WARPS * IMAGES * TILE_W 16-byte chunks of x (consecutive threads:
+    // consecutive 16 B of one pixel), LOAD_SLOTS per thread; a staged output row is WARPS *
+    // STAGED_Q chunks of y, STORE_SLOTS per thread. Which pixel, group and image a slot holds,
+    // and whether it lies inside the image, is the same in every row, so it is worked out once
+    // here, as element offsets into row 0 (of x or y, from the CTA's first image; -1: outside
+    // the image, zero-filled / not stored) and into stage 0 of the shared-memory ring (-1: the
+    // slot copies nothing); a row only adds its H / P and its STAGE / OUTBUF. Plain 32-bit
+    // offsets keep the slots in few registers.
+    constexpr int THREADS = WARPS * 32;
+    constexpr int LOAD_ITEMS = WARPS * IMAGES * TILE_W;
+    constexpr int LOAD_SLOTS = (LOAD_ITEMS + THREADS - 1) / THREADS;
+    constexpr int STORE_ITEMS = WARPS * STAGED_Q;
+    constexpr int STORE_SLOTS = (STORE_ITEMS + THREADS - 1) / THREADS;
+    int load_src[LOAD_SLOTS], load_dst[LOAD_SLOTS], store_dst[STORE_SLOTS], store_src[STORE_SLOTS];
+#pragma unroll
+    for (int k = 0; k < LOAD_SLOTS; ++k) {
+        // Tile column j of image img is column SW q0 - PAD_W + j of the dilated input.
+        const int t = static_cast<int>(threadIdx.x) + k * THREADS;
+        const C8 g(t % WARPS);
+        const int j = t / WARPS;
+        const int img = IMAGES == 1 ? 0 : j / TILE_W;
+        const int wv = q0 * STRIDE_W - PAD_W + (IMAGES == 1 ? j : j % TILE_W);
+        const int w = wv / DILATE_W;
+        const bool inside = wv >= 0 && wv % DILATE_W == 0 && w < IN_W && img < images &&
+                            (!RAGGED_GROUPS || (group0 + g).get() < GROUPS);
+        load_src[k] = inside ? static_cast<int>(input[W(w)][group0 + g].get() - input.get()) +
+                                   img * Input::storage_size()
+                             : -1;
+        // PHASED never reads the dilation's zero columns: they are not filled.
+        const bool active =
+            (LOAD_ITEMS % THREADS == 0 || t < LOAD_ITEMS) && !(PHASED && (wv & 1) != 0);
+        load_dst[k] =
+            active ? static_cast<int>(smem_input[g][W(j)].get() - smem_input.get()) : -1;
+    }
+#pragma unroll
+    for (int k = 0; k < STORE_SLOTS; ++k) {
+        // Staged column j is column j of the tile, or with IMAGES = 2 column j % 8 of image j / 8.
+        const int t = static_cast<int>(threadIdx.x) + k * THREADS;
+        const C8 g(t % WARPS);
+        const int j = t / WARPS;
+        const int img = IMAGES == 1 ? 0 : j / 8;
+        const int q = q0 + (IMAGES == 1 ? j : j % 8);
+        const bool active = (STORE_ITEMS % THREADS == 0 || t < STORE_ITEMS) && q < OUT_Q &&
+                            img < images && (!RAGGED_GROUPS || (group0 + g).get() < GROUPS);
+        store_dst[k] = active ? static_cast<int>(output[Q(q)][group0 + g].get() - output.get()) +
+                                    img * Output::storage_size()
+                              : -1;
+        store_src[k] = active ? static_cast<int>(smem_output[g][Q(j)].get() - smem_output.get())
+                              : 0;
+    }
+
     // ---- stages: load one input row, multiply it into the ring, store a finished row ----------
-    // Input row i of the tile is row SH p0 - PAD_H + i of the dilated input; tile column j is
-    // its column SW q0 - PAD_W + j. Pixels outside the image and the dilation's zero rows and
-    // columns are zero-filled: that is the convolution's padding.
-    // With IMAGES = 2, shared-memory column j = img * TILE_W + jj holds column jj of image img.
+    // Input row i of the tile is row SH p0 - PAD_H + i of the dilated input. Pixels outside the
+    // image and the dilation's zero rows and columns are zero-filled: that is the convolution's
+    // padding. With IMAGES = 2, shared-memory column j = img * TILE_W + jj holds column jj of
+    // image img.
     auto load_input_row = [&](int i, int stage) {
         const int v = p0 * STRIDE_H - PAD_H + i;  // row of the dilated input (x itself at DILATE 1)
         const int h = v / DILATE_H;
         const bool row_inside = v >= 0 && v % DILATE_H == 0 && h < IN_H;
-        spio::for_each_strided<WARPS * IMAGES * TILE_W, WARPS * 32>([&](int t) {
-            const C8 g(t % WARPS);  // consecutive threads: consecutive 16 B of one pixel
-            const int j = t / WARPS;
-            const int img = IMAGES == 1 ? 0 : j / TILE_W;
-            const int wv = q0 * STRIDE_W - PAD_W + (IMAGES == 1 ? j : j % TILE_W);
-            const int w = wv / DILATE_W;
-            const bool inside = row_inside && wv >= 0 && wv % DILATE_W == 0 && w < IN_W &&
-                                img < images && (!RAGGED_GROUPS || (group0 + g).get() < GROUPS);
-            // PHASED never reads the dilation's zero columns: they are not filled.
-            if (PHASED && (wv & 1) != 0) return;
-            const uint4* src =
-                inside ? input[H(h)][W(w)][group0 + g].get() + img * Input::storage_size()
-                       : in_ptr;
-            spio::cp_async_16(smem_input[STAGE(stage)][g][W(j)].get(), src, inside);
-        });
+        // An outside row is zero-filled from row 0's address.
+        const uint4* row = input[H(row_inside ? h : 0)].get();
+        unsigned* stage_base = smem_input[STAGE(stage)].get();
+#pragma unroll
+        for (int k = 0; k < LOAD_SLOTS; ++k) {
+            if (load_dst[k] >= 0) {
+                spio::cp_async_16(stage_base + load_dst[k], row + max(load_src[k], 0),
+                                  row_inside && load_src[k] >= 0);
+            }
+        }
     };
 
     float reg_acc[RING][MMA_M_TILES][4];  // ring of RING output rows x 16-column strips
@@ -201,9 +264,12 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
             for (int m = 0; m < MMA_M_TILES; ++m) {
 #pragma unroll
                 for (int half = 0; half < 2; ++half) {  // fragment rows lane/4 and lane/4 + 8
+                    // Without a bias nothing is added (x + 0.f is an instruction: it maps -0
+                    // to +0).
+                    const float lo = reg_acc[slot][m][2 * half] + (HAS_BIAS ? bias_lo : -0.f);
+                    const float hi = reg_acc[slot][m][2 * half + 1] + (HAS_BIAS ? bias_hi : -0.f);
                     *plane[Q(tile_col(m, lane_row + 8 * half))][lane_pair] =
-                        spio::round_pack2<Elem>(reg_acc[slot][m][2 * half] + bias_lo,
-                                                reg_acc[slot][m][2 * half + 1] + bias_hi);
+                        spio::round_pack2<Elem>(lo, hi);
                 }
             }
         }
@@ -213,21 +279,17 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
             for (int e = 0; e < 4; ++e) reg_acc[slot][m][e] = 0.f;
     };
 
-    // A staged row (visible after a barrier) to global memory, 16 B per thread. Staged column j
-    // is column j of the tile, or with IMAGES = 2 column j % 8 of image j / 8.
+    // A staged row (visible after a barrier) to global memory, 16 B per thread and slot.
     auto write_row = [&](int p, int buf) {
-        spio::for_each_strided<WARPS * STAGED_Q, WARPS * 32>([&](int t) {
-            const C8 g(t % WARPS);
-            const int j = t / WARPS;
-            const int img = IMAGES == 1 ? 0 : j / 8;
-            const int q = q0 + (IMAGES == 1 ? j : j % 8);
-            if (q < OUT_Q && img < images && (!RAGGED_GROUPS || (group0 + g).get() < GROUPS)) {
-                const uint4 v = *reinterpret_cast<const uint4*>(
-                    smem_output[OUTBUF(buf)][g][Q(j)].get());
-                *reinterpret_cast<uint4*>(output[P(p)][Q(q)][group0 + g].get() +
-                                          img * Output::storage_size()) = v;
+        unsigned* row = output[P(p)].get();
+        const unsigned* staged = smem_output[OUTBUF(buf)].get();
+#pragma unroll
+        for (int k = 0; k < STORE_SLOTS; ++k) {
+            if (store_dst[k] >= 0) {
+                *reinterpret_cast<uint4*>(row + store_dst[k]) =
+                    *reinterpret_cast<const uint4*>(staged + store_src[k]);
             }
-        });
+        }
     };
 
     // ---- prologue: the first STAGES - 1 rows in flight ----------------------------------------
@@ -275,22 +337,24 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
         }
     }
 
-    // ---- main loop: rows in groups of UNROLL so ring slots are compile-time constants ---------
+    // ---- main loop: rows in groups of STEP_ROWS so ring slots are compile-time constants ------
+    // STEP_ROWS is a multiple of UNROLL (ring slots); when it is also one of STAGES and of 2 (the
+    // staged-output buffers), every shared-memory offset of a row is a compile-time constant too.
     int pending_p = -1;  // output row staged by the previous step (-1: none), and its buffer
     int pending_buf = 0;
 #pragma unroll 1
-    for (int i0 = 0; i0 < TILE_H; i0 += UNROLL) {
+    for (int i0 = 0; i0 < TILE_H; i0 += STEP_ROWS) {
 #pragma unroll
-        for (int u = 0; u < UNROLL; ++u) {  // fully unrolled: u and every slot are constants
+        for (int u = 0; u < STEP_ROWS; ++u) {  // fully unrolled: u and every slot are constants
             const int i = i0 + u;
             if (i < TILE_H) {  // uniform across the CTA: the barrier below is safe
                 spio::cp_async_wait<STAGES - 2>();
                 __syncthreads();  // row i visible; row i - 1 and the last staged row are done
                 if (pending_p >= 0) write_row(pending_p, pending_buf);
                 const int next = i + STAGES - 1;
-                if (next < TILE_H) load_input_row(next, next % STAGES);
+                if (next < TILE_H) load_input_row(next, step_mod(i0, u + STAGES - 1, STAGES));
                 spio::cp_async_commit();
-                multiply_row(i, i % STAGES, u);
+                multiply_row(i, step_mod(i0, u, STAGES), u);
                 pending_p = -1;
                 if ((u - (KERNEL_R - 1)) % STRIDE_H == 0) {  // an output row is complete
                     const int d = i - (KERNEL_R - 1);
@@ -298,9 +362,10 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
                     const bool valid = d >= 0 && p0 + j < OUT_P;
                     // The next staging into buffer i % 2 (row i + 1 at SH = 1, i + 2 at SH = 2)
                     // comes after the barrier that follows this row's write.
-                    stage_row(valid, i % 2, ring_slot(u - (KERNEL_R - 1)));
+                    const int buf = step_mod(i0, u, 2);
+                    stage_row(valid, buf, ring_slot(u - (KERNEL_R - 1)));
                     pending_p = valid ? p0 + j : -1;
-                    pending_buf = i % 2;
+                    pending_buf = buf;
                 }
             }
         }

@@ -113,42 +113,95 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
     const int last = min(first + tasks_per_split, num_tasks);
     const int stream_rows = max(last - first, 0) * TILE_H;
 
+    // A stream position, advanced one row at a time: no division per row. The loader runs
+    // STAGES - 1 positions ahead of the multiplier; each keeps its own.
+    struct StreamPos {
+        int i;      // row of the task
+        int p0;     // the task's first dy row
+        int image;  // the task's image
+        int stage;  // k % STAGES
+        int dy;     // k % DY_ROWS
+        SPIO_DEVICE void advance() {
+            if (++i == TILE_H) {
+                i = 0;
+                p0 += BLOCK_P;
+                if (p0 == P_CHUNKS * BLOCK_P) {
+                    p0 = 0;
+                    ++image;
+                }
+            }
+            stage = stage + 1 == STAGES ? 0 : stage + 1;
+            dy = dy + 1 == DY_ROWS ? 0 : dy + 1;
+        }
+    };
+    const StreamPos start{0, (first % P_CHUNKS) * BLOCK_P, first / P_CHUNKS, 0, 0};
+
+    // Copy slots: which column and group of a row this thread copies (LOAD_SLOTS of x, GRAD_SLOTS
+    // of dy), and whether that column is inside the image, is the same in every row: worked out
+    // once, as element offsets into row 0 of image 0 (-1: the column is outside, zero-filled)
+    // and into stage 0 of the shared-memory rings (-1: the slot copies nothing). Plain 32-bit
+    // offsets keep the slots in few registers.
+    constexpr int THREADS = WARPS * 32;
+    constexpr int LOAD_ITEMS = WARPS * TILE_W;
+    constexpr int LOAD_SLOTS = (LOAD_ITEMS + THREADS - 1) / THREADS;
+    constexpr int GRAD_ITEMS = WARPS * BLOCK_Q;
+    constexpr int GRAD_SLOTS = (GRAD_ITEMS + THREADS - 1) / THREADS;
+    const Input input(const_cast<uint4*>(in_ptr));  // the kernel only reads x and dy
+    const Grad grad(const_cast<uint4*>(grad_ptr));
+    int x_src[LOAD_SLOTS], x_dst[LOAD_SLOTS], dy_src[GRAD_SLOTS], dy_dst[GRAD_SLOTS];
+#pragma unroll
+    for (int s = 0; s < LOAD_SLOTS; ++s) {
+        const int t = static_cast<int>(threadIdx.x) + s * THREADS;
+        const C8 g(t % WARPS);
+        const int j = t / WARPS;
+        const int w = q0 * STRIDE_W - PAD_W + j;
+        x_src[s] = w >= 0 && w < IN_W ? static_cast<int>(input[W(w)][group0 + g].get() - in_ptr) : -1;
+        x_dst[s] = LOAD_ITEMS % THREADS == 0 || t < LOAD_ITEMS
+                       ? static_cast<int>(smem_input[g][W(j)].get() - smem_input.get())
+                       : -1;
+    }
+#pragma unroll
+    for (int s = 0; s < GRAD_SLOTS; ++s) {
+        const int t = static_cast<int>(threadIdx.x) + s * THREADS;
+        const C8 g(t % WARPS);
+        const int j = t / WARPS;
+        dy_src[s] = q0 + j < OUT_Q ? static_cast<int>(grad[Q(q0 + j)][group0 + g].get() - grad_ptr)
+                                   : -1;
+        dy_dst[s] = GRAD_ITEMS % THREADS == 0 || t < GRAD_ITEMS
+                        ? static_cast<int>(smem_grad[g][Q(j)].get() - smem_grad.get())
+                        : -1;
+    }
+
     // Task row i: x image row SH p0 - PAD_H + i (tile column j = image column SW q0 - PAD_W + j)
     // and, for i = SH o with o < BLOCK_P, dy row p0 + o (tile column j = output column q0 + j).
     // Zero-filled outside.
-    auto load_rows = [&](int k) {
-        const int task = first + k / TILE_H;
-        const int i = k % TILE_H;
-        const int image = task / P_CHUNKS;
-        const int p0 = (task % P_CHUNKS) * BLOCK_P;
-        // Tensors take non-const pointers; the kernel only reads x and dy.
-        const Input input(const_cast<uint4*>(in_ptr) +
-                          static_cast<long long>(image) * Input::storage_size());
-        const Grad grad(const_cast<uint4*>(grad_ptr) +
-                        static_cast<long long>(image) * Grad::storage_size());
-        const int h = p0 * STRIDE_H - PAD_H + i;
+    auto load_rows = [&](const StreamPos& pos) {
+        const int h = pos.p0 * STRIDE_H - PAD_H + pos.i;
         // A padding row's stage and a dy row past OUT_P are never read (multiply_row skips
         // them), so they are not copied at all; the commit after this call stays unconditional.
         if (h >= 0 && h < IN_H) {
-            spio::for_each_strided<WARPS * TILE_W, WARPS * 32>([&](int t) {
-                const C8 g(t % WARPS);
-                const int j = t / WARPS;
-                const int w = q0 * STRIDE_W - PAD_W + j;
-                const bool inside = w >= 0 && w < IN_W;
-                const uint4* src = inside ? input[H(h)][W(w)][group0 + g].get() : in_ptr;
-                spio::cp_async_16(smem_input[STAGE(k % STAGES)][g][W(j)].get(), src, inside);
-            });
+            const uint4* row =
+                input[H(h)].get() + static_cast<long long>(pos.image) * Input::storage_size();
+            uint4* stage = smem_input[STAGE(pos.stage)].get();
+#pragma unroll
+            for (int s = 0; s < LOAD_SLOTS; ++s) {
+                if (x_dst[s] >= 0) {
+                    spio::cp_async_16(stage + x_dst[s], row + max(x_src[s], 0), x_src[s] >= 0);
+                }
+            }
         }
-        const int o = i / STRIDE_H;
-        const int p = p0 + o;
-        if (i % STRIDE_H == 0 && o < BLOCK_P && p < OUT_P) {
-            spio::for_each_strided<WARPS * BLOCK_Q, WARPS * 32>([&](int t) {
-                const C8 g(t % WARPS);
-                const int j = t / WARPS;
-                const bool inside = q0 + j < OUT_Q;
-                const uint4* src = inside ? grad[P(p)][Q(q0 + j)][group0 + g].get() : grad_ptr;
-                spio::cp_async_16(smem_grad[DYROW(k % DY_ROWS)][g][Q(j)].get(), src, inside);
-            });
+        const int o = pos.i / STRIDE_H;
+        const int p = pos.p0 + o;
+        if (pos.i % STRIDE_H == 0 && o < BLOCK_P && p < OUT_P) {
+            const uint4* row =
+                grad[P(p)].get() + static_cast<long long>(pos.image) * Grad::storage_size();
+            uint4* slot = smem_grad[DYROW(pos.dy)].get();
+#pragma unroll
+            for (int s = 0; s < GRAD_SLOTS; ++s) {
+                if (dy_dst[s] >= 0) {
+                    spio::cp_async_16(slot + dy_dst[s], row + max(dy_src[s], 0), dy_src[s] >= 0);
+                }
+            }
         }
     };
 
@@ -158,19 +211,19 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
     // OUT_P (a ragged last row chunk) and x rows that are padding (h outside the image: zero);
     // a padding row still adds its dy row to the bias gradient. Skipped products are exact
     // zeros, so the sums (and their order) are those of the full loop.
-    auto multiply_row = [&](int k) {
-        const int task = first + k / TILE_H;
-        const int i = k % TILE_H;
-        const int p0 = (task % P_CHUNKS) * BLOCK_P;
-        const int h = p0 * STRIDE_H - PAD_H + i;
-        const bool x_inside = h >= 0 && h < IN_H;
-        const int dy_rows_inside = min(BLOCK_P, OUT_P - p0);  // dy rows [0, this) of the task
-        const int q_chunks = min(BLOCK_Q / 8, (OUT_Q - q0 + 7) / 8);
-        const auto x_plane = smem_input[STAGE(k % STAGES)][warp_group];
-        if (!x_inside) {
+    const int q_chunks = min(BLOCK_Q / 8, (OUT_Q - q0 + 7) / 8);
+    auto multiply_row = [&](const StreamPos& pos) {
+        const int i = pos.i;
+        const int h = pos.p0 * STRIDE_H - PAD_H + i;
+        const bool x_row_inside = h >= 0 && h < IN_H;
+        const int dy_rows_inside = min(BLOCK_P, OUT_P - pos.p0);  // dy rows [0, this) of the task
+        const auto x_plane = smem_input[STAGE(pos.stage)][warp_group];
+        // The dy ring slot of position k - r.
+        auto dy_slot = [&](int r) { return DYROW(pos.dy - r < 0 ? pos.dy - r + DY_ROWS : pos.dy - r); };
+        if (!x_row_inside) {
             if constexpr (HAS_BIAS) {
                 if (i % STRIDE_H == 0 && i / STRIDE_H < dy_rows_inside) {
-                    const auto dy_plane = smem_grad[DYROW(k % DY_ROWS)][warp_group];
+                    const auto dy_plane = smem_grad[dy_slot(0)][warp_group];
 #pragma unroll 1
                     for (int qc = 0; qc < q_chunks; ++qc) {
                         unsigned b[1];
@@ -196,7 +249,7 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
                 const int d = i - r;  // dy row d / SH of the task, when SH divides d
                 if (d >= 0 && d % STRIDE_H == 0 && d / STRIDE_H < dy_rows_inside) {
                     unsigned b[1];
-                    const auto dy_plane = smem_grad[DYROW((k - r) % DY_ROWS)][warp_group];
+                    const auto dy_plane = smem_grad[dy_slot(r)][warp_group];
                     spio::ldmatrix_x1_trans(b, dy_plane[Q(8 * qc + lane % 8)].get());
 #pragma unroll
                     for (int j = 0; j < S_PAIRS; ++j) {
@@ -214,19 +267,23 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
     };
 
     // ---- main loop: every row of this split's tasks, STAGES - 1 rows ahead --------------------
+    StreamPos load_pos = start;
 #pragma unroll
     for (int k = 0; k < STAGES - 1; ++k) {
-        if (k < stream_rows) load_rows(k);
+        if (k < stream_rows) load_rows(load_pos);
         spio::cp_async_commit();
+        load_pos.advance();
     }
+    StreamPos pos = start;
 #pragma unroll 1
     for (int k = 0; k < stream_rows; ++k) {
         spio::cp_async_wait<STAGES - 2>();
         __syncthreads();  // row k visible; everyone is done with the stage being refilled
-        const int next = k + STAGES - 1;
-        if (next < stream_rows) load_rows(next);
+        if (k + STAGES - 1 < stream_rows) load_rows(load_pos);
         spio::cp_async_commit();
-        multiply_row(k);
+        load_pos.advance();
+        multiply_row(pos);
+        pos.advance();
     }
     spio::cp_async_wait<0>();
     __syncthreads();  // every warp is done with the pipeline's shared memory: reuse it below
