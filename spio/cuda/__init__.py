@@ -24,6 +24,7 @@ from spio.cuda.device import (
     known_device,
     known_devices,
 )
+from spio.cuda.tensor_map import TensorMap
 
 _FROM_EXTENSION = {
     "Module": "spio.cuda.module",
@@ -39,6 +40,7 @@ __all__ = [
     "Function",
     "Launch",
     "Module",
+    "TensorMap",
     "device_attributes",
     "device_count",
     "driver",

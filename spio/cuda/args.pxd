@@ -4,8 +4,9 @@ from libc.stdint cimport uint64_t
 
 from spio.cuda.driver cimport CUstream
 
-# Most parameters a signature may have; each is at most 8 bytes, so 256 stays far below the
-# driver's 4 KiB kernel-parameter limit and a packing buffer fits on the stack.
+# Most parameters a signature may have; each takes one 8-byte slot of the packing buffer (a
+# tensor map is passed by a pointer to its own 128 bytes), so the buffer fits on the stack. The
+# kernel's own parameter limit (4 KiB before sm_90's 32 KiB) is the driver's to check.
 cdef enum:
     MAX_ARGS = 256
 

@@ -6,14 +6,18 @@ A signature has one letter per kernel parameter, in order:
     p  device pointer: int (address), None (null), an object with data_ptr() (a CUDA tensor)
        or with __cuda_array_interface__
     i  int32      l  int64      f  float32      d  float64
+    t  TMA tensor map, passed by value (128 bytes; the kernel parameter is a
+       `const __grid_constant__ spio::tma::Descriptor`): a spio.cuda.TensorMap, or bytes of
+       length 128
 
 `pack` writes each value into an 8-byte slot of a caller's buffer (the C stack in
 Function.launch: no Python allocation per launch, thread-safe) and points the parameter array at
-it. Exact ints take a C path with no Python arithmetic. A wrong argument raises TypeError (wrong
+it (a tensor map: at its 128 bytes, which the args keep alive). Exact ints take a C path with no Python arithmetic. A wrong argument raises TypeError (wrong
 kind) or ValueError (out of range) naming the kernel, its index, its letter and the rule.
 """
 
 from cpython.bool cimport PyBool_Check
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_CheckExact, PyBytes_GET_SIZE
 from cpython.float cimport PyFloat_AsDouble, PyFloat_Check
 from cpython.long cimport PyLong_AsLongLongAndOverflow, PyLong_CheckExact
 from libc.math cimport isfinite
@@ -24,8 +28,11 @@ from spio.cuda.driver cimport CUstream
 
 from operator import index as _index
 
-_KINDS = {"p": "device pointer", "i": "int32", "l": "int64", "f": "float32", "d": "float64"}
-_SIZES = {"p": 8, "i": 4, "l": 8, "f": 4, "d": 8}
+_KINDS = {
+    "p": "device pointer", "i": "int32", "l": "int64", "f": "float32", "d": "float64",
+    "t": "TMA tensor map",
+}
+_SIZES = {"p": 8, "i": 4, "l": 8, "f": 4, "d": 8, "t": 128}
 
 
 def parse_signature(signature):
@@ -132,6 +139,20 @@ cdef double _floating(object value, str entry, Py_ssize_t i, char kind) except? 
     return v
 
 
+cdef void* _tensor_map(object value, str entry, Py_ssize_t i) except NULL:
+    """The 128 bytes an argument of kind 't' passes: value's `raw` (a spio.cuda.TensorMap) or
+    value itself (bytes). The pointer stays valid while the caller's args hold the value."""
+    raw = value if PyBytes_CheckExact(value) else getattr(value, "raw", None)
+    if raw is None or not PyBytes_CheckExact(raw):
+        raise TypeError(_arg_error(
+            entry, i, b"t", value,
+            "must be a spio.cuda.TensorMap (from spio.cuda.tensor_map.tiled) or bytes"))
+    if PyBytes_GET_SIZE(raw) != 128:
+        raise ValueError(_arg_error(
+            entry, i, b"t", value, f"must be 128 bytes (a CUtensorMap), not {len(raw)}"))
+    return <void*>PyBytes_AS_STRING(raw)
+
+
 cdef int pack(const char* kinds, Py_ssize_t nkinds, object args, str entry,
                uint64_t* slots, void** params) except -1:
     """Converts args per kinds into slots[i] (little-endian, low bytes) and points params[i]."""
@@ -164,6 +185,9 @@ cdef int pack(const char* kinds, Py_ssize_t nkinds, object args, str entry,
         elif kind == b"f":
             f32 = <float>_floating(value, entry, i, kind)
             memcpy(&slots[i], &f32, 4)
+        elif kind == b"t":
+            params[i] = _tensor_map(value, entry, i)
+            continue
         else:
             f64 = _floating(value, entry, i, kind)
             memcpy(&slots[i], &f64, 8)
@@ -172,8 +196,8 @@ cdef int pack(const char* kinds, Py_ssize_t nkinds, object args, str entry,
 
 
 def pack_args(signature, args, entry="kernel"):
-    """The bytes the kernel receives: each argument at its natural size (p, l, d: 8; i, f: 4),
-    concatenated without padding. Host-side view of what launch() packs, for tests."""
+    """The bytes the kernel receives: each argument at its natural size (p, l, d: 8; i, f: 4;
+    t: 128), concatenated without padding. Host-side view of what launch() packs, for tests."""
     cdef bytes kinds = parse_signature(signature)
     cdef uint64_t slots[MAX_ARGS]
     cdef void* params[MAX_ARGS]
@@ -181,7 +205,7 @@ def pack_args(signature, args, entry="kernel"):
     pack(kinds, len(kinds), args, entry, slots, params)
     parts = []
     for i in range(len(kinds)):
-        parts.append((<char*>&slots[i])[:_SIZES[chr(kinds[i])]])
+        parts.append((<char*>params[i])[:_SIZES[chr(kinds[i])]])
     return b"".join(parts)
 
 

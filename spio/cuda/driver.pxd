@@ -69,6 +69,9 @@ ctypedef struct DriverFns:
         unsigned int, unsigned int, unsigned int,
         unsigned int, CUstream, void**, void**) noexcept nogil
     CUresult (*cuLaunchKernelEx)(const CUlaunchConfig*, CUfunction, void**, void**) noexcept nogil
+    CUresult (*cuTensorMapEncodeTiled)(
+        void*, int, unsigned int, void*, const unsigned long long*, const unsigned long long*,
+        const unsigned int*, const unsigned int*, int, int, int, int) noexcept nogil
 
 
 # The loaded table; loads libcuda and runs cuInit on first use. Raises LibraryNotFoundError

@@ -31,7 +31,7 @@ _SYMBOLS = (
     b"cuCtxGetDevice", b"cuCtxPushCurrent_v2", b"cuCtxPopCurrent_v2", b"cuCtxSynchronize",
     b"cuStreamSynchronize", b"cuModuleLoadData", b"cuModuleUnload", b"cuModuleGetFunction",
     b"cuFuncGetAttribute", b"cuFuncSetAttribute", b"cuOccupancyMaxActiveBlocksPerMultiprocessor",
-    b"cuLaunchKernel", b"cuLaunchKernelEx",
+    b"cuLaunchKernel", b"cuLaunchKernelEx", b"cuTensorMapEncodeTiled",
 )
 
 # CUresults meaning "no usable GPU here" rather than a failure (spio info reports 0 devices).
@@ -327,3 +327,52 @@ def stream_synchronize(uintptr_t stream):
     with nogil:
         status = f.cuStreamSynchronize(<CUstream>stream)
     check(status, "cuStreamSynchronize")
+
+
+def tensor_map_encode_tiled(int data_type, uintptr_t address, dims, strides, box,
+                            element_strides, int interleave, int swizzle, int l2_promotion,
+                            int oob_fill):
+    """cuTensorMapEncodeTiled: the 128-byte TMA descriptor of a tiled region, as bytes.
+
+    Arguments in the driver's order, innermost dimension first: `dims` and `box` (elements) and
+    `element_strides` have the rank's length (1 to 5), `strides` (bytes) one fewer. Enum values
+    as in cuda.h. Validation with clear messages is `spio.cuda.tensor_map.tiled`'s; the driver's
+    own checks surface as CudaDriverError (CUDA_ERROR_INVALID_VALUE).
+    """
+    cdef DriverFns* f = fns()
+    cdef unsigned long long gdim[5]
+    cdef unsigned long long gstride[4]
+    cdef unsigned int bdim[5]
+    cdef unsigned int estride[5]
+    cdef unsigned char storage[128 + 64]
+    # The driver wants the descriptor 64-byte aligned; a stack array is not, so align inside one.
+    cdef void* desc = <void*>((<uintptr_t>storage + 63) & ~(<uintptr_t>63))
+    cdef unsigned int rank = len(dims)
+    cdef unsigned int i
+    cdef CUresult status
+    if not 1 <= rank <= 5 or len(box) != rank or len(element_strides) != rank:
+        raise ValueError(
+            f"tensor_map_encode_tiled: dims, box and element_strides need one entry per dimension "
+            f"(1 to 5), got {len(dims)}, {len(box)} and {len(element_strides)}"
+        )
+    if len(strides) != rank - 1:
+        raise ValueError(
+            f"tensor_map_encode_tiled: strides has one entry per dimension but the innermost, "
+            f"{rank - 1} here; got {len(strides)}"
+        )
+    for i in range(rank):
+        gdim[i] = dims[i]
+        bdim[i] = box[i]
+        estride[i] = element_strides[i]
+    for i in range(rank - 1):
+        gstride[i] = strides[i]
+    with nogil:
+        status = f.cuTensorMapEncodeTiled(
+            desc, data_type, rank, <void*>address, gdim, gstride, bdim, estride, interleave,
+            swizzle, l2_promotion, oob_fill)
+    check(
+        status,
+        f"cuTensorMapEncodeTiled(type {data_type}, address {address:#x}, dims {tuple(dims)}, "
+        f"strides {tuple(strides)}, box {tuple(box)}, swizzle {swizzle})",
+    )
+    return (<unsigned char*>desc)[:128]

@@ -1,7 +1,8 @@
 """GPU test of spio/wgmma.h: one warpgroup's D (64 x N, fp32) = A (64 x K) B (K x N) through chains
 of wgmma m64nNk16 on shared-memory descriptors (tests/gpu/data/wgmma_probe.cu): no swizzle with
 K = 32 (N = 64, 128, 256) and the 128-byte swizzle with K = 64 (N = 64, 128), fp16 and bf16,
-against an fp64 product of the same inputs. The output is NaN-poisoned
+against an fp64 product of the same inputs; also with the operands brought in by cp.async.bulk
+and by TMA tensor maps (spio/tma.h). The output is NaN-poisoned
 so an accumulator the layout misses fails. Needs an sm_90 GPU (the probe is built for sm_90a).
 """
 
@@ -86,8 +87,36 @@ def test_bulk_copied_operands(type_name, seed):
     stream = torch.cuda.current_stream().cuda_stream
     fn.launch(1, 128, (out, _core_order(a), _core_order(bt)), stream=stream)
     torch.cuda.synchronize()
+    _assert_product(out, a, bt, f"bulk {type_name} seed={seed}")
+
+
+@pytest.mark.parametrize("type_name", list(DTYPES))
+def test_tma_loaded_operands(type_name, seed):
+    """A (64 x 64) and B^T (128 x 64), row-major in global memory, brought in by TMA tensor maps
+    with the 128-byte swizzle (spio/tma.h, spio.cuda.tensor_map), then the swizzled wgmma: the
+    Hopper matmul's main-loop step."""
+    if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("needs an sm_90 GPU (wgmma is sm_90a)")
+    from spio.cuda.tensor_map import tiled
+
+    dtype, n, k = DTYPES[type_name], 128, 64
+    g = torch.Generator("cuda").manual_seed(seed)
+    a = torch.randn(64, k, generator=g, device="cuda").to(dtype)
+    bt = torch.randn(n, k, generator=g, device="cuda").to(dtype)
+    name = str(dtype).removeprefix("torch.")
+    maps = [tiled(t.data_ptr(), name, t.shape, t.stride(), t.shape, swizzle=128) for t in (a, bt)]
+    out = torch.full((64, n), float("nan"), device="cuda")
+    fn = _module(type_name).function("tma_wgmma_probe_128", signature="ptt")
+    fn.launch(1, 128, (out, *maps), stream=torch.cuda.current_stream().cuda_stream)
+    torch.cuda.synchronize()
+    _assert_product(out, a, bt, f"tma {type_name} seed={seed}")
+
+
+def _assert_product(out: torch.Tensor, a: torch.Tensor, bt: torch.Tensor, what: str) -> None:
+    """out (fp32) is a @ bt.T within fp32 summation error, every element written."""
     want = a.double() @ bt.double().t()
-    assert not torch.isnan(out).any(), f"{type_name} seed={seed}: outputs never written"
+    missing = int(torch.isnan(out).sum())
+    assert not missing, f"{what}: {missing} outputs never written"
     err = (out.double() - want).abs().max().item() / want.abs().max().item()
-    tol = tolerance(torch.float32, depth=k)
-    assert err <= tol, f"bulk {type_name} seed={seed}: max rel err {err:.3e} > {tol:.3e}"
+    tol = tolerance(torch.float32, depth=a.shape[1])
+    assert err <= tol, f"{what}: max rel err {err:.3e} > {tol:.3e}"

@@ -5,8 +5,12 @@
 // wgmma_probe_sw128_N: the same with K = 64 in the 128-byte swizzled layout (below).
 // bulk_wgmma_probe_128: A and bt given already in core-matrix order, brought in by one thread's
 // cp.async.bulk copies completing on an mbarrier (spio/mbarrier.h), then the same product.
+// tma_wgmma_probe_128: A (64 x 64) and bt (128 x 64) row-major, brought in by TMA tensor maps
+// with the 128-byte swizzle (spio/tma.h), then the K = 64 swizzled product: the Hopper
+// matmul's main-loop step.
 // Used by tests/host/include/test_wgmma.py (compile, SASS) and tests/gpu/test_wgmma.py (values).
 #include "spio/mbarrier.h"
+#include "spio/tma.h"
 #include "spio/wgmma.h"
 
 #if !SPIO_WGMMA
@@ -141,4 +145,34 @@ __device__ void bulk_probe(float* out, const T* a_core, const T* bt_core) {
 extern "C" __global__ void __launch_bounds__(128)
     bulk_wgmma_probe_128(float* o, const T* a, const T* b) {
     bulk_probe<128>(o, a, b);
+}
+
+// A (64 x K_SW) and bt (N x K_SW) row-major in global memory, each one box of its tensor map
+// (128-byte swizzle): TMA writes them in exactly the layout probe_sw128 stages by hand.
+template <int N>
+__device__ void tma_probe(float* out, const spio::tma::Descriptor* a_map,
+                          const spio::tma::Descriptor* bt_map) {
+    __shared__ __align__(1024) T sa[64 * K_SW];
+    __shared__ __align__(1024) T sb[N * K_SW];
+    __shared__ __align__(8) unsigned long long bar;
+    if (threadIdx.x == 0) {
+        spio::mbarrier::init(&bar, 1);
+        spio::mbarrier::fence_init();
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        spio::mbarrier::arrive_expect_tx(&bar, (64 + N) * K_SW * sizeof(T));
+        spio::tma::load_2d(sa, a_map, 0, 0, &bar);
+        spio::tma::load_2d(sb, bt_map, 0, 0, &bar);
+    }
+    spio::mbarrier::wait(&bar, 0);
+    float d[N / 2];
+    multiply<N, K_SW>(d, sa, sb, 16, 16, 1024, spio::warpgroup::Swizzle::B128);
+    store_d<N>(out, d);
+}
+
+extern "C" __global__ void __launch_bounds__(128)
+    tma_wgmma_probe_128(float* o, const __grid_constant__ spio::tma::Descriptor a_map,
+                        const __grid_constant__ spio::tma::Descriptor bt_map) {
+    tma_probe<128>(o, &a_map, &bt_map);
 }

@@ -195,7 +195,8 @@ static CUresult record_launch(void* f, unsigned gx, unsigned gy, unsigned gz, un
     last_stream = (unsigned long long)stream;
     last_params_size = 0;
     for (int i = 0; signature[i]; i++) {
-        int size = (signature[i] == 'i' || signature[i] == 'f') ? 4 : 8;
+        int size = (signature[i] == 'i' || signature[i] == 'f') ? 4
+                   : signature[i] == 't' ? 128 : 8;
         memcpy(last_params + last_params_size, params[i], size);
         last_params_size += size;
     }
@@ -239,4 +240,35 @@ CUresult cuLaunchKernelEx(const LaunchConfig* config, void* f, void** params, vo
     last_ex = 1;
     return record_launch(f, config->gx, config->gy, config->gz, config->bx, config->by,
                          config->bz, config->smem, config->stream, params, extra);
+}
+
+/* cuTensorMapEncodeTiled: checks what the driver documents (64-byte aligned output, rank 1-5,
+ * 16-byte aligned address, strides multiples of 16, boxes 1-256), then writes a descriptor that
+ * spells out its arguments: quadword 0 the address, 1 (data type | rank << 8 | interleave << 16 |
+ * swizzle << 24 | l2 << 32 | oob << 40), 2-6 the dims, 7-10 the strides, 11-15 box | estride << 16
+ * (each innermost first), so a test can read back what the binding passed. */
+CUresult cuTensorMapEncodeTiled(void* map, int dtype, unsigned rank, void* address,
+                                const unsigned long long* dims, const unsigned long long* strides,
+                                const unsigned* box, const unsigned* estrides, int interleave,
+                                int swizzle, int l2, int oob) {
+    note_gil();
+    if (!map || ((unsigned long long)map & 63) || rank < 1 || rank > 5 || dtype < 0 || dtype > 12)
+        return INVALID_VALUE;
+    if ((unsigned long long)address & 15) return INVALID_VALUE;
+    unsigned long long q[16] = {0};
+    q[0] = (unsigned long long)address;
+    q[1] = (unsigned long long)dtype | (unsigned long long)rank << 8 |
+           (unsigned long long)interleave << 16 | (unsigned long long)swizzle << 24 |
+           (unsigned long long)l2 << 32 | (unsigned long long)oob << 40;
+    for (unsigned i = 0; i < rank; i++) {
+        if (dims[i] == 0 || box[i] == 0 || box[i] > 256 || estrides[i] == 0) return INVALID_VALUE;
+        q[2 + i] = dims[i];
+        q[11 + i] = box[i] | (unsigned long long)estrides[i] << 16;
+    }
+    for (unsigned i = 0; i + 1 < rank; i++) {
+        if (strides[i] % 16) return INVALID_VALUE;
+        q[7 + i] = strides[i];
+    }
+    memcpy(map, q, sizeof q);
+    return OK;
 }

@@ -108,6 +108,37 @@ def test_launch_passes_geometry_stream_and_packed_args(fake):
     assert _last_launch(fake)[:4] == ((1, 1, 5), (32, 4, 2), 0, 0x10)
 
 
+def test_tensor_map_is_encoded_innermost_first_and_launched_by_value(fake):
+    from spio.cuda.tensor_map import tiled
+
+    # A (3, 100, 64) bf16 tensor with padded rows (stride 72), boxes of 1 x 32 x 64, swizzled.
+    m = tiled(0x10000, "bfloat16", (3, 100, 64), (100 * 72, 72, 1), (1, 32, 64), swizzle=128,
+              l2_promotion=256, oob_nan=True)  # fmt: skip
+    q = struct.unpack("<16Q", m.raw)  # the fake spells its arguments out (fake_libcuda.c)
+    assert q[0] == 0x10000
+    assert q[1] == 9 | 3 << 8 | 0 << 16 | 3 << 24 | 3 << 32 | 1 << 40  # bf16, rank 3, ...
+    assert q[2:5] == (64, 100, 3)  # dims, innermost first
+    assert q[7:9] == (72 * 2, 100 * 72 * 2)  # byte strides of dims 1 and 2
+    assert q[11:14] == (64 | 1 << 16, 32 | 1 << 16, 1 | 1 << 16)  # box | element stride
+    assert (m.shape, m.box, m.swizzle, m.box_bytes) == ((3, 100, 64), (1, 32, 64), 128, 4096)
+    fake.fake_set_signature(b"ptp")
+    f = Module.load(CUBIN).function("k", signature="ptp")
+    f.launch(1, 128, (0x20, m, 0x30))
+    assert _last_launch(fake)[4] == struct.pack("<Q", 0x20) + m.raw + struct.pack("<Q", 0x30)
+
+
+def test_tensor_map_errors(fake):
+    from spio.cuda.tensor_map import tiled
+
+    with pytest.raises(ValueError, match="16-byte aligned"):
+        tiled(0x10008, "float16", (8, 8), (8, 1), (8, 8))
+    # What the binding does not check, the driver does: its CUresult names the call.
+    with pytest.raises(CudaDriverError, match="cuTensorMapEncodeTiled"):
+        driver.tensor_map_encode_tiled(6, 0x10000, (8, 8), (3,), (8, 8), (1, 1), 0, 0, 0, 0)
+    with pytest.raises(ValueError, match="one entry per dimension"):
+        driver.tensor_map_encode_tiled(6, 0x10000, (8, 8), (16,), (8,), (1, 1), 0, 0, 0, 0)
+
+
 def test_bound_launch_fixes_the_geometry_once(fake):
     fake.fake_set_signature(b"pi")
     f = Module.load(CUBIN).function("k", signature="pi")

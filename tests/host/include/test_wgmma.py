@@ -23,7 +23,7 @@ PROBE = (Path(__file__).parents[2] / "gpu" / "data" / "wgmma_probe.cu").read_tex
 TYPES = ("__half", "__nv_bfloat16")
 KERNELS = (
     "wgmma_probe_64", "wgmma_probe_128", "wgmma_probe_256", "wgmma_probe_sw128_64",
-    "wgmma_probe_sw128_128", "bulk_wgmma_probe_128",
+    "wgmma_probe_sw128_128", "bulk_wgmma_probe_128", "tma_wgmma_probe_128",
 )  # fmt: skip
 
 
@@ -58,8 +58,9 @@ def test_probe_sass_has_hgmma(tmp_path):
         check=True,
     ).stdout  # fmt: skip
     # Per shape: two wgmma (K = 32, no swizzle), for N = 64 and 128 four more (K = 64, 128-byte
-    # swizzle), for N = 128 two more (the bulk-copied operands); each chain opens with D = A B.
-    for n, count in ((64, 6), (128, 8), (256, 2)):
+    # swizzle), for N = 128 two more (the bulk-copied operands) and four more (TMA-loaded, K =
+    # 64); each chain opens with D = A B.
+    for n, count in ((64, 6), (128, 12), (256, 2)):
         assert len(re.findall(rf"HGMMA\.64x{n}x16\.F32 ", sass)) == count, f"N = {n}:\n{sass}"
     assert "WARPGROUP" in sass, sass
     opcodes = set(re.findall(r"\b([A-Z][A-Z0-9]+)(?:\.[A-Za-z0-9_.]+)?\s", sass))

@@ -1,0 +1,71 @@
+/// Tensor memory accelerator (TMA) copies: a tile of a global tensor into shared memory through a
+/// tensor map, completing on an mbarrier (cp.async.bulk.tensor): sm_90+.
+///
+/// The host encodes the map (`spio.cuda.tensor_map.tiled`: dtype, shape, strides, box, swizzle)
+/// and passes it by value, signature letter 't'; the kernel takes it as a
+/// `const __grid_constant__ spio::tma::Descriptor` parameter, so it stays in parameter space
+/// where the copy reads it. One thread issues a copy; the box's bytes count down the barrier's
+/// current phase (announce them with mbarrier::arrive_expect_tx first). Coordinates are in
+/// elements, innermost first (c0 is the column of a row-major matrix), and may reach outside the
+/// tensor: those elements are filled with zero (or NaN, as encoded). The shared-memory
+/// destination is 128-byte aligned, 1024-byte aligned for the 128-byte swizzle, whose layout is
+/// the one spio/wgmma.h's Swizzle::B128 descriptors read: 16-byte chunk c of box row r at chunk
+/// c ^ (r % 8) of that row.
+///
+/// Example (a 64 x 64 fp16 tile at row m0, column k0 of a row-major A):
+///     extern "C" __global__ void k(const __grid_constant__ spio::tma::Descriptor a_map, ...) {
+///         __shared__ __align__(1024) __half tile[64 * 64];
+///         __shared__ __align__(8) unsigned long long bar;
+///         ... init bar for 1 arrival, fence_init, __syncthreads ...
+///         if (threadIdx.x == 0) {
+///             spio::mbarrier::arrive_expect_tx(&bar, sizeof tile);
+///             spio::tma::load_2d(tile, &a_map, k0, m0, &bar);
+///         }
+///         spio::mbarrier::wait(&bar, 0);
+///
+/// Defined where the compiler targets sm_90 or newer (SPIO_TMA 1), else nothing (SPIO_TMA 0).
+/// Compile-tested on the host (tests/host/include/test_tma.py); the GPU test is
+/// tests/gpu/test_tma.py.
+#pragma once
+
+#include "spio/device.h"
+
+#if SPIO_GPU_BLOCKS && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define SPIO_TMA 1
+namespace spio::tma {
+
+/// The driver's CUtensorMap: 128 opaque bytes, 64-byte aligned (cuda.h is not needed).
+struct alignas(64) Descriptor {
+    unsigned long long opaque[16];
+};
+
+/// Fetches the descriptor into the TMA unit's cache ahead of the first copy (optional).
+SPIO_DEVICE void prefetch(const Descriptor* map) {
+    asm volatile("prefetch.tensormap [%0];\n" ::"l"(map) : "memory");
+}
+
+/// Copies the box whose first element is at (c0, c1) (innermost first) of the 2-D tensor `map`
+/// describes into shared memory at `smem`; its bytes count down `bar`'s current phase.
+SPIO_DEVICE void load_2d(void* smem, const Descriptor* map, int c0, int c1,
+                         unsigned long long* bar) {
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+        " [%0], [%1, {%2, %3}], [%4];\n" ::"r"(smem_address(smem)),
+        "l"(map), "r"(c0), "r"(c1), "r"(smem_address(bar))
+        : "memory");
+}
+
+/// The same for a 3-D tensor (c0 innermost).
+SPIO_DEVICE void load_3d(void* smem, const Descriptor* map, int c0, int c1, int c2,
+                         unsigned long long* bar) {
+    asm volatile(
+        "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+        " [%0], [%1, {%2, %3, %4}], [%5];\n" ::"r"(smem_address(smem)),
+        "l"(map), "r"(c0), "r"(c1), "r"(c2), "r"(smem_address(bar))
+        : "memory");
+}
+
+}  // namespace spio::tma
+#else
+#define SPIO_TMA 0
+#endif
