@@ -22,8 +22,9 @@
 ///   an output row is the M = 16 side of the mma; K = 8 input channels; N = 8 output channels.
 /// Overlap-add: input row i of the tile contributes to output rows o = (i-r) / SH (r < R, SH
 ///   dividing i-r). The accumulators are a ring of RING = ceil(R / SH) output rows (output row o
-///   in slot o mod RING); the row loop is unrolled by UNROLL = SH * RING so every ring slot index
-///   is a compile-time constant. After input row i, output row (i-(R-1)) / SH (when SH divides
+///   in slot o mod RING); the row loop steps by STEP_ROWS rows, a multiple of UNROLL = SH * RING,
+///   so every ring slot index is a compile-time constant (and, when STAGES and 2 divide it too,
+///   every stage and staged-output buffer index). After input row i, output row (i-(R-1)) / SH (when SH divides
 ///   i-(R-1)) has received all R contributions: it is staged (+ bias) for storing and its slot
 ///   restarts at zero (the next row of that slot, o + RING, starts at input row SH (o + RING)
 ///   >= SH o + R). Products that cannot reach a stored row are skipped
@@ -50,7 +51,9 @@
 /// Assumes: NHWC (channels_last) x and y, C % 8 == 0, 16-byte aligned x/y, weight (C, 8, R, S)
 ///   contiguous or channels_last (the Weight types' dimension order: (C8, KO, CI, R, S) or
 ///   (C8, KO, R, S, CI); the kernel indexes it by name), bias (C) contiguous, both of WElem
-///   (Elem, or float); one image of x and y below 2^31 elements (the batch offset is 64-bit);
+///   (Elem, or float); one image of x and y below 2^31 elements (the CTA's first image is a
+///   64-bit offset; the second image of IMAGES = 2 sits in the 32-bit copy-slot offsets, which
+///   holds: x in 16-byte units stays below 2^29, y in 4-byte words below 2^31 - 8);
 ///   `batch` = N (the second image of the last CTA is masked when N is odd).
 
 #include "spio/async_copy.h"
@@ -145,7 +148,8 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
     // consecutive 16 B of one pixel), LOAD_SLOTS per thread; a staged output row is WARPS *
     // STAGED_Q chunks of y, STORE_SLOTS per thread. Which pixel, group and image a slot holds,
     // and whether it lies inside the image, is the same in every row, so it is worked out once
-    // here, as element offsets into row 0 (of x or y, from the CTA's first image; -1: outside
+    // here, as offsets in the tensors' units (16-byte chunks of x, 4-byte words of y and of the
+    // shared-memory tiles) into row 0 (of x or y, from the CTA's first image; -1: outside
     // the image, zero-filled / not stored) and into stage 0 of the shared-memory ring (-1: the
     // slot copies nothing); a row only adds its H / P and its STAGE / OUTBUF. Plain 32-bit
     // offsets keep the slots in few registers.
@@ -221,9 +225,9 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
 #pragma unroll
             for (int e = 0; e < 4; ++e) reg_acc[slot][m][e] = 0.f;
 
-    // Input row i (i = i0 + u, u < UNROLL): A(s) = pixels SW j + s of the row, shared by every
-    // r; it adds to output row (i - r) / SH when SH divides i - r (u - r: i0 is a multiple of
-    // UNROLL), in ring slot ring_slot(u - r). A product is skipped when the input row is zero
+    // Input row i (i = i0 + u, u < STEP_ROWS): A(s) = pixels SW j + s of the row, shared by
+    // every r; it adds to output row (i - r) / SH when SH divides i - r (u - r: i0 is a multiple
+    // of STEP_ROWS, hence of SH), in ring slot ring_slot(u - r). A product is skipped when the input row is zero
     // (padding or a dilation row) or the output row is outside the tile or the image: it could
     // only add zeros or feed a row that is never stored.
     auto multiply_row = [&](int i, int stage, int u) {
@@ -360,8 +364,8 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
                     const int d = i - (KERNEL_R - 1);
                     const int j = d / STRIDE_H;
                     const bool valid = d >= 0 && p0 + j < OUT_P;
-                    // The next staging into buffer i % 2 (row i + 1 at SH = 1, i + 2 at SH = 2)
-                    // comes after the barrier that follows this row's write.
+                    // The next staging into buffer i % 2 (input row i + 2) comes after the
+                    // barrier that follows this row's write.
                     const int buf = step_mod(i0, u, 2);
                     stage_row(valid, buf, ring_slot(u - (KERNEL_R - 1)));
                     pending_p = valid ? p0 + j : -1;

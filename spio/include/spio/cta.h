@@ -11,8 +11,8 @@
 namespace spio {
 
 /// Calls f(t) for every t = threadIdx.x + k * THREADS below COUNT: a CTA-strided loop with a
-/// compile-time trip count, unrolled, so per-row copies carry no loop counter and the per-thread
-/// index terms (t % WARPS, t / WARPS) are computed once outside the caller's loop. THREADS is
+/// compile-time trip count, unrolled, so a block-wide copy carries no loop counter (the conv
+/// kernels' weight-gradient epilogue; their per-row copies precompute each thread's slots). THREADS is
 /// the block's thread count (1-D blocks); the bound check is compiled out when THREADS divides
 /// COUNT.
 template <int COUNT, int THREADS, typename F>

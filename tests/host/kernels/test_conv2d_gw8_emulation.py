@@ -65,6 +65,13 @@ def emulate_fprop(x, w, b, p: Conv2dGw8Params, cfg, transposed: bool = False):
     phased = fp.phased(p, cfg)
     sh, sw, dh, dw = p.stride_h, p.stride_w, p.dilate_h, p.dilate_w
     ring, unroll = p.ring, p.stride_h * p.ring
+    # The kernel's STEP_ROWS and step_mod: rows per main-loop step, and (i0 + u) mod n there.
+    both = math.lcm(unroll, cfg.stages, 2)
+    step = both if both <= 12 else unroll
+
+    def step_mod(i0, u, n):
+        return u % n if step % n == 0 else (i0 + u) % n
+
 
     def ring_slot(d):  # the kernel's ring_slot (d a multiple of the stride)
         return (d // sh) % ring
@@ -129,8 +136,8 @@ def emulate_fprop(x, w, b, p: Conv2dGw8Params, cfg, transposed: bool = False):
                 if i < tile_h:
                     load(i, i)
             pending_p, pending_buf = -1, 0
-            for i0 in range(0, tile_h, unroll):
-                for u in range(unroll):
+            for i0 in range(0, tile_h, step):
+                for u in range(step):
                     i = i0 + u
                     if i >= tile_h:
                         continue
@@ -138,8 +145,8 @@ def emulate_fprop(x, w, b, p: Conv2dGw8Params, cfg, transposed: bool = False):
                         write_row(pending_p, pending_buf)
                     nxt = i + cfg.stages - 1
                     if nxt < tile_h:
-                        load(nxt, nxt % cfg.stages)
-                    stage = i % cfg.stages
+                        load(nxt, step_mod(i0, u + cfg.stages - 1, cfg.stages))
+                    stage = step_mod(i0, u, cfg.stages)
                     v = p0 * sh - p.pad_h + i
                     row_real = v >= 0 and v % dh == 0 and v // dh < p.h
                     rows = min(cfg.block_p, p.p - p0)
@@ -180,9 +187,9 @@ def emulate_fprop(x, w, b, p: Conv2dGw8Params, cfg, transposed: bool = False):
                                     for e in range(2):
                                         v = acc[wp, slot, m, :, 2 * half + e]
                                         v = v + (b[ch + e] if b is not None else 0.0)
-                                        out[i % 2, wp, q, 2 * T + e] = v
+                                        out[step_mod(i0, u, 2), wp, q, 2 * T + e] = v
                         acc[wp, slot] = 0.0
-                    pending_p, pending_buf = (p0 + j if valid else -1), i % 2
+                    pending_p, pending_buf = (p0 + j if valid else -1), step_mod(i0, u, 2)
             if pending_p >= 0:
                 write_row(pending_p, pending_buf)
     return y
