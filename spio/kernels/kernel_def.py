@@ -25,6 +25,9 @@ class KernelSpec:
         title: one line naming kernel, params and config, used in the generated header's banner.
         block: threads per block (x, y, z).
         smem: dynamic shared memory bytes per block.
+        options: extra NVRTC options.
+        arch_suffix: appended to the device's arch when compiling: "a" for kernels that use
+            sm_90a's architecture-specific instructions (wgmma), "" for portable ones.
     """
 
     source: str
@@ -35,6 +38,7 @@ class KernelSpec:
     block: tuple[int, int, int]
     smem: int = 0
     options: tuple[str, ...] = ()
+    arch_suffix: str = ""
 
     def source_text(self) -> str:
         return (SRC_DIR / self.source).read_text()

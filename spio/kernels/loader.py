@@ -69,7 +69,11 @@ def compile_spec(spec: KernelSpec, arch: str) -> bytes:
     from spio.compiler import compile as nvrtc_compile
 
     return nvrtc_compile(
-        spec.source_text(), arch, options=spec.options, name=spec.source, scope=spec.specs
+        spec.source_text(),
+        arch + spec.arch_suffix,
+        options=spec.options,
+        name=spec.source,
+        scope=spec.specs,
     )
 
 
@@ -78,7 +82,11 @@ def compile_job(spec: KernelSpec, arch: str) -> Any:
     from spio.compiler import CompileJob
 
     return CompileJob(
-        spec.source_text(), arch, options=spec.options, name=spec.source, scope=spec.specs
+        spec.source_text(),
+        arch + spec.arch_suffix,
+        options=spec.options,
+        name=spec.source,
+        scope=spec.specs,
     )
 
 

@@ -37,6 +37,7 @@
 #include "spio/async_copy.h"
 #include "spio/ldmatrix.h"
 #include "spio/mma.h"
+#include "spio/raster.h"
 
 namespace {
 
@@ -92,19 +93,6 @@ static_assert(A_CHUNKS % THREADS == 0 && B_CHUNKS % THREADS == 0,
               "use fewer warps or a bigger tile");
 static_assert(STAGES >= 2, "matmul: the cp.async ring needs at least 2 stages");
 
-/// Row-major CTA tile index of CTA `cta` with grouped rasterization: `raster` consecutive
-/// M-tiles form a group swept N-tile by N-tile (column-major inside the group).
-SPIO_DEVICE void cta_tile(int cta, int tiles_m, int tiles_n, int raster, int& tile_m,
-                          int& tile_n) {
-    const int per_group = raster * tiles_n;
-    const int group = cta / per_group;
-    const int first_m = group * raster;
-    const int rows = min(tiles_m - first_m, raster);
-    const int in_group = cta - group * per_group;
-    tile_m = first_m + in_group % rows;
-    tile_n = in_group / rows;
-}
-
 }  // namespace
 
 extern "C" __global__ void __launch_bounds__(THREADS, 1)
@@ -123,7 +111,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
     const int tiles_m = (m + BLOCK_M - 1) / BLOCK_M;
     const int tiles_n = (n + BLOCK_N - 1) / BLOCK_N;
     int tile_m, tile_n;
-    cta_tile(blockIdx.x, tiles_m, tiles_n, raster, tile_m, tile_n);
+    spio::grouped_tile(blockIdx.x, tiles_m, tiles_n, raster, tile_m, tile_n);
     const int m0 = tile_m * BLOCK_M;
     const int n0 = tile_n * BLOCK_N;
     const int warp_m0 = (warp / WARPS_N) * WARP_M;

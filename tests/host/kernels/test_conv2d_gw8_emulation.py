@@ -72,7 +72,6 @@ def emulate_fprop(x, w, b, p: Conv2dGw8Params, cfg, transposed: bool = False):
     def step_mod(i0, u, n):
         return u % n if step % n == 0 else (i0 + u) % n
 
-
     def ring_slot(d):  # the kernel's ring_slot (d a multiple of the stride)
         return (d // sh) % ring
 

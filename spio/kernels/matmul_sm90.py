@@ -1,0 +1,171 @@
+"""Hopper matmul (sm_90a): TMA-fed, warp-specialized wgmma kernel for C = A @ B^T (+ bias).
+
+The kernel is `spio/src/matmul_sm90.cu`; its header comment states the tiling, pipeline and
+bound. Scope today: B given as (N, K) (`MatmulParams.b_transposed`, nn.Linear's weight layout),
+fp16/bf16 operands, fp16/bf16/fp32 output, optional bias; M, N, K runtime (K % 8 == 0). It is
+not yet a registered family: `spio.functional.matmul` still runs the mma.sync kernel
+(`spio.kernels.matmul`) everywhere, until this one is measured against it and cuBLAS
+(`benchmarks/bench_matmul_sm90.py`) and gets a config space the selector can rank.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from spio.kernels.kernel_def import KernelSpec
+from spio.kernels.matmul_params import MatmulParams
+
+BLOCK_M = 128  # two consumer warpgroups of 64 rows
+BLOCK_K = 64  # one 128-byte swizzled row per operand row
+THREADS = 384  # producer warpgroup + two consumer warpgroups
+BLOCK_NS = (64, 128, 256)
+STAGE_COUNTS = (2, 3, 4, 5, 6, 8)
+SWIZZLE_ALIGN = 1024  # the kernel aligns the ring to the 128-byte swizzle's 1024-byte atom
+
+
+@dataclass(frozen=True, slots=True)
+class MatmulSm90Config:
+    """Tiling: a 128 x block_n tile of C per CTA, `stages` slots of (128 + block_n) x 64
+    operands in shared memory; `raster` M-tiles swept across all N-tiles (a runtime argument)."""
+
+    block_n: int = 128
+    stages: int = 4
+    raster: int = 8
+
+    def __post_init__(self) -> None:
+        if self.block_n not in BLOCK_NS:
+            raise ValueError(
+                f"MatmulSm90Config.block_n must be one of {BLOCK_NS}, got {self.block_n}"
+            )
+        if self.stages not in STAGE_COUNTS:
+            raise ValueError(
+                f"MatmulSm90Config.stages must be one of {STAGE_COUNTS}, got {self.stages}"
+            )
+        if isinstance(self.raster, bool) or not isinstance(self.raster, int) or self.raster < 1:
+            raise ValueError(f"MatmulSm90Config.raster must be an int >= 1, got {self.raster!r}")
+
+    def smem(self) -> int:
+        """Dynamic shared memory: the ring (2-byte operands), its 2 x stages mbarriers, and
+        the slack that aligns the ring to 1024 bytes."""
+        ring = self.stages * (BLOCK_M + self.block_n) * BLOCK_K * 2
+        return ring + 2 * 8 * self.stages + SWIZZLE_ALIGN
+
+    def tiles(self, p: MatmulParams) -> tuple[int, int]:
+        return (-(-p.m // BLOCK_M), -(-p.n // self.block_n))
+
+
+def supported(p: MatmulParams, dev: Any) -> bool:
+    """Whether this kernel serves p on dev: an sm_90 GPU (wgmma is sm_90a's) and B as (N, K)."""
+    return dev.arch == "sm_90" and p.b_transposed
+
+
+def configs(p: MatmulParams, dev: Any) -> list[MatmulSm90Config]:
+    """Every config whose shared memory fits the device (empty where `supported` is false)."""
+    if not supported(p, dev):
+        return []
+    out = []
+    for block_n in BLOCK_NS:
+        for stages in STAGE_COUNTS:
+            cfg = MatmulSm90Config(block_n, stages)
+            if cfg.smem() <= dev.max_smem_per_block_optin:
+                out.append(cfg)
+    return out
+
+
+def grid(p: MatmulParams, cfg: MatmulSm90Config) -> tuple[int, int, int]:
+    tm, tn = cfg.tiles(p)
+    return (tm * tn, 1, 1)
+
+
+def spec(p: MatmulParams, cfg: MatmulSm90Config, dev: Any = None) -> KernelSpec:
+    """The variant for (dtypes, bias, block_n, stages); independent of m, n, k and raster."""
+    from spio.generators import Constant, Type, dtype
+
+    del dev
+    if not p.b_transposed:
+        raise ValueError(
+            "matmul_sm90 reads B as (N, K) (b_transposed=True); transpose B first or use "
+            "spio.kernels.matmul"
+        )
+    types = {"float16": dtype.half, "bfloat16": dtype.bfloat16, "float32": dtype.float}
+    constants = {"BLOCK_N": cfg.block_n, "STAGES": cfg.stages, "HAS_BIAS": int(p.has_bias)}
+    return KernelSpec(
+        source="matmul_sm90.cu",
+        entry="matmul_sm90",
+        signature="pttpiiii",  # c, a_map, b_map, bias, m, n, k, raster
+        specs={
+            "Element": Type(types[p.dtype]),
+            "Out": Type(types[p.out_dtype]),
+            **{name: Constant(value) for name, value in constants.items()},
+        },
+        title=(
+            f"matmul_sm90 {p.dtype}->{p.out_dtype} bias={p.has_bias} tile {BLOCK_M}x"
+            f"{cfg.block_n}x{BLOCK_K} stages {cfg.stages}"
+        ),
+        block=(THREADS, 1, 1),
+        smem=cfg.smem(),
+        arch_suffix="a",
+    )
+
+
+def tensor_maps(a: Any, b: Any, cfg: MatmulSm90Config) -> tuple[Any, Any]:
+    """The TMA maps of A (M, K) and B (N, K), torch tensors, contiguous and 16-byte aligned:
+    boxes of 128 x 64 and block_n x 64 elements, 128-byte swizzle."""
+    from spio.cuda.tensor_map import tiled
+
+    def one(t: Any, rows: int) -> Any:
+        name = str(t.dtype).removeprefix("torch.")
+        return tiled(t.data_ptr(), name, tuple(t.shape), t.stride(), (rows, BLOCK_K), swizzle=128)
+
+    return one(a, BLOCK_M), one(b, cfg.block_n)
+
+
+def launch(
+    p: MatmulParams,
+    cfg: MatmulSm90Config,
+    c: Any,
+    a: Any,
+    b: Any,
+    bias: Any = None,
+    *,
+    stream: int = 0,
+    cache: Any = None,
+    device: Any = None,
+) -> None:
+    """Runs C = A @ B^T (+ bias) with one config on torch tensors (C allocated, (M, N))."""
+    import torch
+
+    from spio.cuda import device_attributes
+    from spio.kernels.loader import load_spec
+
+    dt = getattr(torch, p.dtype)
+    for name, t, shape, dtype in (
+        ("a", a, (p.m, p.k), dt),
+        ("b", b, (p.n, p.k), dt),
+        ("c", c, (p.m, p.n), getattr(torch, p.out_dtype)),
+    ):
+        if tuple(t.shape) != shape or t.dtype != dtype or not t.is_contiguous():
+            raise ValueError(
+                f"matmul_sm90 launch: {name} must be a contiguous {dtype} tensor of shape "
+                f"{shape}, got {t.dtype} {tuple(t.shape)} (contiguous: {t.is_contiguous()})"
+            )
+    if p.has_bias != (bias is not None):
+        raise ValueError(f"matmul_sm90 launch: has_bias={p.has_bias} but bias is {bias!r:.40}")
+    device = device or device_attributes(c.device.index or 0)
+    key = (p.variant(), cfg, device.ordinal)
+    cache = _LOADED if cache is None else cache
+    kernel = cache.get(key)
+    if kernel is None:
+        kernel = cache[key] = load_spec(spec(p, cfg, device), device.arch)
+    a_map, b_map = tensor_maps(a, b, cfg)
+    kernel.function.launch(
+        grid(p, cfg),
+        THREADS,
+        (c, a_map, b_map, c if bias is None else bias, p.m, p.n, p.k, cfg.raster),
+        smem=cfg.smem(),
+        stream=stream,
+    )
+
+
+_LOADED: dict[tuple, Any] = {}

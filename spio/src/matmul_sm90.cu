@@ -1,0 +1,178 @@
+/// Hopper matmul (sm_90a):  C[m, n] = Σ_k A[m, k] · B[n, k]  (+ bias[n]),  fp32 accumulation.
+///   A (M, K) row-major and B (N, K) row-major (nn.Linear's weight layout: both K-major), read
+///   through TMA tensor maps (spio/tma.h) with the 128-byte swizzle; C (M, N) row-major in OUT
+///   (fp16, bf16 or fp32). M, N, K are runtime arguments (the maps carry the operands' shapes).
+///
+/// Tiling: one CTA per BLOCK_M x BLOCK_N tile of C (BLOCK_M = 128), 1-D grid rasterized in groups
+///   of `raster` M-tiles (spio/raster.h). Three warpgroups: warpgroup 0 is the producer (one
+///   thread issues the TMA copies), warpgroups 1 and 2 the consumers, each owning 64 rows of the
+///   tile as BLOCK_N / 2 fp32 accumulators per thread (wgmma m64nBLOCK_Nk16, spio/wgmma.h).
+/// Pipeline: STAGES slots of (A: 128 x 64, B: BLOCK_N x 64) elements, one 128-byte swizzled row
+///   per operand row (BLOCK_K = 64), each slot with two mbarriers: `full` (the producer announces
+///   the slot's bytes; TMA counts them down) and `empty` (one arrival per consumer warpgroup once
+///   its wgmma reading the slot has completed). The producer waits on `empty` before refilling a
+///   slot; the first pass over the ring waits for the phase before the barrier's first, which a
+///   fresh barrier reports complete. A consumer issues the slot's 4 wgmma k-steps, commits, and
+///   waits until at most one batch is in flight: the previous slot's batch is then done and that
+///   slot is released, so the tensor cores always have the current batch queued.
+/// Ragged shapes: TMA zero-fills what lies past M, N or K, so the sums are exact; the epilogue
+///   stores only rows < M and columns < N.
+/// Traffic per CTA: (128 + BLOCK_N) · K · 2 B of A and B (L2 mostly, with the rasterization),
+///   128 · BLOCK_N · sizeof(OUT) B of C. Per slot 2 · 128 · BLOCK_N · 64 FLOP on (128 + BLOCK_N)
+///   · 128 B of shared memory: 85 FLOP/B at BLOCK_N = 256. Bound: the wgmma rate for K >~ 512.
+/// Epilogue: accumulators (+ bias) rounded to OUT and stored straight from registers, two
+///   adjacent columns per store where the row's alignment allows (N even), else one.
+/// Not yet: persistent CTAs, clusters (TMA multicast), a shared-memory / TMA-store epilogue,
+///   row-major B (the op transposes it), small-M (split-K) configs.
+/// Assumes: K % 8 == 0 (16-byte row strides for TMA), A, B 16-byte aligned (the maps check),
+///   C and bias element-aligned; sm_90a.
+// The generated header (included first) defines Element (__half or __nv_bfloat16), Out (the
+// same or float), BLOCK_N, STAGES and HAS_BIAS; see spio/kernels/matmul_sm90.py.
+#include "spio/mbarrier.h"
+#include "spio/meta.h"
+#include "spio/raster.h"
+#include "spio/tma.h"
+#include "spio/vector.h"
+#include "spio/wgmma.h"
+
+#if !SPIO_WGMMA || !SPIO_TMA
+#error "matmul_sm90.cu needs sm_90a (wgmma and TMA)"
+#endif
+
+namespace {
+
+constexpr int BLOCK_M = 128;
+constexpr int BLOCK_K = 64;                         // one 128-byte swizzled row per operand row
+constexpr int CONSUMERS = 2;                        // consumer warpgroups, 64 rows each
+constexpr int THREADS = (CONSUMERS + 1) * 128;      // + the producer warpgroup
+constexpr int A_SLOT = BLOCK_M * BLOCK_K;           // elements of A per slot
+constexpr int B_SLOT = BLOCK_N * BLOCK_K;           // elements of B per slot
+constexpr int SLOT_BYTES = (A_SLOT + B_SLOT) * int(sizeof(Element));
+constexpr int K_STEPS = BLOCK_K / 16;               // wgmma k16 steps per slot
+constexpr int ACC = BLOCK_N / 2;                    // fp32 accumulators per consumer thread
+constexpr unsigned SWIZZLE_ATOM = 1024;             // 8 rows x 128 bytes
+
+static_assert(BLOCK_N == 64 || BLOCK_N == 128 || BLOCK_N == 256,
+              "matmul_sm90: BLOCK_N must be 64, 128 or 256 (a wgmma N and a TMA box <= 256)");
+static_assert(STAGES >= 2, "matmul_sm90: the ring needs at least 2 slots");
+
+/// Dynamic shared memory: STAGES slots of A, then of B (each slot 1024-byte aligned: the
+/// swizzle's atom), then the 2 x STAGES barriers. The host adds 1024 bytes for the alignment.
+struct Smem {
+    Element* a;
+    Element* b;
+    unsigned long long* full;
+    unsigned long long* empty;
+};
+
+SPIO_DEVICE Smem carve(unsigned char* raw) {
+    const unsigned long long base = reinterpret_cast<unsigned long long>(raw);
+    Element* a = reinterpret_cast<Element*>((base + SWIZZLE_ATOM - 1) & ~(SWIZZLE_ATOM - 1ull));
+    Element* b = a + STAGES * A_SLOT;
+    auto* full = reinterpret_cast<unsigned long long*>(b + STAGES * B_SLOT);
+    return {a, b, full, full + STAGES};
+}
+
+/// The accumulators (+ bias) of one consumer warpgroup to C, in wgmma's accumulator layout
+/// (spio/wgmma.h): thread t holds d[i] at row 16 (t / 32) + (t % 32) / 4 + 8 ((i / 2) % 2),
+/// column 8 (i / 4) + 2 (t % 4) + i % 2; d[i] and d[i + 1] (i even) are adjacent columns.
+SPIO_DEVICE void store_tile(Out* __restrict__ c, const Element* __restrict__ bias,
+                            const float (&d)[ACC], int row0, int col0, int m, int n) {
+    const int t = threadIdx.x % 128;
+    const bool pairs = n % 2 == 0;  // every (row, even column) is then 2-element aligned
+#pragma unroll
+    for (int i = 0; i < ACC; i += 2) {
+        const int row = row0 + 16 * (t / 32) + (t % 32) / 4 + 8 * ((i / 2) % 2);
+        const int col = col0 + 8 * (i / 4) + 2 * (t % 4);
+        if (row >= m || col >= n) continue;
+        float lo = d[i], hi = d[i + 1];
+        if constexpr (HAS_BIAS) {
+            lo += static_cast<float>(bias[col]);
+            if (col + 1 < n) hi += static_cast<float>(bias[col + 1]);
+        }
+        Out* dst = c + static_cast<long long>(row) * n + col;
+        if (pairs) {  // col + 1 < n too, since n is even and col is
+            if constexpr (spio::detail::is_same_v<Out, float>) {
+                *reinterpret_cast<float2*>(dst) = make_float2(lo, hi);
+            } else {
+                *reinterpret_cast<unsigned*>(dst) = spio::round_pack2<Out>(lo, hi);
+            }
+        } else {
+            dst[0] = static_cast<Out>(lo);
+            if (col + 1 < n) dst[1] = static_cast<Out>(hi);
+        }
+    }
+}
+
+}  // namespace
+
+extern "C" __global__ void __launch_bounds__(THREADS, 1)
+    matmul_sm90(Out* __restrict__ c, const __grid_constant__ spio::tma::Descriptor a_map,
+                const __grid_constant__ spio::tma::Descriptor b_map,
+                const Element* __restrict__ bias, int m, int n, int k, int raster) {
+    extern __shared__ unsigned char smem_raw[];
+    const Smem smem = carve(smem_raw);
+    const int warpgroup = threadIdx.x / 128;
+    const int tiles_m = (m + BLOCK_M - 1) / BLOCK_M;
+    const int tiles_n = (n + BLOCK_N - 1) / BLOCK_N;
+    int tile_m, tile_n;
+    spio::grouped_tile(blockIdx.x, tiles_m, tiles_n, raster, tile_m, tile_n);
+    const int k_tiles = (k + BLOCK_K - 1) / BLOCK_K;
+
+    if (threadIdx.x == 0) {
+        spio::tma::prefetch(&a_map);
+        spio::tma::prefetch(&b_map);
+        for (int s = 0; s < STAGES; ++s) {
+            spio::mbarrier::init(&smem.full[s], 1);
+            spio::mbarrier::init(&smem.empty[s], CONSUMERS);
+        }
+        spio::mbarrier::fence_init();
+    }
+    __syncthreads();
+
+    if (warpgroup == 0) {
+        // ---- producer: one thread keeps the ring full ----------------------------------------
+        if (threadIdx.x == 0) {
+            for (int kt = 0; kt < k_tiles; ++kt) {
+                const int s = kt % STAGES;
+                const unsigned phase = (kt / STAGES) & 1;
+                spio::mbarrier::wait(&smem.empty[s], phase ^ 1);  // the consumers freed slot s
+                spio::mbarrier::arrive_expect_tx(&smem.full[s], SLOT_BYTES);
+                spio::tma::load_2d(smem.a + s * A_SLOT, &a_map, kt * BLOCK_K, tile_m * BLOCK_M,
+                                   &smem.full[s]);
+                spio::tma::load_2d(smem.b + s * B_SLOT, &b_map, kt * BLOCK_K, tile_n * BLOCK_N,
+                                   &smem.full[s]);
+            }
+        }
+        return;
+    }
+
+    // ---- consumers: warpgroup w multiplies rows 64 (w - 1) .. of the tile -------------------
+    const int rows = 64 * (warpgroup - 1);
+    float d[ACC];
+#pragma unroll
+    for (int i = 0; i < ACC; ++i) d[i] = 0.f;
+    for (int kt = 0; kt < k_tiles; ++kt) {
+        const int s = kt % STAGES;
+        spio::mbarrier::wait(&smem.full[s], (kt / STAGES) & 1);
+        const Element* a = smem.a + s * A_SLOT + rows * BLOCK_K;
+        const Element* b = smem.b + s * B_SLOT;
+        spio::warpgroup::fence();
+#pragma unroll
+        for (int ks = 0; ks < K_STEPS; ++ks) {
+            // K-step ks starts 32 ks bytes into the swizzled rows (the hardware applies the XOR).
+            const auto da = spio::warpgroup::make_desc(a + 16 * ks, 16, SWIZZLE_ATOM,
+                                                       spio::warpgroup::Swizzle::B128);
+            const auto db = spio::warpgroup::make_desc(b + 16 * ks, 16, SWIZZLE_ATOM,
+                                                       spio::warpgroup::Swizzle::B128);
+            spio::warpgroup::mma_async<Element, BLOCK_N>(d, da, db, kt > 0 || ks > 0);
+        }
+        spio::warpgroup::commit_group();
+        spio::warpgroup::wait_group<1>();  // slot kt - 1's batch has completed
+        if (kt > 0 && threadIdx.x % 128 == 0) {
+            spio::mbarrier::arrive(&smem.empty[(kt - 1) % STAGES]);
+        }
+    }
+    spio::warpgroup::wait_group<0>();
+    store_tile(c, bias, d, tile_m * BLOCK_M + rows, tile_n * BLOCK_N, m, n);
+}

@@ -1,0 +1,65 @@
+"""Host tests of the Hopper matmul kernel (spio/src/matmul_sm90.cu): no GPU needed.
+
+Every config compiles for sm_90a with no local memory, one CTA of 384 threads per SM within the
+register file, the wgmma of its BLOCK_N in the SASS, TMA loads and mbarrier waits; the config
+space respects the shared-memory limit; the spec refuses row-major B; nothing is offered off
+sm_90. The values are checked on an H100/H200 by tests/gpu/kernels/test_matmul_sm90.py.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from spio.compiler import kernel_resources
+from spio.compiler.locate import find_tool
+from spio.cuda import known_device
+from spio.kernels import matmul_sm90 as k90
+from spio.kernels.loader import compile_spec
+from spio.kernels.matmul_params import MatmulParams
+
+H100 = known_device("H100")
+FLAGS = [("float16", "float16", False), ("bfloat16", "float32", True)]
+
+
+def _p(dtype="float16", out="float16", bias=False, b_transposed=True) -> MatmulParams:
+    return MatmulParams(1, 1, 8, dtype, out, b_transposed=b_transposed, has_bias=bias)
+
+
+def test_space_fits_shared_memory_and_is_sm90_only():
+    cfgs = k90.configs(_p(), H100)
+    assert {c.block_n for c in cfgs} == set(k90.BLOCK_NS)
+    assert all(c.smem() <= H100.max_smem_per_block_optin for c in cfgs)
+    assert max(c.stages for c in cfgs if c.block_n == 256) == 4  # 48 KiB a slot
+    assert k90.configs(_p(b_transposed=False), H100) == []
+    assert k90.configs(_p(), known_device("A100")) == []
+    with pytest.raises(ValueError, match="b_transposed=True"):
+        k90.spec(_p(b_transposed=False), k90.MatmulSm90Config())
+    with pytest.raises(ValueError, match="block_n must be one of"):
+        k90.MatmulSm90Config(block_n=96)
+
+
+@pytest.mark.parametrize("flags", FLAGS, ids=str)
+def test_every_config_compiles_without_local_memory(flags):
+    p = _p(*flags)
+    for cfg in k90.configs(p, H100):
+        res = kernel_resources(compile_spec(k90.spec(p, cfg, H100), H100.arch))["matmul_sm90"]
+        assert res.local_bytes == 0, f"{cfg}: {res}"
+        # One CTA of 384 threads must fit the 64 K-register file.
+        assert res.registers * k90.THREADS <= H100.regs_per_sm, f"{cfg}: {res}"
+
+
+@pytest.mark.skipif(
+    find_tool("cuobjdump") is None, reason="needs cuobjdump (CUDA toolkit, on PATH or CUDA_HOME)"
+)
+@pytest.mark.parametrize("block_n", k90.BLOCK_NS)
+def test_sass_has_wgmma_tma_and_barriers(block_n):
+    from spio.compiler.disasm import disassemble
+
+    cfg = k90.MatmulSm90Config(block_n=block_n, stages=2)
+    sass = disassemble(compile_spec(k90.spec(_p(), cfg, H100), H100.arch))
+    assert re.search(rf"HGMMA\.64x{block_n}x16\.F32", sass), sass[:3000]
+    for op in ("UTMALDG.2D", "SYNCS.ARRIVE.TRANS64", "SYNCS.PHASECHK.TRANS64.TRYWAIT"):
+        assert op in sass, op
+    assert not re.search(r"\b(STL|LDL)\b", sass), "local memory traffic"
