@@ -11,6 +11,9 @@
 #   scripts/gpu-session.sh sweep           every conv2d_gw8 fprop/dgrad config at the 3x3 and 7x7 points
 #   scripts/gpu-session.sh multi           on a 2-GPU machine: the two-GPU tests (DDP, FSDP2, one
 #                                          disk cache, two threads) and DDP scaling (needs timm)
+#   scripts/gpu-session.sh hopper          the Hopper blocks and kernel: TMA, wgmma and mbarrier
+#                                          tests, the sm_90a matmul test, and its benchmark
+#                                          against cuBLAS and the mma.sync kernel (quick)
 # Stages combine: scripts/gpu-session.sh test bench
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -41,6 +44,13 @@ while [ $# -gt 0 ]; do
           tests/gpu/test_distributed.py tests/gpu/test_launch.py \
           tests/gpu/functional/test_call_path.py 2>&1 | tee "$OUT/test-multi.log" | tail -30
       python3 benchmarks/bench_ddp.py --csv "$OUT/ddp.csv" 2>&1 | tee "$OUT/ddp.log"
+      ;;
+    hopper)
+      python3 -m pytest -q -p no:cacheprovider --timeout 600 tests/gpu/test_tma.py \
+          tests/gpu/test_wgmma.py tests/gpu/test_mbarrier.py \
+          tests/gpu/kernels/test_matmul_sm90.py 2>&1 | tee "$OUT/test-hopper.log" | tail -30
+      python3 benchmarks/bench_matmul_sm90.py --quick --csv "$OUT/matmul-sm90.csv" 2>&1 \
+          | tee "$OUT/matmul-sm90.log"
       ;;
     sweep)
       python3 benchmarks/sweep_conv2d_gw8.py --kernel fprop,dgrad --csv "$OUT/sweep.csv" 2>&1 \
