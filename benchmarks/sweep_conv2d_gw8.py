@@ -14,6 +14,7 @@ Use it to compare two versions of a kernel source on the same GPU (the JIT recom
     python benchmarks/sweep_conv2d_gw8.py --kernel fprop,dgrad --points "64,56,3,128;512,7,7,128"
     python benchmarks/sweep_conv2d_gw8.py --points "56,56,3,256,2"   # stride 2, input 56x56
     python benchmarks/sweep_conv2d_gw8.py --csv sweep.csv      # every timing, for plotting
+    python benchmarks/sweep_conv2d_gw8.py --kernel wgrad --idle-warps --points "440,14,3,128,2"
 """
 
 from __future__ import annotations
@@ -90,8 +91,11 @@ def _cudnn_us(which: str, p, reps: int) -> float:
     return bench(run, reps=reps, warmup_ms=3).median_ms * 1e3
 
 
-def sweep(which: str, point: tuple[int, int, int, int, int], reps: int) -> tuple[list[dict], str]:
-    """Timings of every config of pass `which` at `point` (rows), and the summary text."""
+def sweep(
+    which: str, point: tuple[int, int, int, int, int], reps: int, idle_warps: bool = False
+) -> tuple[list[dict], str]:
+    """Timings of every config of pass `which` at `point` (rows), and the summary text;
+    `idle_warps`: wgrad's space with its idle-warp CTAs (`configs(..., with_idle_warps=True)`)."""
     import torch
 
     from spio.cuda import device_attributes
@@ -114,7 +118,11 @@ def sweep(which: str, point: tuple[int, int, int, int, int], reps: int) -> tuple
         n=n, c=c, h=hw, w=hw, r=k, s=k, pad_h=k // 2, pad_w=k // 2, has_bias=True,
         dtype="float16", stride_h=stride, stride_w=stride,
     )  # fmt: skip
-    configs = kdef.configs(p, dev)
+    configs = (
+        wg.configs(p, dev, with_idle_warps=True)
+        if idle_warps and which == "wgrad"
+        else (kdef.configs(p, dev))
+    )
     t0 = time.monotonic()
     compile_specs([kdef.spec(p, cfg, dev) for cfg in configs], dev.arch)
     compile_s = time.monotonic() - t0
@@ -166,6 +174,11 @@ def main(argv: list[str] | None = None) -> int:
         "--points", default=DEFAULT_POINTS, help="C,HW,K,N[,STRIDE];... (fp16, padding k//2)"
     )
     ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument(
+        "--idle-warps",
+        action="store_true",
+        help="wgrad: also the 2- and 4-warp CTAs with idle warps at odd group counts",
+    )
     ap.add_argument("--csv", type=Path, help="write every timing here")
     a = ap.parse_args(argv)
     try:
@@ -182,7 +195,7 @@ def main(argv: list[str] | None = None) -> int:
     every = []
     for which in passes:
         for point in points:
-            rows, text = sweep(which, point, a.reps)
+            rows, text = sweep(which, point, a.reps, a.idle_warps)
             print(text, flush=True)
             every += rows
             if a.csv:

@@ -69,6 +69,7 @@ def _direct(
     columns never loaded) or "ragged" (a CTA whose last group block has idle warps)."""
     from spio.cuda import device_attributes
     from spio.kernels.conv2d_gw8 import fprop as fp
+    from spio.kernels.conv2d_gw8 import wgrad as wg
     from spio.kernels.conv2d_gw8.params import Conv2dGw8Params
     from spio.kernels.loader import default_function_cache
 
@@ -97,6 +98,9 @@ def _direct(
             x.double(), wt.double(), b.double(), stride=stride, padding=k // 2, groups=c // 8
         )
         _check(f"fprop {pick} {n}x{c}x{h}x{w} k{k} s{stride} {cfg}", y, want, 2e-2)
+    if pick == "ragged":  # wgrad's idle-warp CTAs (outside its default space until timed)
+        _wgrad_direct(p, next(cf for cf in wg.configs(p, dev, with_idle_warps=True) if ok(cf)),
+                      x, dy, dev, stream, cache)  # fmt: skip
     cfg = next(cf for cf in fp.dgrad_configs(p, dev) if ok(cf))
     dx = torch.full((n, c, h, w), float("nan"), device="cuda", dtype=dtype)
     dx = dx.to(memory_format=torch.channels_last)
@@ -105,6 +109,30 @@ def _direct(
         (n, c, h, w), wt.double(), dy.double(), stride=stride, padding=k // 2, groups=c // 8
     )
     _check(f"dgrad {pick} {n}x{c}x{h}x{w} k{k} s{stride} {cfg}", dx, want, 2e-2)
+
+
+def _wgrad_direct(p, cfg, x, dy, dev, stream, cache) -> None:
+    """The weight gradient of one wgrad config and the op's reduction, into NaN-poisoned
+    partials, against fp64."""
+    from spio.kernels.conv2d_gw8 import wgrad as wg
+    from spio.kernels.conv2d_gw8 import wgrad_reduce as rd
+
+    slices = wg.num_slices(p, cfg, dev)
+    partial = torch.full((slices * p.c * 8 * p.r * p.s,), float("nan"), device="cuda")
+    bias_partial = torch.full((slices * p.c,), float("nan"), device="cuda")
+    dw = torch.full((p.c, 8, p.r, p.s), float("nan"), dtype=x.dtype, device="cuda")
+    db = torch.full((p.c,), float("nan"), dtype=x.dtype, device="cuda")
+    kernel = cache.get(wg.WGRAD, p.variant(), cfg, dev)
+    wg.launch(kernel, p, cfg, dev, partial, bias_partial, x, dy, stream)
+    rcfg = rd.reduce_config(p, cfg, dev)
+    rd.reduce_launch(cache.get(rd.WGRAD_REDUCE, p.variant(), rcfg, dev), p, rcfg, dw, db,
+                     partial, bias_partial, slices, stream)  # fmt: skip
+    want = torch.nn.grad.conv2d_weight(
+        x.double(), (p.c, 8, p.r, p.s), dy.double(), stride=(p.stride_h, p.stride_w),
+        padding=(p.pad_h, p.pad_w), groups=p.c // 8,
+    )  # fmt: skip
+    _check(f"wgrad ragged {p.n}x{p.c}x{p.h}x{p.w} {cfg}", dw, want, 5e-2)
+    _check(f"wgrad ragged bias {cfg}", db, dy.double().sum((0, 2, 3)), 5e-2)
 
 
 def matmul(m: int, n: int, k: int, dtype: torch.dtype) -> None:

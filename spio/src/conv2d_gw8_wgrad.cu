@@ -8,7 +8,8 @@
 /// Tiling: blockIdx.x = (column tile of BLOCK_Q output columns, block of WARPS channel groups);
 ///   blockIdx.y = split. A task is (image n, chunk of BLOCK_P output rows); split y runs tasks
 ///   [y*TPS, min((y+1)*TPS, tasks)) in order (tasks and TPS are run-time: the batch is not
-///   compiled in). One warp per channel group.
+///   compiled in). One warp per channel group; when WARPS does not divide the GROUPS groups
+///   (RAGGED_GROUPS) the last group block's warps past the last group idle through the barriers.
 /// MMA mapping (m16n8k8): M = 16 = (two filter columns s, s+1) x 8 input channels, N = 8 output
 ///   channels, K = 8 output columns q. A = x rows loaded transposed by ldmatrix.x2.trans (one 8x8
 ///   matrix per filter column), B = dy loaded by ldmatrix.x1.trans. The bias gradient is one more
@@ -91,6 +92,10 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
     const int q0 = block.get<QB>().unfold().get();
     const C8 group0 = block.get<GB>().unfold().template fold<8>();
     const C8 group = group0 + warp_group;
+    // RAGGED_GROUPS (WARPS does not divide the GROUPS channel groups: odd counts such as 7, 19 or
+    // 55 would otherwise run 1-warp CTAs): the last group block has warps past the last group.
+    // They copy nothing, multiply nothing and write no partial, but keep to the CTA's barriers.
+    const bool warp_live = !RAGGED_GROUPS || group.get() < GROUPS;
     const int slice = blockIdx.y * Q_TILES + block.get<QB>().get();
 
     float reg_acc[KERNEL_R][S_PAIRS][4];  // dW of taps (r, 2j) rows 0-7 and (r, 2j+1) rows 8-15
@@ -156,7 +161,8 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
         const int j = t / WARPS;
         const int w = q0 * STRIDE_W - PAD_W + j;
         x_src[s] = w >= 0 && w < IN_W ? static_cast<int>(input[W(w)][group0 + g].get() - in_ptr) : -1;
-        x_dst[s] = LOAD_ITEMS % THREADS == 0 || t < LOAD_ITEMS
+        x_dst[s] = (LOAD_ITEMS % THREADS == 0 || t < LOAD_ITEMS) &&
+                           (!RAGGED_GROUPS || (group0 + g).get() < GROUPS)
                        ? static_cast<int>(smem_input[g][W(j)].get() - smem_input.get())
                        : -1;
     }
@@ -167,7 +173,8 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
         const int j = t / WARPS;
         dy_src[s] = q0 + j < OUT_Q ? static_cast<int>(grad[Q(q0 + j)][group0 + g].get() - grad_ptr)
                                    : -1;
-        dy_dst[s] = GRAD_ITEMS % THREADS == 0 || t < GRAD_ITEMS
+        dy_dst[s] = (GRAD_ITEMS % THREADS == 0 || t < GRAD_ITEMS) &&
+                            (!RAGGED_GROUPS || (group0 + g).get() < GROUPS)
                         ? static_cast<int>(smem_grad[g][Q(j)].get() - smem_grad.get())
                         : -1;
     }
@@ -213,6 +220,7 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
     // zeros, so the sums (and their order) are those of the full loop.
     const int q_chunks = min(BLOCK_Q / 8, (OUT_Q - q0 + 7) / 8);
     auto multiply_row = [&](const StreamPos& pos) {
+        if (!warp_live) return;  // warp-uniform
         const int i = pos.i;
         const int h = pos.p0 * STRIDE_H - PAD_H + i;
         const bool x_row_inside = h >= 0 && h < IN_H;
@@ -314,10 +322,16 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
     const Partial partial(partial_ptr + static_cast<long long>(slice) * Partial::storage_size());
     float4* partial_block = reinterpret_cast<float4*>(partial[group0].get());
     const float4* staged = reinterpret_cast<const float4*>(smem_partial.get());
-    spio::for_each_strided<SmemPartial::storage_size() / 4, WARPS * 32>(
-        [&](int t) { partial_block[t] = staged[t]; });
+    // The groups of this block that exist (all WARPS unless RAGGED_GROUPS); a group's partial is
+    // contiguous (C8 is the outermost dimension of either layout).
+    constexpr int BLOCK_FLOAT4S = SmemPartial::storage_size() / 4;
+    const int live_float4s =
+        RAGGED_GROUPS ? min(WARPS, GROUPS - group0.get()) * (BLOCK_FLOAT4S / WARPS) : BLOCK_FLOAT4S;
+    spio::for_each_strided<BLOCK_FLOAT4S, WARPS * 32>([&](int t) {
+        if (!RAGGED_GROUPS || t < live_float4s) partial_block[t] = staged[t];
+    });
     if constexpr (HAS_BIAS) {
-        if (lane < 4) {  // fragment row 0: columns 2 * lane and 2 * lane + 1
+        if (lane < 4 && warp_live) {  // fragment row 0: columns 2 * lane and 2 * lane + 1
             const BiasPartial bias_partial(bias_partial_ptr +
                                            static_cast<long long>(slice) *
                                                BiasPartial::storage_size());

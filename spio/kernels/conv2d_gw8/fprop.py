@@ -21,6 +21,8 @@ from spio.kernels.conv2d_gw8.params import (
     Conv2dGw8Params,
     ctas_per_sm,
 )
+from spio.kernels.conv2d_gw8.params import idle_warps as idle_warps
+from spio.kernels.conv2d_gw8.params import warps_allowed as warps_allowed
 from spio.kernels.kernel_def import KernelDef, KernelSpec, KernelStats
 
 SOURCE = "conv2d_gw8_fprop.cu"
@@ -63,19 +65,6 @@ def group_blocks(p: Conv2dGw8Params, cfg: Conv2dGw8Config) -> int:
     """CTAs along the channel groups: ceil(groups / warps) (the last one has idle warps when
     warps does not divide the groups: the kernel's RAGGED_GROUPS)."""
     return -(-p.groups // cfg.warps)
-
-
-def idle_warps(groups: int, warps: int) -> int:
-    """Warps of the last group block that have no group (0 when warps divides groups)."""
-    return -groups % warps
-
-
-def warps_allowed(groups: int, warps: int) -> bool:
-    """Whether a CTA of `warps` warps (one channel group each) is in the space: warps divides the
-    groups, or the idle warps of the last group block are at most a quarter of the groups (so an
-    odd group count, 7 or 19 or 55, gets 2-8 warps per CTA instead of 1, at most 20% of the
-    launched warps idle)."""
-    return warps <= groups and 4 * idle_warps(groups, warps) <= groups
 
 
 def tile_w(p: Conv2dGw8Params, cfg: Conv2dGw8Config) -> int:

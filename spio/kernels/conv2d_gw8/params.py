@@ -488,3 +488,16 @@ def ctas_per_sm(
             max_ctas,
         ),
     )
+
+
+def idle_warps(groups: int, warps: int) -> int:
+    """Warps of the last group block that have no group (0 when warps divides groups)."""
+    return -groups % warps
+
+
+def warps_allowed(groups: int, warps: int) -> bool:
+    """Whether a CTA of `warps` warps (one channel group each) is in the space: warps divides the
+    groups, or the idle warps of the last group block are at most a quarter of the groups (so an
+    odd group count, 7 or 19 or 55, gets 2-8 warps per CTA instead of 1, at most 20% of the
+    launched warps idle)."""
+    return warps <= groups and 4 * idle_warps(groups, warps) <= groups

@@ -18,7 +18,13 @@ from dataclasses import replace
 from typing import Any
 
 from spio.kernels.conv2d_gw8 import tune as _tune
-from spio.kernels.conv2d_gw8.params import GROUP_WIDTH, Conv2dGw8Params, Conv2dGw8WgradConfig
+from spio.kernels.conv2d_gw8.params import (
+    GROUP_WIDTH,
+    Conv2dGw8Params,
+    Conv2dGw8WgradConfig,
+    idle_warps,
+    warps_allowed,
+)
 
 # The tiling geometry; `name as name` re-exports what ops, benches and tests reach as
 # spio.kernels.conv2d_gw8.wgrad.<name>.
@@ -27,6 +33,7 @@ from spio.kernels.conv2d_gw8.wgrad_tiling import block_p_choices as block_p_choi
 from spio.kernels.conv2d_gw8.wgrad_tiling import dy_rows as dy_rows
 from spio.kernels.conv2d_gw8.wgrad_tiling import (
     grid,
+    group_blocks,
     in_flight_bytes,
     partial_bytes,
     s_pairs,
@@ -67,13 +74,21 @@ IN_FLIGHT_BYTES = 48 * 1024
 
 
 def configs(
-    p: Conv2dGw8Params, dev: Any, warp_choices: tuple[int, ...] = WARP_CHOICES
+    p: Conv2dGw8Params,
+    dev: Any,
+    warp_choices: tuple[int, ...] = WARP_CHOICES,
+    with_idle_warps: bool = False,
 ) -> list[Conv2dGw8WgradConfig]:
     """Every valid wgrad config: block rows from `block_p_choices` (balanced over P), column
     tiles of BLOCK_Q_CHOICES up to the first covering Q (8 only up to NARROW_Q_MAX),
     `warp_choices` dividing the groups, STAGE_CHOICES (above 3 only up to one task's rows),
     SPLIT_CHOICES giving WARPS_PER_SM_MIN..MAX warps per SM (`split_choices`), shared memory and
-    registers within the device's limits."""
+    registers within the device's limits.
+
+    `with_idle_warps` also takes warps that leave the last group block idle warps
+    (`warps_allowed`, the kernel's RAGGED_GROUPS: odd group counts get 2- and 4-warp CTAs). Not
+    in the default space until timed: the shipped model has never seen such configs (a sweep
+    or a collection passes it)."""
     out = []
     p_choices = block_p_choices(p)
     q_choices = []
@@ -86,7 +101,7 @@ def configs(
     for block_p in p_choices:
         for block_q in q_choices:
             for warps in warp_choices:
-                if p.groups % warps:
+                if p.groups % warps and not (with_idle_warps and warps_allowed(p.groups, warps)):
                     continue
                 for stages in STAGE_CHOICES:
                     if stages > 3 and stages - 1 > (block_p - 1) * p.stride_h + p.r - 1:
@@ -247,7 +262,9 @@ def spec(p: Conv2dGw8Params, cfg: Conv2dGw8WgradConfig, dev: Any = None) -> Kern
         "SmemInput": Tensor((STAGE(cfg.stages), C8(cfg.warps), W(tile_w(p, cfg))), uint4),
         "SmemGrad": Tensor((DYROW(dy_rows(p, cfg)), C8(cfg.warps), Q(cfg.block_q)), uint4),
         "SmemPartial": Tensor(p.weight_dims(C8(cfg.warps), KO(8), CI(8), R(p.r), S(p.s)), f32),
-        "BlockIdx": CompoundIndex(QB(q_tiles(p, cfg)), GB(g // cfg.warps)),
+        "BlockIdx": CompoundIndex(QB(q_tiles(p, cfg)), GB(group_blocks(p, cfg))),
+        "GROUPS": Constant(g),
+        "RAGGED_GROUPS": Constant(idle_warps(g, cfg.warps) > 0),
         "IN_H": Constant(p.h),
         "IN_W": Constant(p.w),
         "OUT_P": Constant(p.p),
@@ -301,7 +318,7 @@ def features(p: Conv2dGw8Params, cfg: Conv2dGw8WgradConfig, dev: Any) -> dict[st
     layer, col_bytes, bytes_moved, flops = _layer_terms(p)
     tasks, tps, splits = split_plan(p, cfg, dev)
     col_tiles = q_tiles(p, cfg)
-    blocks = col_tiles * (p.groups // cfg.warps) * splits
+    blocks = col_tiles * group_blocks(p, cfg) * splits
     sm_count = dev.sm_count
     out = dict(layer)
     out["block_p"] = cfg.block_p

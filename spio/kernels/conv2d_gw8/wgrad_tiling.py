@@ -81,11 +81,17 @@ def p_chunks(p: Conv2dGw8Params, cfg: Conv2dGw8WgradConfig) -> int:
     return math.ceil(p.p / cfg.block_p)
 
 
+def group_blocks(p: Conv2dGw8Params, cfg: Conv2dGw8WgradConfig) -> int:
+    """CTAs along the channel groups: ceil(groups / warps) (the last one has idle warps when
+    warps does not divide the groups: the kernel's RAGGED_GROUPS)."""
+    return -(-p.groups // cfg.warps)
+
+
 def split_plan(p: Conv2dGw8Params, cfg: Conv2dGw8WgradConfig, dev: Any) -> tuple[int, int, int]:
     """(tasks, tasks per split, splits): splits_per_sm CTAs per SM over the whole grid, at most
     one split per task, and every split non-empty."""
     tasks = p.n * p_chunks(p, cfg)
-    per_split_grid = q_tiles(p, cfg) * (p.groups // cfg.warps)
+    per_split_grid = q_tiles(p, cfg) * group_blocks(p, cfg)
     wanted = max(1, (cfg.splits_per_sm * dev.sm_count) // per_split_grid)
     splits = min(tasks, wanted)
     tps = math.ceil(tasks / splits)
@@ -102,12 +108,12 @@ def max_slices(p: Conv2dGw8Params, cfg: Conv2dGw8WgradConfig, dev: Any) -> int:
     """The most partial slices a launch of (layer, config, device) writes at any batch size:
     `num_slices` once the tasks outnumber the wanted splits. It does not depend on the batch,
     so what is derived from it (the reduction's CTA size) serves every batch size."""
-    per_split_grid = q_tiles(p, cfg) * (p.groups // cfg.warps)
+    per_split_grid = q_tiles(p, cfg) * group_blocks(p, cfg)
     return max(1, (cfg.splits_per_sm * dev.sm_count) // per_split_grid) * q_tiles(p, cfg)
 
 
 def grid(p: Conv2dGw8Params, cfg: Conv2dGw8WgradConfig, dev: Any) -> tuple[int, int, int]:
-    return (q_tiles(p, cfg) * (p.groups // cfg.warps), split_plan(p, cfg, dev)[2], 1)
+    return (q_tiles(p, cfg) * group_blocks(p, cfg), split_plan(p, cfg, dev)[2], 1)
 
 
 def row_bytes(p: Conv2dGw8Params, cfg: Conv2dGw8WgradConfig) -> int:

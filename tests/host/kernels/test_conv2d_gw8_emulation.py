@@ -197,7 +197,7 @@ def emulate_fprop(x, w, b, p: Conv2dGw8Params, cfg, transposed: bool = False):
 def emulate_wgrad(x, dy, p: Conv2dGw8Params, cfg, dev):
     """x (N, H, W, C), dy (N, P, Q, C) -> (dw (C, 8, R, S), db (C,)), as wgrad + reduce."""
     tasks, tps, splits = wt.split_plan(p, cfg, dev)
-    n_q, n_g = wt.q_tiles(p, cfg), p.groups // cfg.warps
+    n_q, n_g = wt.q_tiles(p, cfg), wt.group_blocks(p, cfg)  # the last may have idle warps
     sp, tile_w, dyr = wt.s_pairs(p), wt.tile_w(p, cfg), wt.dy_rows(p, cfg)
     tile_h, chunks = cfg.block_p + p.r - 1, wt.p_chunks(p, cfg)
     slices = splits * n_q
@@ -210,8 +210,8 @@ def emulate_wgrad(x, dy, p: Conv2dGw8Params, cfg, dev):
             slice_ = split * n_q + qb
             acc = np.zeros((cfg.warps, p.r, sp, 32, 4))
             acc_b = np.zeros((cfg.warps, 32, 4))
-            sx = np.zeros((cfg.stages, cfg.warps, tile_w, 8))
-            sdy = np.zeros((dyr, cfg.warps, cfg.block_q, 8))
+            sx = np.full((cfg.stages, cfg.warps, tile_w, 8), np.nan)
+            sdy = np.full((dyr, cfg.warps, cfg.block_q, 8), np.nan)
             first, last = split * tps, min(split * tps + tps, tasks)
             stream_rows = max(last - first, 0) * tile_h  # the split's rows as one stream
 
@@ -221,6 +221,8 @@ def emulate_wgrad(x, dy, p: Conv2dGw8Params, cfg, dev):
                 h = p0 - p.pad_h + i
                 for t in range(cfg.warps * tile_w):
                     g, j = t % cfg.warps, t // cfg.warps
+                    if group0 + g >= p.groups:
+                        continue  # an idle warp's plane is never filled (nor read)
                     wc = q0 - p.pad_w + j
                     c0 = (group0 + g) * 8
                     ok = 0 <= h < p.h and 0 <= wc < p.w
@@ -228,6 +230,8 @@ def emulate_wgrad(x, dy, p: Conv2dGw8Params, cfg, dev):
                 if i < cfg.block_p:
                     for t in range(cfg.warps * cfg.block_q):
                         g, j = t % cfg.warps, t // cfg.warps
+                        if group0 + g >= p.groups:
+                            continue
                         c0 = (group0 + g) * 8
                         ok = p0 + i < p.p and q0 + j < p.q
                         sdy[k % dyr, g, j] = dy[n, p0 + i, q0 + j, c0 : c0 + 8] if ok else 0.0
@@ -240,6 +244,8 @@ def emulate_wgrad(x, dy, p: Conv2dGw8Params, cfg, dev):
                     load(k + cfg.stages - 1)
                 i = k % tile_h
                 for wp in range(cfg.warps):
+                    if group0 + wp >= p.groups:
+                        continue  # an idle warp multiplies nothing
                     for qc in range(cfg.block_q // 8):
                         a = np.zeros((sp, 32, 2, 2))
                         for jj in range(sp):
@@ -257,6 +263,8 @@ def emulate_wgrad(x, dy, p: Conv2dGw8Params, cfg, dev):
                                     mma_m16n8k8(acc_b[wp], np.ones((32, 2, 2)), bfrag)
             for wp in range(cfg.warps):
                 grp = group0 + wp
+                if grp >= p.groups:
+                    continue  # nor writes a partial
                 for r in range(p.r):
                     for jj in range(sp):
                         for e in range(4):
@@ -329,6 +337,14 @@ RAGGED_SHAPES = [
     Conv2dGw8Params(n=1, c=104, h=4, w=34, r=3, s=3, pad_h=1, pad_w=1, stride_h=2, stride_w=2,
                     has_bias=True),
 ]  # fmt: skip
+
+
+# Odd group counts at stride 1 (the wgrad emulator's stride): 2- and 4-warp wgrad CTAs with idle
+# warps in the last group block.
+RAGGED_WGRAD_SHAPES = [
+    Conv2dGw8Params(n=2, c=56, h=6, w=9, r=3, s=3, pad_h=1, pad_w=1, has_bias=True),
+    Conv2dGw8Params(n=1, c=40, h=5, w=7, r=3, s=2, pad_h=1, pad_w=0, has_bias=True),
+]
 
 
 def _inputs(p: Conv2dGw8Params, seed: int):
@@ -439,3 +455,22 @@ def test_ragged_group_blocks_emulation(p, seed):
     )
     ragged = [c for c in fp.dgrad_configs(p, dev) if p.groups % c.warps]
     _check_dgrad(p, sample(ragged, 3, seed=seed), seed)
+
+
+@pytest.mark.parametrize("p", RAGGED_WGRAD_SHAPES, ids=str)
+def test_ragged_group_blocks_wgrad_emulation(p, seed):
+    """wgrad CTAs of 2 or 4 warps at odd group counts (`configs(..., with_idle_warps=True)`):
+    the idle warps of the last group block copy, multiply and write nothing, and every real
+    group's partial is written (the emulator's partials start as NaN)."""
+    dev = known_device("H100")
+    x, _, _ = _inputs(p, seed)
+    dy = torch.randn(p.n, p.c, p.p, p.q, dtype=torch.float64)
+    want_w = ref.wgrad(x, dy, (p.r, p.s), p.padding).numpy()
+    want_b = ref.bias_grad(dy).numpy()
+    assert not [c for c in wg.configs(p, dev) if p.groups % c.warps], "default space changed"
+    ragged = [c for c in wg.configs(p, dev, with_idle_warps=True) if p.groups % c.warps]
+    assert ragged, f"{p}: no wgrad config with idle warps"
+    for cfg in sample(ragged, 3, seed=seed):
+        dw, db = emulate_wgrad(_nhwc(x), _nhwc(dy), p, cfg, dev)
+        np.testing.assert_allclose(dw, want_w, rtol=1e-9, atol=1e-9, err_msg=f"{p} {cfg}")
+        np.testing.assert_allclose(db, want_b, rtol=1e-9, atol=1e-9, err_msg=f"{p} {cfg}")

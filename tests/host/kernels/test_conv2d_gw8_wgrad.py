@@ -127,3 +127,29 @@ def test_heuristic_never_doubles_past_the_space(monkeypatch):
     for c in (8, 56, 440):  # N = 1: too few bytes in flight at any depth, so it tries more
         p = Conv2dGw8Params(n=1, c=c, h=14, w=14, has_bias=True)
         assert wg.heuristic(p, dev) in wg.configs(p, dev)
+
+
+def test_idle_warp_configs_only_on_request_and_compile_without_local_memory():
+    """Odd group counts (C440: 55 groups, C56: 7) get 2- and 4-warp wgrad CTAs only with
+    `with_idle_warps`; those variants (RAGGED_GROUPS) compile for sm_80 and sm_90 with no local
+    memory, and the grid covers every group with ceil(groups / warps) group blocks."""
+    from spio.compiler import kernel_resources
+    from spio.kernels.loader import compile_specs
+
+    dev = known_device("H100")
+    p = _layer(128, 440, 14, 3, stride_h=2, stride_w=2, has_bias=True)
+    assert {c.warps for c in wg.configs(p, dev)} == {1}
+    ragged = [c for c in wg.configs(p, dev, with_idle_warps=True) if c.warps > 1]
+    assert {c.warps for c in ragged} == {2, 4}
+    assert wg.grid(p, ragged[0], dev)[0] == wg.q_tiles(p, ragged[0]) * -(-55 // ragged[0].warps)
+    cfgs = sample(ragged, 3, seed=1) + sample(
+        [c for c in wg.configs(_layer(8, 56, 28, 3), dev, with_idle_warps=True) if c.warps > 1],
+        3,
+        seed=1,
+    )
+    layers = [p] * 3 + [_layer(8, 56, 28, 3)] * 3
+    for arch in ("sm_80", "sm_90"):
+        specs = [wg.spec(q, c, dev) for q, c in zip(layers, cfgs, strict=True)]
+        for q, c, image in zip(layers, cfgs, compile_specs(specs, arch), strict=True):
+            for res in kernel_resources(image).values():
+                assert res.local_bytes == 0, f"{q} {c} {arch}: {res}"
