@@ -115,8 +115,11 @@ def tensor_maps(a: Any, b: Any, cfg: MatmulSm90Config) -> tuple[Any, Any]:
     from spio.cuda.tensor_map import tiled
 
     def one(t: Any, rows: int) -> Any:
+        # Row-major strides from the shape: torch may report any stride for a size-1 dim.
         name = str(t.dtype).removeprefix("torch.")
-        return tiled(t.data_ptr(), name, tuple(t.shape), t.stride(), (rows, BLOCK_K), swizzle=128)
+        return tiled(
+            t.data_ptr(), name, tuple(t.shape), (t.shape[1], 1), (rows, BLOCK_K), swizzle=128
+        )
 
     return one(a, BLOCK_M), one(b, cfg.block_n)
 
@@ -152,6 +155,13 @@ def launch(
             )
     if p.has_bias != (bias is not None):
         raise ValueError(f"matmul_sm90 launch: has_bias={p.has_bias} but bias is {bias!r:.40}")
+    if bias is not None and (
+        tuple(bias.shape) != (p.n,) or bias.dtype != dt or not bias.is_contiguous()
+    ):
+        raise ValueError(
+            f"matmul_sm90 launch: bias must be a contiguous {dt} tensor of shape ({p.n},), got "
+            f"{bias.dtype} {tuple(bias.shape)} (contiguous: {bias.is_contiguous()})"
+        )
     device = device or device_attributes(c.device.index or 0)
     key = (p.variant(), cfg, device.ordinal)
     cache = _LOADED if cache is None else cache

@@ -21,7 +21,8 @@
 ///   128 · BLOCK_N · sizeof(OUT) B of C. Per slot 2 · 128 · BLOCK_N · 64 FLOP on (128 + BLOCK_N)
 ///   · 128 B of shared memory: 85 FLOP/B at BLOCK_N = 256. Bound: the wgmma rate for K >~ 512.
 /// Epilogue: accumulators (+ bias) rounded to OUT and stored straight from registers, two
-///   adjacent columns per store where the row's alignment allows (N even), else one.
+///   adjacent columns per store where the alignment allows (N even, C 2-element aligned),
+///   else one.
 /// Not yet: persistent CTAs, clusters (TMA multicast), a shared-memory / TMA-store epilogue,
 ///   row-major B (the op transposes it), small-M (split-K) configs.
 /// Assumes: K % 8 == 0 (16-byte row strides for TMA), A, B 16-byte aligned (the maps check),
@@ -79,7 +80,9 @@ SPIO_DEVICE Smem carve(unsigned char* raw) {
 SPIO_DEVICE void store_tile(Out* __restrict__ c, const Element* __restrict__ bias,
                             const float (&d)[ACC], int row0, int col0, int m, int n) {
     const int t = threadIdx.x % 128;
-    const bool pairs = n % 2 == 0;  // every (row, even column) is then 2-element aligned
+    // Every (row, even column) is 2-element aligned when N is even and C's base is.
+    const bool pairs =
+        n % 2 == 0 && reinterpret_cast<unsigned long long>(c) % (2 * sizeof(Out)) == 0;
 #pragma unroll
     for (int i = 0; i < ACC; i += 2) {
         const int row = row0 + 16 * (t / 32) + (t % 32) / 4 + 8 * ((i / 2) % 2);
@@ -91,7 +94,7 @@ SPIO_DEVICE void store_tile(Out* __restrict__ c, const Element* __restrict__ bia
             if (col + 1 < n) hi += static_cast<float>(bias[col + 1]);
         }
         Out* dst = c + static_cast<long long>(row) * n + col;
-        if (pairs) {  // col + 1 < n too, since n is even and col is
+        if (pairs) {  // col + 1 < n too, since n and col are even
             if constexpr (spio::detail::is_same_v<Out, float>) {
                 *reinterpret_cast<float2*>(dst) = make_float2(lo, hi);
             } else {

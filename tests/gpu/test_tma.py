@@ -38,6 +38,7 @@ def _expected(x: torch.Tensor, r0: int, c0: int, box: tuple[int, int], swizzle: 
     part = x[r0 : r0 + rows, c0 : c0 + cols]
     want[: part.shape[0], : part.shape[1]] = part
     if swizzle == 128:
+        assert cols * x.element_size() == 128, "the model covers 128-byte box rows only"
         per_chunk = 16 // x.element_size()
         chunks = want.view(rows, cols // per_chunk, per_chunk)
         swizzled = torch.empty_like(chunks)
@@ -61,8 +62,8 @@ def _expected(x: torch.Tensor, r0: int, c0: int, box: tuple[int, int], swizzle: 
     ],  # fmt: skip
 )
 def test_tma_box(dtype, shape, box, swizzle, r0, c0, seed):
-    if not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] < 9:
-        pytest.skip("needs an sm_90 GPU (the tensor memory accelerator)")
+    if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("needs an sm_90 GPU (the probe is built for sm_90)")
     g = torch.Generator("cuda").manual_seed(seed)
     x = torch.randn(*shape, generator=g, device="cuda").to(dtype)
     name = str(dtype).removeprefix("torch.")

@@ -44,19 +44,21 @@ def _skip_unless_hopper():
         pytest.skip("needs an sm_90 GPU (wgmma and TMA)")
 
 
-def check(p: MatmulParams, cfg: k90.MatmulSm90Config, seed: int) -> None:
-    """Launches (p, cfg) once on fresh random inputs and compares with the fp64 reference."""
+def check(p: MatmulParams, cfg: k90.MatmulSm90Config, seed: int, shift: int = 0) -> None:
+    """Launches (p, cfg) once on fresh random inputs and compares with the fp64 reference;
+    `shift` moves C by that many elements (an odd shift: C not 2-element aligned)."""
     g = torch.Generator("cuda").manual_seed(seed)
     dt, out_dt = getattr(torch, p.dtype), getattr(torch, p.out_dtype)
     a = torch.randn(p.m, p.k, generator=g, device="cuda").to(dt)
     b = torch.randn(p.n, p.k, generator=g, device="cuda").to(dt)
     bias = torch.randn(p.n, generator=g, device="cuda").to(dt) if p.has_bias else None
-    buf = poison(torch.empty(GUARD + p.m * p.n + GUARD, dtype=out_dt, device="cuda"))
-    c = buf[GUARD : GUARD + p.m * p.n].view(p.m, p.n)
+    start = GUARD + shift
+    buf = poison(torch.empty(start + p.m * p.n + GUARD, dtype=out_dt, device="cuda"))
+    c = buf[start : start + p.m * p.n].view(p.m, p.n)
     k90.launch(p, cfg, c, a, b, bias, stream=torch.cuda.current_stream().cuda_stream)
     torch.cuda.synchronize()
     where = f"{p} {cfg} seed={seed}"
-    guard = torch.cat([buf[:GUARD], buf[GUARD + p.m * p.n :]])
+    guard = torch.cat([buf[:start], buf[start + p.m * p.n :]])
     assert torch.isnan(guard).all(), f"{where}: stores outside C (guard band overwritten)"
     assert_close(c, mm.reference(a, b, bias, True), tolerance(out_dt, depth=p.k), where=where)
 
@@ -77,3 +79,10 @@ def test_rasterization_covers_every_tile(seed):
     for raster in (1, 3, 8):
         cfg = k90.MatmulSm90Config(block_n=128, stages=4, raster=raster)
         check(_params(FLAG_SETS[0], 9 * 128 - 5, 5 * 128 - 3, 136), cfg, seed)
+
+
+def test_output_not_two_element_aligned(seed):
+    """C one element off a 2-element boundary (even N): the epilogue stores element-wise."""
+    _skip_unless_hopper()
+    for flags in (FLAG_SETS[0], FLAG_SETS[1]):
+        check(_params(flags, 130, 264, 96), k90.MatmulSm90Config(block_n=128, stages=3), seed, 1)
