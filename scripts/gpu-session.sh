@@ -8,6 +8,11 @@
 #                                          per-layer profile (needs timm, in the device image)
 #   scripts/gpu-session.sh tune MINUTES    collect samples for every family, train, eval
 #                                          (MINUTES per family: 6 families, plus compiles)
+#   scripts/gpu-session.sh tune-conv MINUTES   after a conv kernel change: collect the three conv
+#                                          families afresh (MINUTES each, active sampling), sweep
+#                                          the RegNet layers (the yardstick), train on the fresh
+#                                          samples and on fresh + shipped, and score the shipped
+#                                          and both new model sets on the sweep
 #   scripts/gpu-session.sh sweep           every conv2d_gw8 fprop/dgrad config at the 3x3 and 7x7 points
 #   scripts/gpu-session.sh multi           on a 2-GPU machine: the two-GPU tests (DDP, FSDP2, one
 #                                          disk cache, two threads) and DDP scaling (needs timm)
@@ -51,6 +56,29 @@ while [ $# -gt 0 ]; do
           tests/gpu/kernels/test_matmul_sm90.py 2>&1 | tee "$OUT/test-hopper.log" | tail -30
       python3 benchmarks/bench_matmul_sm90.py --quick --csv "$OUT/matmul-sm90.csv" 2>&1 \
           | tee "$OUT/matmul-sm90.log"
+      ;;
+    tune-conv)
+      shift; minutes="$1"
+      for k in conv2d_gw8_fprop conv2d_gw8_dgrad conv2d_gw8_wgrad; do
+        python3 -m spio.cli.main tune collect --kernel "$k" --minutes "$minutes" --seed 10 \
+            --max-configs 48 --active --out "$OUT/$k.jsonl" 2>&1 | tail -3
+      done
+      python3 benchmarks/sweep_conv2d_gw8.py --csv "$OUT/yardstick.csv" --points \
+          "24,112,3,256,2;56,56,3,256,2;152,28,3,256,2;368,14,3,256,2;48,112,3,128,2;104,56,3,128,2;208,28,3,128,2;440,14,3,128,2;152,14,3,256;368,7,3,256;104,28,3,128;440,7,3,128" \
+          > "$OUT/yardstick.log" 2>&1
+      # Models from the fresh samples alone and from fresh + shipped, each scored on the sweep
+      # (the shipped models first, for the baseline).
+      python3 benchmarks/yardstick_conv2d_gw8.py --csv "$OUT/yardstick.csv" 2>&1 | tail -4
+      for k in conv2d_gw8_fprop conv2d_gw8_dgrad conv2d_gw8_wgrad; do
+        python3 -m spio.cli.main tune train --kernel "$k" --data "$OUT/$k.jsonl" \
+            --out "$OUT/models-fresh" 2>&1 | tail -1
+        python3 -m spio.cli.main tune train --kernel "$k" --data "$OUT/$k.jsonl" \
+            --data "benchmarks/data/tune/$k.jsonl" --out "$OUT/models-merged" 2>&1 | tail -1
+      done
+      for m in fresh merged; do
+        python3 benchmarks/yardstick_conv2d_gw8.py --csv "$OUT/yardstick.csv" \
+            --models "$OUT/models-$m" 2>&1 | tail -4
+      done
       ;;
     sweep)
       python3 benchmarks/sweep_conv2d_gw8.py --kernel fprop,dgrad --csv "$OUT/sweep.csv" 2>&1 \
