@@ -90,6 +90,7 @@ def spec(p: MatmulParams, cfg: MatmulSm90Config, dev: Any = None) -> KernelSpec:
         )
     types = {"float16": dtype.half, "bfloat16": dtype.bfloat16, "float32": dtype.float}
     constants = {"BLOCK_N": cfg.block_n, "STAGES": cfg.stages, "HAS_BIAS": int(p.has_bias)}
+    tiles = smem_tiles(cfg)
     return KernelSpec(
         source="matmul_sm90.cu",
         entry="matmul_sm90",
@@ -97,6 +98,7 @@ def spec(p: MatmulParams, cfg: MatmulSm90Config, dev: Any = None) -> KernelSpec:
         specs={
             "Element": Type(types[p.dtype]),
             "Out": Type(types[p.out_dtype]),
+            **tiles,
             **{name: Constant(value) for name, value in constants.items()},
         },
         title=(
@@ -107,6 +109,31 @@ def spec(p: MatmulParams, cfg: MatmulSm90Config, dev: Any = None) -> KernelSpec:
         smem=cfg.smem(),
         arch_suffix="a",
     )
+
+
+def smem_tiles(cfg: MatmulSm90Config) -> dict[str, Any]:
+    """The typed shared-memory ring the TMA maps write: SmemA (STAGE, M 128, K8 8) and SmemB
+    (STAGE, N block_n, K8 8) of 16-byte chunks (8 elements along K), each row one 128-byte
+    line, XOR-swizzled as the 128-byte swizzle places chunks: chunk k8 of row m at k8 ^ (m % 8).
+    The wgmma descriptors read the same layout (Swizzle::B128, 8-row atoms of 1024 bytes)."""
+    from spio.generators import Dim, Tensor, Xor, dtype
+
+    M, N, K, STAGE = Dim(), Dim(), Dim(), Dim()
+    K8 = K / 8
+    chunks = BLOCK_K // 8
+    return {
+        "M": M,
+        "N": N,
+        "K": K,
+        "K8": K8,
+        "STAGE": STAGE,
+        "SmemA": Tensor(
+            (STAGE(cfg.stages), M(BLOCK_M), K8(chunks)), dtype.uint4, swizzle=Xor(M, K8, 3)
+        ),
+        "SmemB": Tensor(
+            (STAGE(cfg.stages), N(cfg.block_n), K8(chunks)), dtype.uint4, swizzle=Xor(N, K8, 3)
+        ),
+    }
 
 
 def tensor_maps(a: Any, b: Any, cfg: MatmulSm90Config) -> tuple[Any, Any]:

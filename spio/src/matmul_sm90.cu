@@ -28,7 +28,8 @@
 /// Assumes: K % 8 == 0 (16-byte row strides for TMA), A, B 16-byte aligned (the maps check),
 ///   C and bias element-aligned; sm_90a.
 // The generated header (included first) defines Element (__half or __nv_bfloat16), Out (the
-// same or float), BLOCK_N, STAGES and HAS_BIAS; see spio/kernels/matmul_sm90.py.
+// same or float), BLOCK_N, STAGES, HAS_BIAS, the dims M, N, K, K8, STAGE and the swizzled
+// shared-memory rings SmemA, SmemB; see spio/kernels/matmul_sm90.py.
 #include "spio/mbarrier.h"
 #include "spio/meta.h"
 #include "spio/raster.h"
@@ -46,9 +47,7 @@ constexpr int BLOCK_M = 128;
 constexpr int BLOCK_K = 64;                         // one 128-byte swizzled row per operand row
 constexpr int CONSUMERS = 2;                        // consumer warpgroups, 64 rows each
 constexpr int THREADS = (CONSUMERS + 1) * 128;      // + the producer warpgroup
-constexpr int A_SLOT = BLOCK_M * BLOCK_K;           // elements of A per slot
-constexpr int B_SLOT = BLOCK_N * BLOCK_K;           // elements of B per slot
-constexpr int SLOT_BYTES = (A_SLOT + B_SLOT) * int(sizeof(Element));
+constexpr int SLOT_BYTES = (BLOCK_M + BLOCK_N) * BLOCK_K * int(sizeof(Element));
 constexpr int K_STEPS = BLOCK_K / 16;               // wgmma k16 steps per slot
 constexpr int ACC = BLOCK_N / 2;                    // fp32 accumulators per consumer thread
 constexpr unsigned SWIZZLE_ATOM = 1024;             // 8 rows x 128 bytes
@@ -57,20 +56,23 @@ static_assert(BLOCK_N == 64 || BLOCK_N == 128 || BLOCK_N == 256,
               "matmul_sm90: BLOCK_N must be 64, 128 or 256 (a wgmma N and a TMA box <= 256)");
 static_assert(STAGES >= 2, "matmul_sm90: the ring needs at least 2 slots");
 
-/// Dynamic shared memory: STAGES slots of A, then of B (each slot 1024-byte aligned: the
-/// swizzle's atom), then the 2 x STAGES barriers. The host adds 1024 bytes for the alignment.
+/// Dynamic shared memory: the rings SmemA (STAGE, M, K8) and SmemB (STAGE, N, K8) of 16-byte
+/// chunks, typed with the 128-byte swizzle TMA writes (chunk k8 of row m at k8 ^ (m % 8)), the
+/// ring 1024-byte aligned (the swizzle's atom), then the 2 x STAGES barriers. The host adds
+/// 1024 bytes for the alignment.
 struct Smem {
-    Element* a;
-    Element* b;
+    SmemA a;
+    SmemB b;
     unsigned long long* full;
     unsigned long long* empty;
 };
 
 SPIO_DEVICE Smem carve(unsigned char* raw) {
     const unsigned long long base = reinterpret_cast<unsigned long long>(raw);
-    Element* a = reinterpret_cast<Element*>((base + SWIZZLE_ATOM - 1) & ~(SWIZZLE_ATOM - 1ull));
-    Element* b = a + STAGES * A_SLOT;
-    auto* full = reinterpret_cast<unsigned long long*>(b + STAGES * B_SLOT);
+    auto* ring = reinterpret_cast<uint4*>((base + SWIZZLE_ATOM - 1) & ~(SWIZZLE_ATOM - 1ull));
+    const SmemA a(ring);
+    const SmemB b(ring + SmemA::storage_size());
+    auto* full = reinterpret_cast<unsigned long long*>(b.get() + SmemB::storage_size());
     return {a, b, full, full + STAGES};
 }
 
@@ -141,10 +143,10 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
                 const unsigned phase = (kt / STAGES) & 1;
                 spio::mbarrier::wait(&smem.empty[s], phase ^ 1);  // the consumers freed slot s
                 spio::mbarrier::arrive_expect_tx(&smem.full[s], SLOT_BYTES);
-                spio::tma::load_2d(smem.a + s * A_SLOT, &a_map, kt * BLOCK_K, tile_m * BLOCK_M,
-                                   &smem.full[s]);
-                spio::tma::load_2d(smem.b + s * B_SLOT, &b_map, kt * BLOCK_K, tile_n * BLOCK_N,
-                                   &smem.full[s]);
+                spio::tma::load_2d(smem.a[STAGE(s)].get(), &a_map, kt * BLOCK_K,
+                                   tile_m * BLOCK_M, &smem.full[s]);
+                spio::tma::load_2d(smem.b[STAGE(s)].get(), &b_map, kt * BLOCK_K,
+                                   tile_n * BLOCK_N, &smem.full[s]);
             }
         }
         return;
@@ -158,15 +160,16 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
     for (int kt = 0; kt < k_tiles; ++kt) {
         const int s = kt % STAGES;
         spio::mbarrier::wait(&smem.full[s], (kt / STAGES) & 1);
-        const Element* a = smem.a + s * A_SLOT + rows * BLOCK_K;
-        const Element* b = smem.b + s * B_SLOT;
+        const auto a = smem.a[STAGE(s)][M(rows)];  // row 64 (w - 1): an 8-row atom's start
+        const auto b = smem.b[STAGE(s)];
         spio::warpgroup::fence();
 #pragma unroll
         for (int ks = 0; ks < K_STEPS; ++ks) {
-            // K-step ks starts 32 ks bytes into the swizzled rows (the hardware applies the XOR).
-            const auto da = spio::warpgroup::make_desc(a + 16 * ks, 16, SWIZZLE_ATOM,
+            // K-step ks: chunks 2 ks, 2 ks + 1 of the rows. The descriptor takes the address of
+            // the atom's row 0, whose XOR key is 0; the hardware swizzles the other rows.
+            const auto da = spio::warpgroup::make_desc(a[K8(2 * ks)].get(), 16, SWIZZLE_ATOM,
                                                        spio::warpgroup::Swizzle::B128);
-            const auto db = spio::warpgroup::make_desc(b + 16 * ks, 16, SWIZZLE_ATOM,
+            const auto db = spio::warpgroup::make_desc(b[K8(2 * ks)].get(), 16, SWIZZLE_ATOM,
                                                        spio::warpgroup::Swizzle::B128);
             spio::warpgroup::mma_async<Element, BLOCK_N>(d, da, db, kt > 0 || ks > 0);
         }

@@ -9,6 +9,9 @@ sm_90. The values are checked on an H100/H200 by tests/gpu/kernels/test_matmul_s
 from __future__ import annotations
 
 import re
+import shutil
+import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -63,3 +66,59 @@ def test_sass_has_wgmma_tma_and_barriers(block_n):
     for op in ("UTMALDG.2D", "SYNCS.ARRIVE.TRANS64", "SYNCS.PHASECHK.TRANS64.TRYWAIT"):
         assert op in sass, op
     assert not re.search(r"\b(STL|LDL)\b", sass), "local memory traffic"
+
+
+GXX = shutil.which("g++")
+
+
+@pytest.mark.skipif(
+    GXX is None, reason="needs g++ (the typed-dimension headers compile on the host)"
+)
+def test_typed_smem_tiles_are_the_tma_swizzle(tmp_path):
+    """SmemA / SmemB, the kernel's typed rings, put chunk k8 of row m of slot s where the TMA
+    128-byte swizzle does: s * rows * 8 + m * 8 + (k8 ^ (m % 8)) chunks (every point, on the
+    host through the generated header and the C++ library)."""
+    from spio.generators import generate
+
+    cfg = k90.MatmulSm90Config(block_n=64, stages=2)
+    tiles = k90.smem_tiles(cfg)
+    header = generate(tiles, "matmul_sm90 tiles")
+    checks = []
+    for name, dim, rows in (("SmemA", "M", k90.BLOCK_M), ("SmemB", "N", cfg.block_n)):
+        checks.append(f"static uint4 buf_{name}[{name}::storage_size()];")
+        for s in range(cfg.stages):
+            for m in range(rows):
+                for k8 in range(8):
+                    want = (s * rows + m) * 8 + (k8 ^ (m % 8))
+                    checks.append(
+                        f"CHECK({name}(buf_{name})[STAGE({s})][{dim}({m})][K8({k8})].get()"
+                        f" - buf_{name}, {want});"
+                    )
+    decls = "\n".join(c for c in checks if c.startswith("static"))
+    body = "\n    ".join(c for c in checks if not c.startswith("static"))
+    (tmp_path / "tiles.h").write_text(header)
+    (tmp_path / "tiles.cpp").write_text(f"""
+#include <cstdio>
+struct uint4 {{ unsigned x, y, z, w; }};
+#include "tiles.h"
+{decls}
+static int failures = 0;
+#define CHECK(expr, expected) do {{ long long got_ = (expr); if (got_ != (expected)) {{ \\
+    std::printf("FAIL %s = %lld, expected %lld\\n", #expr, got_, (long long)(expected)); \\
+    ++failures; }} }} while (0)
+int main() {{
+    {body}
+    if (failures == 0) std::printf("ok\\n");
+    return failures != 0;
+}}
+""")
+    include = Path(__file__).resolve().parents[3] / "spio" / "include"
+    exe = tmp_path / "tiles"
+    build = subprocess.run(
+        [GXX, "-std=c++20", "-I", str(include), "-I", str(tmp_path), str(tmp_path / "tiles.cpp"),
+         "-o", str(exe)],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert build.returncode == 0, build.stderr[-3000:] + header
+    run = subprocess.run([str(exe)], capture_output=True, text=True)
+    assert run.returncode == 0 and run.stdout.strip() == "ok", run.stdout[-3000:]
