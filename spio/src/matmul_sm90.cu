@@ -77,8 +77,7 @@ SPIO_DEVICE Smem carve(unsigned char* raw) {
 }
 
 /// The accumulators (+ bias) of one consumer warpgroup to C, in wgmma's accumulator layout
-/// (spio/wgmma.h): thread t holds d[i] at row 16 (t / 32) + (t % 32) / 4 + 8 ((i / 2) % 2),
-/// column 8 (i / 4) + 2 (t % 4) + i % 2; d[i] and d[i + 1] (i even) are adjacent columns.
+/// (spio::warpgroup::acc_row / acc_col); d[i] and d[i + 1] (i even) are adjacent columns.
 SPIO_DEVICE void store_tile(Out* __restrict__ c, const Element* __restrict__ bias,
                             const float (&d)[ACC], int row0, int col0, int m, int n) {
     const int t = threadIdx.x % 128;
@@ -87,8 +86,8 @@ SPIO_DEVICE void store_tile(Out* __restrict__ c, const Element* __restrict__ bia
         n % 2 == 0 && reinterpret_cast<unsigned long long>(c) % (2 * sizeof(Out)) == 0;
 #pragma unroll
     for (int i = 0; i < ACC; i += 2) {
-        const int row = row0 + 16 * (t / 32) + (t % 32) / 4 + 8 * ((i / 2) % 2);
-        const int col = col0 + 8 * (i / 4) + 2 * (t % 4);
+        const int row = row0 + spio::warpgroup::acc_row(t, i);
+        const int col = col0 + spio::warpgroup::acc_col(t, i);  // even: i is
         if (row >= m || col >= n) continue;
         float lo = d[i], hi = d[i + 1];
         if constexpr (HAS_BIAS) {

@@ -57,6 +57,16 @@ SPIO_DEVICE unsigned long long make_desc(const void* smem, unsigned lbo_bytes, u
            (((sbo_bytes >> 4) & field) << 32) | (static_cast<unsigned long long>(swizzle) << 62);
 }
 
+/// Row (0..63) of D that accumulator d[i] of warpgroup thread t (0..127) holds (the file
+/// comment's layout).
+SPIO_DEVICE constexpr int acc_row(int t, int i) {
+    return 16 * (t / 32) + (t % 32) / 4 + 8 * ((i / 2) % 2);
+}
+
+/// Column of D that accumulator d[i] of warpgroup thread t holds; d[i] and d[i + 1] (i even)
+/// are adjacent columns of one row.
+SPIO_DEVICE constexpr int acc_col(int t, int i) { return 8 * (i / 4) + 2 * (t % 4) + i % 2; }
+
 /// Makes this thread's ordinary stores to shared memory visible to the async proxy that wgmma
 /// (and TMA) read through (fence.proxy.async.shared::cta): each thread that wrote an operand,
 /// before the barrier that precedes the wgmma.

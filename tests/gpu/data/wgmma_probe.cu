@@ -41,9 +41,7 @@ __device__ void store_d(float* out, const float (&d)[N / 2]) {
     const int t = threadIdx.x;
 #pragma unroll
     for (int i = 0; i < N / 2; ++i) {
-        const int row = 16 * (t / 32) + (t % 32) / 4 + 8 * ((i / 2) % 2);
-        const int col = 8 * (i / 4) + 2 * (t % 4) + i % 2;
-        out[row * N + col] = d[i];
+        out[spio::warpgroup::acc_row(t, i) * N + spio::warpgroup::acc_col(t, i)] = d[i];
     }
 }
 
