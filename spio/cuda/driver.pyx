@@ -366,6 +366,9 @@ def tensor_map_encode_tiled(int data_type, uintptr_t address, dims, strides, box
         estride[i] = element_strides[i]
     for i in range(rank - 1):
         gstride[i] = strides[i]
+    # The driver may want a context current (CUDA_ERROR_INVALID_CONTEXT is among its documented
+    # results): the caller's is kept, else device 0's primary context is made current.
+    current_context()
     with nogil:
         status = f.cuTensorMapEncodeTiled(
             desc, data_type, rank, <void*>address, gdim, gstride, bdim, estride, interleave,
