@@ -175,6 +175,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument(
+        "--max-step-rows",
+        type=int,
+        help="fprop/dgrad: the kernel's longest unrolled row step (default: the module's, 12)",
+    )
+    ap.add_argument(
         "--idle-warps",
         action="store_true",
         help="wgrad: also the 2- and 4-warp CTAs with idle warps at odd group counts",
@@ -191,6 +196,11 @@ def main(argv: list[str] | None = None) -> int:
         print("sweep_conv2d_gw8 needs a CUDA GPU")
         return 2
     from spio.bench.report import write_csv
+
+    if a.max_step_rows is not None:
+        from spio.kernels.conv2d_gw8 import fprop
+
+        fprop.MAX_STEP_ROWS = a.max_step_rows
 
     every = []
     for which in passes:

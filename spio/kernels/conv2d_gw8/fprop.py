@@ -30,6 +30,11 @@ ENTRY = "conv2d_gw8_fprop"
 BLOCK_P_CHOICES = (2, 4, 8, 16, 32, 64)
 M_TILE_CHOICES = (1, 2, 4)  # block_q = 16 * m tiles
 PACKED_BLOCK_Q = 8  # two images per M tile, 8 columns each: offered when Q <= 8
+# Longest main-loop step (input rows) the kernel unrolls to make stage and output-buffer offsets
+# compile-time constants (its STEP_ROWS). 12 covers 3x3 with 2, 3, 4 or 6 stages; 24 would cover
+# 8 stages at stride 1 too, at twice the code: an experiment for a sweep (set this module
+# attribute before compiling; the disk cache keys on the generated constant).
+MAX_STEP_ROWS = 12
 WARP_CHOICES = (1, 2, 4, 8)
 STAGE_CHOICES = (2, 3, 4, 6, 8)
 # Registers: R*S weights + R*M*4 accumulators + addressing; past this the kernel spills.
@@ -277,6 +282,7 @@ def spec(
         "DILATE_W": Constant(p.dilate_w),
         "RING": Constant(p.ring),
         "UNROLL": Constant(p.stride_h * p.ring),
+        "MAX_STEP_ROWS": Constant(MAX_STEP_ROWS),
         "WARPS": Constant(cfg.warps),
         "STAGES": Constant(cfg.stages),
         "TILE_H": Constant(tile_h(p, cfg)),

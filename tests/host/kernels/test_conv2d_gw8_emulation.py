@@ -67,7 +67,7 @@ def emulate_fprop(x, w, b, p: Conv2dGw8Params, cfg, transposed: bool = False):
     ring, unroll = p.ring, p.stride_h * p.ring
     # The kernel's STEP_ROWS and step_mod: rows per main-loop step, and (i0 + u) mod n there.
     both = math.lcm(unroll, cfg.stages, 2)
-    step = both if both <= 12 else unroll
+    step = both if both <= fp.MAX_STEP_ROWS else unroll
 
     def step_mod(i0, u, n):
         return u % n if step % n == 0 else (i0 + u) % n
