@@ -12,8 +12,9 @@ A signature has one letter per kernel parameter, in order:
 
 `pack` writes each value into an 8-byte slot of a caller's buffer (the C stack in
 Function.launch: no Python allocation per launch, thread-safe) and points the parameter array at
-it (a tensor map: at its 128 bytes, which the args keep alive). Exact ints take a C path with no Python arithmetic. A wrong argument raises TypeError (wrong
-kind) or ValueError (out of range) naming the kernel, its index, its letter and the rule.
+it (a tensor map: at its own 128 bytes, which the args keep alive). Exact ints take a C path with
+no Python arithmetic. A wrong argument raises TypeError (wrong kind) or ValueError (out of range)
+naming the kernel, its index, its letter and the rule.
 """
 
 from cpython.bool cimport PyBool_Check
@@ -140,8 +141,9 @@ cdef double _floating(object value, str entry, Py_ssize_t i, char kind) except? 
 
 
 cdef void* _tensor_map(object value, str entry, Py_ssize_t i) except NULL:
-    """The 128 bytes an argument of kind 't' passes: value's `raw` (a spio.cuda.TensorMap) or
-    value itself (bytes). The pointer stays valid while the caller's args hold the value."""
+    """The 128 bytes an argument of kind 't' passes: value's `raw` attribute (a
+    spio.cuda.TensorMap stores its bytes there) or value itself (bytes). The pointer stays valid
+    while the caller's args hold the value, which holds the bytes."""
     raw = value if PyBytes_CheckExact(value) else getattr(value, "raw", None)
     if raw is None or not PyBytes_CheckExact(raw):
         raise TypeError(_arg_error(
