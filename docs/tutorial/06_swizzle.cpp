@@ -5,6 +5,12 @@
 /// the same slot, an 8-way bank conflict. XOR-ing the column index with the row index (mod 8)
 /// puts them in 8 different slots. The swizzle is part of the tensor type, so kernels subscript
 /// the tile like any other tensor.
+///
+/// On Hopper this is also the layout the tensor memory accelerator writes with its 128-byte
+/// swizzle and the one wgmma reads through Swizzle::B128 descriptors: spio/src/matmul_sm90.cu
+/// types its shared-memory rings exactly like Tile (16-byte chunks, Xor(M, K8, 3)), takes the
+/// TMA destinations and the descriptors' start addresses as subscripts of them, and a host test
+/// (tests/host/kernels/test_matmul_sm90.py) checks every point against the TMA formula.
 
 /*@spio
 M = Dim()
