@@ -116,6 +116,15 @@ extern "C" __global__ void __launch_bounds__(128)
     probe_sw128<128>(o, a, b);
 }
 
+// One barrier for one arrival (the copying thread's), ready for the whole CTA.
+__device__ void init_barrier(unsigned long long* bar) {
+    if (threadIdx.x == 0) {
+        spio::mbarrier::init(bar, 1);
+        spio::mbarrier::fence_init();
+    }
+    __syncthreads();
+}
+
 // Operands in core-matrix order in global memory (the host permutes them), copied whole into
 // shared memory by cp.async.bulk: the bytes land through the async proxy that wgmma reads, and
 // the mbarrier's phase completes when they are in.
@@ -124,11 +133,7 @@ __device__ void bulk_probe(float* out, const T* a_core, const T* bt_core) {
     __shared__ __align__(128) T sa[64 * K];
     __shared__ __align__(128) T sb[N * K];
     __shared__ __align__(8) unsigned long long bar;
-    if (threadIdx.x == 0) {
-        spio::mbarrier::init(&bar, 1);
-        spio::mbarrier::fence_init();
-    }
-    __syncthreads();
+    init_barrier(&bar);
     if (threadIdx.x == 0) {
         spio::mbarrier::arrive_expect_tx(&bar, (64 + N) * K * sizeof(T));
         spio::mbarrier::bulk_copy_g2s(sa, a_core, 64 * K * sizeof(T), &bar);
@@ -153,11 +158,7 @@ __device__ void tma_probe(float* out, const spio::tma::Descriptor* a_map,
     __shared__ __align__(1024) T sa[64 * K_SW];
     __shared__ __align__(1024) T sb[N * K_SW];
     __shared__ __align__(8) unsigned long long bar;
-    if (threadIdx.x == 0) {
-        spio::mbarrier::init(&bar, 1);
-        spio::mbarrier::fence_init();
-    }
-    __syncthreads();
+    init_barrier(&bar);
     if (threadIdx.x == 0) {
         spio::mbarrier::arrive_expect_tx(&bar, (64 + N) * K_SW * sizeof(T));
         spio::tma::load_2d(sa, a_map, 0, 0, &bar);
