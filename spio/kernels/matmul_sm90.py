@@ -10,10 +10,11 @@ not yet a registered family: `spio.functional.matmul` still runs the mma.sync ke
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
-from spio.kernels.kernel_def import KernelSpec
+from spio.kernels.kernel_def import KernelDef, KernelSpec
+from spio.kernels.matmul import stats
 from spio.kernels.matmul_params import MatmulParams
 
 BLOCK_M = 128  # two consumer warpgroups of 64 rows
@@ -163,11 +164,12 @@ def launch(
     cache: Any = None,
     device: Any = None,
 ) -> None:
-    """Runs C = A @ B^T (+ bias) with one config on torch tensors (C allocated, (M, N))."""
+    """Runs C = A @ B^T (+ bias) with one config on torch tensors (C allocated, (M, N)); the
+    variant is loaded through `cache` (default: the process's shared function cache)."""
     import torch
 
     from spio.cuda import device_attributes
-    from spio.kernels.loader import load_spec
+    from spio.kernels.loader import default_function_cache
 
     dt = getattr(torch, p.dtype)
     for name, t, shape, dtype in (
@@ -190,11 +192,9 @@ def launch(
             f"{bias.dtype} {tuple(bias.shape)} (contiguous: {bias.is_contiguous()})"
         )
     device = device or device_attributes(c.device.index or 0)
-    key = (p.variant(), cfg, device.ordinal)
-    cache = _LOADED if cache is None else cache
-    kernel = cache.get(key)
-    if kernel is None:
-        kernel = cache[key] = load_spec(spec(p, cfg, device), device.arch)
+    cache = cache if cache is not None else default_function_cache()
+    # raster is a launch argument: one loaded variant serves every value.
+    kernel = cache.get(DEF, p.variant(), replace(cfg, raster=1), device)
     a_map, b_map = tensor_maps(a, b, cfg)
     kernel.function.launch(
         grid(p, cfg),
@@ -205,4 +205,20 @@ def launch(
     )
 
 
-_LOADED: dict[tuple, Any] = {}
+def heuristic(p: MatmulParams, dev: Any) -> MatmulSm90Config:
+    """A plain default until the kernel is measured: 128-wide tiles (64 for N <= 64), 4 slots."""
+    return MatmulSm90Config(block_n=64 if p.n <= 64 else 128, stages=4)
+
+
+# Not in spio.kernels.KERNELS (nothing selects or tunes it yet): the definition lets the loaded
+# variants live in the shared function cache like every other kernel's.
+DEF = KernelDef(
+    name="matmul_sm90",
+    params_type=MatmulParams,
+    config_type=MatmulSm90Config,
+    configs=configs,
+    spec=spec,
+    heuristic=heuristic,
+    stats=stats,
+    compiled_params=MatmulParams.variant,
+)

@@ -35,6 +35,8 @@ def test_space_fits_shared_memory_and_is_sm90_only():
     assert {c.block_n for c in cfgs} == set(k90.BLOCK_NS)
     assert all(c.smem() <= H100.max_smem_per_block_optin for c in cfgs)
     assert max(c.stages for c in cfgs if c.block_n == 256) == 4  # 48 KiB a slot
+    assert k90.heuristic(_p(), H100) in cfgs
+    assert k90.DEF.compiled(MatmulParams(300, 70, 16, b_transposed=True)) == _p()
     assert k90.configs(_p(b_transposed=False), H100) == []
     assert k90.configs(_p(), known_device("A100")) == []
     with pytest.raises(ValueError, match="b_transposed=True"):
