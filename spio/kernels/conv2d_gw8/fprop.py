@@ -31,10 +31,13 @@ BLOCK_P_CHOICES = (2, 4, 8, 16, 32, 64)
 M_TILE_CHOICES = (1, 2, 4)  # block_q = 16 * m tiles
 PACKED_BLOCK_Q = 8  # two images per M tile, 8 columns each: offered when Q <= 8
 # Longest main-loop step (input rows) the kernel unrolls to make stage and output-buffer offsets
-# compile-time constants (its STEP_ROWS). 12 covers 3x3 with 2, 3, 4 or 6 stages; 24 would cover
-# 8 stages at stride 1 too, at twice the code: an experiment for a sweep (set this module
-# attribute before compiling; the disk cache keys on the generated constant).
-MAX_STEP_ROWS = 12
+# compile-time constants (its STEP_ROWS). 24 covers 3x3 with every stage count (8 stages: a
+# 24-row step at stride 1). Timed against 12 (which leaves 8 stages with dynamic offsets) on an
+# H100, every fprop/dgrad config at five RegNet layers (docs/ops/conv2d_gw8.md, eleventh
+# session): 8-stage strided dgrad configs 1.13-1.30x faster (median), the best of the dgrad
+# space 2-6% faster, everything else within 1%. A sweep may set this module attribute before
+# compiling (`sweep_conv2d_gw8.py --max-step-rows`; the disk cache keys on the constant).
+MAX_STEP_ROWS = 24
 WARP_CHOICES = (1, 2, 4, 8)
 STAGE_CHOICES = (2, 3, 4, 6, 8)
 # Registers: R*S weights + R*M*4 accumulators + addressing; past this the kernel spills.
