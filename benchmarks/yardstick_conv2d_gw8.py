@@ -9,6 +9,13 @@ it ships.
 
     python benchmarks/yardstick_conv2d_gw8.py                       # shipped models
     python benchmarks/yardstick_conv2d_gw8.py --models /tmp/models  # a candidate retrain
+
+Training on the sweeps too (they are the layers real models have) makes them no longer
+independent, so `--loo` scores that recipe honestly: for each layer, a model trained on the
+`--data` datasets plus the sweep rows of every *other* layer, scored on the held-out layer.
+`--export DIR` writes the sweep rows as dataset samples (DIR/<family>.jsonl) to train on.
+
+    python benchmarks/yardstick_conv2d_gw8.py --loo --data benchmarks/data/tune/conv2d_gw8_dgrad.jsonl
 """
 
 from __future__ import annotations
@@ -40,7 +47,6 @@ def regrets(sweeps: dict[tuple, dict[str, float]], models: Path | None, device: 
     space, its time over the best of them."""
     from spio.cuda import known_device
     from spio.kernels import KERNELS
-    from spio.kernels.conv2d_gw8.params import Conv2dGw8Params
     from spio.tune.model import PerfModel
     from spio.tune.store import model_path
 
@@ -55,8 +61,7 @@ def regrets(sweeps: dict[tuple, dict[str, float]], models: Path | None, device: 
                 loaded[kdef.name] = PerfModel.load(path)
             else:  # no candidate for this family: the shipped model
                 loaded[kdef.name] = _shipped(kdef.name, dev)
-        p = Conv2dGw8Params(n=n, c=c, h=hw, w=hw, r=k, s=k, pad_h=k // 2, pad_w=k // 2,
-                            has_bias=True, stride_h=stride, stride_w=stride)  # fmt: skip
+        p = _layer_params(c, hw, k, n, stride)
         cfgs = [cfg for cfg in kdef.configs(p, dev) if str(cfg) in times]
         if not cfgs:
             continue
@@ -69,6 +74,64 @@ def regrets(sweeps: dict[tuple, dict[str, float]], models: Path | None, device: 
         rows.append({"pass": which, "layer": f"C{c} {hw}^2 k{k} N{n} stride {stride}",
                      "configs": len(cfgs), "pick_us": times[str(pick)], "best_us": best,
                      "regret": times[str(pick)] / best})  # fmt: skip
+    return rows
+
+
+def _layer_params(c: int, hw: int, k: int, n: int, stride: int):
+    from spio.kernels.conv2d_gw8.params import Conv2dGw8Params
+
+    return Conv2dGw8Params(n=n, c=c, h=hw, w=hw, r=k, s=k, pad_h=k // 2, pad_w=k // 2,
+                           has_bias=True, stride_h=stride, stride_w=stride)  # fmt: skip
+
+
+def sweep_samples(sweeps: dict[tuple, dict[str, float]], device: str) -> dict[tuple, list]:
+    """(pass, c, hw, k, n, stride) -> that layer's sweep rows as dataset samples (the configs of
+    the family's current space that the sweep timed)."""
+    from spio.cuda import known_device
+    from spio.kernels import KERNELS
+    from spio.kernels.kernel_def import to_dict
+    from spio.tune.dataset import Sample
+
+    dev = known_device(device)
+    out = {}
+    for key, times in sorted(sweeps.items()):
+        which, c, hw, k, n, stride = key
+        kdef = KERNELS[f"conv2d_gw8_{which}"]
+        p = _layer_params(c, hw, k, n, stride)
+        out[key] = [
+            Sample(kdef.name, dev.name, dev.arch, to_dict(p), to_dict(cfg), times[str(cfg)])
+            for cfg in kdef.configs(p, dev)
+            if str(cfg) in times
+        ]
+    return out
+
+
+def leave_one_out(
+    sweeps: dict[tuple, dict[str, float]], data: list[Path], device: str, tmp: Path
+) -> list[dict]:
+    """`regrets` of models that never saw the layer they are scored on: for each layer, trained
+    on the `data` samples of its family plus the sweep samples of the family's other layers."""
+    from spio.cuda import known_device
+    from spio.kernels import KERNELS
+    from spio.tune.dataset import read
+    from spio.tune.evaluate import feature_rows
+    from spio.tune.model import PerfModel
+    from spio.tune.store import model_path
+
+    dev = known_device(device)
+    extra = sweep_samples(sweeps, device)
+    rows = []
+    for key in sorted(sweeps):
+        kdef = KERNELS[f"conv2d_gw8_{key[0]}"]
+        samples = [s for path in data for s in read(path, kdef.name, dev.name)]
+        samples += [s for other, ss in extra.items() if other[0] == key[0] and other != key
+                    for s in ss]  # fmt: skip
+        model = PerfModel.train(
+            kdef.name, dev.name, dev.arch, feature_rows(kdef, samples, dev),
+            [s.latency_us for s in samples],
+        )  # fmt: skip
+        model.save(model_path(tmp, kdef.name, dev.name))
+        rows += regrets({key: sweeps[key]}, tmp, device)
     return rows
 
 
@@ -90,9 +153,30 @@ def main(argv: list[str] | None = None) -> int:
         "--models", type=Path, help="a directory of trained models (a family without one: shipped)"
     )
     ap.add_argument("--device", default="H100", help="known device the sweeps ran on")
+    ap.add_argument(
+        "--loo",
+        action="store_true",
+        help="score models trained on --data plus the other layers' sweep rows (not --models)",
+    )
+    ap.add_argument("--data", type=Path, action="append", default=[], help="datasets (--loo)")
+    ap.add_argument("--export", type=Path, help="write the sweep rows as samples to this dir")
     a = ap.parse_args(argv)
     paths = a.csv or sorted(DATA.glob("conv2d_gw8_*.csv"))
-    rows = regrets(read_sweeps(paths), a.models, a.device)
+    sweeps = read_sweeps(paths)
+    if a.export is not None:
+        from spio.tune.dataset import append
+
+        for key, samples in sweep_samples(sweeps, a.device).items():
+            append(a.export / f"conv2d_gw8_{key[0]}.jsonl", samples)
+        print(f"yardstick: sweep samples written to {a.export}")
+        return 0
+    if a.loo:
+        import tempfile
+
+        with tempfile.TemporaryDirectory() as tmp:
+            rows = leave_one_out(sweeps, a.data, a.device, Path(tmp))
+    else:
+        rows = regrets(sweeps, a.models, a.device)
     for which in PASSES:
         mine = [r for r in rows if r["pass"] == which]
         for r in mine:

@@ -50,3 +50,56 @@ def test_regret_is_the_picks_time_over_the_best(yardstick, tmp_path, monkeypatch
     monkeypatch.setattr(yardstick, "_shipped", lambda kernel, dev: Slow())
     (row,) = yardstick.regrets(yardstick.read_sweeps([csv_path]), None, "H100")
     assert row["regret"] == pytest.approx(3.0)
+
+
+def _two_layer_sweep(tmp_path) -> tuple[Path, list]:
+    """fprop timed at two layers (C16 and C24, 14x14, N8), three configs each."""
+    from spio.cuda import known_device
+    from spio.kernels import KERNELS
+    from spio.kernels.conv2d_gw8.params import Conv2dGw8Params
+
+    dev = known_device("H100")
+    lines = ["pass,c,hw,k,n,stride,config,us"]
+    layers = []
+    for c in (16, 24):
+        p = Conv2dGw8Params(n=8, c=c, h=14, w=14, pad_h=1, pad_w=1, has_bias=True)
+        cfgs = KERNELS["conv2d_gw8_fprop"].configs(p, dev)[:3]
+        lines += [f'fprop,{c},14,3,8,1,"{cfg}",{10.0 + i}' for i, cfg in enumerate(cfgs)]
+        layers.append((p, cfgs))
+    path = tmp_path / "sweep.csv"
+    path.write_text("\n".join(lines) + "\n")
+    return path, layers
+
+
+def test_export_writes_samples_the_trainer_reads(yardstick, tmp_path):
+    from spio.kernels.conv2d_gw8.params import Conv2dGw8Config, Conv2dGw8Params
+    from spio.kernels.kernel_def import from_dict
+    from spio.tune.dataset import read
+
+    path, layers = _two_layer_sweep(tmp_path)
+    assert yardstick.main(["--csv", str(path), "--export", str(tmp_path / "out")]) == 0
+    samples = read(tmp_path / "out" / "conv2d_gw8_fprop.jsonl", "conv2d_gw8_fprop")
+    got = {(from_dict(Conv2dGw8Params, s.params), from_dict(Conv2dGw8Config, s.config)):
+           s.latency_us for s in samples}  # fmt: skip
+    want = {(p, cfg): 10.0 + i for p, cfgs in layers for i, cfg in enumerate(cfgs)}
+    assert got == want
+    assert {s.device for s in samples} == {"NVIDIA H100 80GB HBM3"}
+
+
+def test_loo_never_trains_on_the_layer_it_scores(yardstick, tmp_path, monkeypatch):
+    """Each layer's model is trained on the other layer's rows only (no --data here)."""
+    from spio.tune.model import PerfModel
+
+    path, _ = _two_layer_sweep(tmp_path)
+    trained_on: list[set] = []
+    real = PerfModel.train.__func__
+
+    def spy(cls, kernel, device, arch, rows, latency_us, *args, **kw):
+        trained_on.append({r["c"] for r in rows})
+        return real(cls, kernel, device, arch, rows, latency_us, *args, **kw)
+
+    monkeypatch.setattr(PerfModel, "train", classmethod(spy))
+    rows = yardstick.leave_one_out(yardstick.read_sweeps([path]), [], "H100", tmp_path / "m")
+    assert [r["layer"].split()[0] for r in rows] == ["C16", "C24"]
+    assert trained_on == [{24}, {16}]
+    assert all(r["regret"] >= 1.0 for r in rows)
