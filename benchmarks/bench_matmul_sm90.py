@@ -5,9 +5,9 @@ Shapes: issue 16's (8192³, 4096³, 4096x11008x4096, 2048³, 16x4096x4096) and L
 (M tokens x K 4096 x N 4096 / 11008), B stored (N, K) as nn.Linear keeps it (the kernel's
 layout), fp16 and bf16 in and out. Method: spio.bench.timing.bench (CUDA events, L2 flushed
 before every rep, median); cuBLAS runs `a @ b.t()`, the mma.sync column the config spio's op
-picks, the sm90 column every config of its space (the best is reported, with the config): a
-kernel diagnostic, before the kernel is wired into the op. Each result is checked against
-cuBLAS's (max relative error).
+picks, the sm90 column every config of its space (the best is reported, with the config, and the
+`heuristic` pick the op runs): a kernel diagnostic; the op as called is `spio bench matmul`.
+Each result is checked against cuBLAS's (max relative error).
 """
 
 from __future__ import annotations
@@ -20,7 +20,8 @@ SHAPES = [(8192, 8192, 8192), (4096, 11008, 4096), (4096, 4096, 4096), (2048, 20
 QUICK = [(8192, 8192, 8192), (4096, 4096, 4096), (16, 4096, 4096)]
 
 
-def measure(m: int, n: int, k: int, dtype_name: str, reps: int) -> dict:
+def measure(m: int, n: int, k: int, dtype_name: str, reps: int, every: list) -> dict:
+    """The row of one shape; every config's TFLOP/s appended to `every`."""
     import torch
 
     from spio.bench.timing import bench
@@ -44,15 +45,21 @@ def measure(m: int, n: int, k: int, dtype_name: str, reps: int) -> dict:
     mm.launch(p, cfg, c, a, b, stream=stream, device=dev)
     t_mma = bench(lambda: mm.launch(p, cfg, c, a, b, stream=stream, device=dev), reps=reps)
     best = None
+    pick = k90.heuristic(p, dev)
+    t_pick = None
     for cfg90 in k90.configs(p, dev):
         c.fill_(float("nan"))
-        k90.launch(p, cfg90, c, a, b, stream=stream, device=dev)
+        run = k90.bound(p, cfg90, dev)
+        run(c, a, b, None, stream)
         err = ((c.float() - ref.float()).abs().max() / ref.float().abs().max()).item()
-        t = bench(lambda cfg90=cfg90: k90.launch(p, cfg90, c, a, b, stream=stream, device=dev),
-                  reps=reps).median_ms  # fmt: skip
+        t = bench(lambda run=run: run(c, a, b, None, stream), reps=reps).median_ms
+        every.append({"shape": f"{m}x{n}x{k}", "dtype": dtype_name, "block_n": cfg90.block_n,
+                      "stages": cfg90.stages, "tflops": round(flop / t / 1e9, 1)})  # fmt: skip
+        if cfg90 == pick:
+            t_pick = t
         if best is None or t < best[0]:
             best = (t, cfg90, err)
-    assert best is not None
+    assert best is not None and t_pick is not None
     t90, cfg90, err = best
     return {
         "shape": f"{m}x{n}x{k}", "dtype": dtype_name,
@@ -61,6 +68,8 @@ def measure(m: int, n: int, k: int, dtype_name: str, reps: int) -> dict:
         "sm90_tflops": round(flop / t90 / 1e9, 1),
         "sm90_of_cublas": round(t_cublas / t90, 3),
         "sm90_config": f"n{cfg90.block_n} s{cfg90.stages}", "sm90_max_rel_err": f"{err:.1e}",
+        "heuristic_tflops": round(flop / t_pick / 1e9, 1),
+        "heuristic_config": f"n{pick.block_n} s{pick.stages}",
     }  # fmt: skip
 
 
@@ -69,6 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="three shapes, fp16 only")
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--csv", type=Path)
+    ap.add_argument("--configs-csv", type=Path, help="every config's TFLOP/s per shape")
     args = ap.parse_args(argv)
     import torch
 
@@ -77,14 +87,17 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     from spio.bench.report import print_table, write_csv
 
-    rows = []
+    rows: list[dict] = []
+    every: list[dict] = []
     for dtype_name in ("float16",) if args.quick else ("float16", "bfloat16"):
         for m, n, k in QUICK if args.quick else SHAPES:
-            rows.append(measure(m, n, k, dtype_name, args.reps))
+            rows.append(measure(m, n, k, dtype_name, args.reps, every))
             print(rows[-1], flush=True)
     print_table(rows)
     if args.csv:
         write_csv(rows, args.csv)
+    if args.configs_csv:
+        write_csv(every, args.configs_csv)
     return 0
 
 

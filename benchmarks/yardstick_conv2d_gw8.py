@@ -15,7 +15,7 @@ independent, so `--loo` scores that recipe honestly: for each layer, a model tra
 `--data` datasets plus the sweep rows of every *other* layer, scored on the held-out layer.
 `--export DIR` writes the sweep rows as dataset samples (DIR/<family>.jsonl) to train on.
 
-    python benchmarks/yardstick_conv2d_gw8.py --loo --data benchmarks/data/tune/conv2d_gw8_dgrad.jsonl
+    python benchmarks/yardstick_conv2d_gw8.py --loo --data new.jsonl --data old.jsonl
 """
 
 from __future__ import annotations

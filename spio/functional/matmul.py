@@ -191,6 +191,7 @@ class _Plan:
 
     def __init__(self, a, b, bias, out_dtype: torch.dtype, b_transposed: bool) -> None:
         from spio.kernels import matmul as mm
+        from spio.kernels import matmul_sm90 as k90
         from spio.kernels.loader import default_function_cache
         from spio.select import op_config
 
@@ -203,13 +204,16 @@ class _Plan:
         )  # fmt: skip
         self.index = a.device.index
         dev = device_attributes(self.index)
-        with torch.cuda.device(a.device):  # an autotune measures on the plan's GPU
-            cfg = op_config(mm.DEF, p, dev)  # selected for the bucketed token count
-            kernel = default_function_cache().get(mm.DEF, mm.DEF.compiled(p), cfg, dev)
         # Rows of a row-major B must start 16-byte aligned: its columns are padded to 8.
         self.pad_n = 0 if b_transposed else (-n) % 8
-        ldb = k if b_transposed else n + self.pad_n
-        self.launch = mm.MatmulLaunch(kernel, p, cfg, ldb)
+        if k90.supported(p, dev):  # Hopper, B as (N, K): the TMA + wgmma kernel
+            self.launch = k90.bound(p, k90.heuristic(p, dev), dev)
+        else:
+            with torch.cuda.device(a.device):  # an autotune measures on the plan's GPU
+                cfg = op_config(mm.DEF, p, dev)  # selected for the bucketed token count
+                kernel = default_function_cache().get(mm.DEF, mm.DEF.compiled(p), cfg, dev)
+            ldb = k if b_transposed else n + self.pad_n
+            self.launch = mm.MatmulLaunch(kernel, p, cfg, ldb)
         self.size = (m, n)
         self.out_dtype = out_dtype
         self.device = a.device

@@ -1,11 +1,10 @@
 """Hopper matmul (sm_90a): TMA-fed, warp-specialized wgmma kernel for C = A @ B^T (+ bias).
-
 The kernel is `spio/src/matmul_sm90.cu`; its header comment states the tiling, pipeline and
-bound. Scope today: B given as (N, K) (`MatmulParams.b_transposed`, nn.Linear's weight layout),
-fp16/bf16 operands, fp16/bf16/fp32 output, optional bias; M, N, K runtime (K % 8 == 0). It is
-not yet a registered family: `spio.functional.matmul` still runs the mma.sync kernel
-(`spio.kernels.matmul`) everywhere, until this one is measured against it and cuBLAS
-(`benchmarks/bench_matmul_sm90.py`) and gets a config space the selector can rank.
+bound. Scope: B given as (N, K) (`MatmulParams.b_transposed`, nn.Linear's weight layout),
+fp16/bf16 operands, fp16/bf16/fp32 output, optional bias; M, N, K runtime (K % 8 == 0).
+`spio.functional.matmul` runs it on sm_90 GPUs whenever B is (N, K) (`supported`), with the
+config `heuristic` picks (no performance model yet: not a registered family); row-major B and
+other GPUs run the mma.sync kernel (`spio.kernels.matmul`).
 """
 
 from __future__ import annotations
@@ -137,21 +136,6 @@ def smem_tiles(cfg: MatmulSm90Config) -> dict[str, Any]:
     }
 
 
-def tensor_maps(a: Any, b: Any, cfg: MatmulSm90Config) -> tuple[Any, Any]:
-    """The TMA maps of A (M, K) and B (N, K), torch tensors, contiguous and 16-byte aligned:
-    boxes of 128 x 64 and block_n x 64 elements, 128-byte swizzle."""
-    from spio.cuda.tensor_map import tiled
-
-    def one(t: Any, rows: int) -> Any:
-        # Row-major strides from the shape: torch may report any stride for a size-1 dim.
-        name = str(t.dtype).removeprefix("torch.")
-        return tiled(
-            t.data_ptr(), name, tuple(t.shape), (t.shape[1], 1), (rows, BLOCK_K), swizzle=128
-        )
-
-    return one(a, BLOCK_M), one(b, cfg.block_n)
-
-
 def launch(
     p: MatmulParams,
     cfg: MatmulSm90Config,
@@ -169,7 +153,6 @@ def launch(
     import torch
 
     from spio.cuda import device_attributes
-    from spio.kernels.loader import default_function_cache
 
     dt = getattr(torch, p.dtype)
     for name, t, shape, dtype in (
@@ -192,17 +175,7 @@ def launch(
             f"{bias.dtype} {tuple(bias.shape)} (contiguous: {bias.is_contiguous()})"
         )
     device = device or device_attributes(c.device.index or 0)
-    cache = cache if cache is not None else default_function_cache()
-    # raster is a launch argument: one loaded variant serves every value.
-    kernel = cache.get(DEF, p.variant(), replace(cfg, raster=1), device)
-    a_map, b_map = tensor_maps(a, b, cfg)
-    kernel.function.launch(
-        grid(p, cfg),
-        THREADS,
-        (c, a_map, b_map, c if bias is None else bias, p.m, p.n, p.k, cfg.raster),
-        smem=cfg.smem(),
-        stream=stream,
-    )
+    bound(p, cfg, device, cache)(c, a, b, bias, stream)
 
 
 def heuristic(p: MatmulParams, dev: Any) -> MatmulSm90Config:
@@ -222,3 +195,65 @@ DEF = KernelDef(
     stats=stats,
     compiled_params=MatmulParams.variant,
 )
+
+
+def bound(p: MatmulParams, cfg: MatmulSm90Config, dev: Any, cache: Any = None) -> Sm90Launch:
+    """The variant of (p, cfg) loaded through `cache` (default: the process's shared function
+    cache) and bound to p's problem: what the op's plan launches."""
+    from spio.kernels.loader import default_function_cache
+
+    cache = cache if cache is not None else default_function_cache()
+    # raster is a launch argument: one loaded variant serves every value.
+    kernel = cache.get(DEF, p.variant(), replace(cfg, raster=1), dev)
+    return Sm90Launch(kernel, p, cfg)
+
+
+class Sm90Launch:
+    """A loaded variant bound to one problem (m, n, k): `launch(c, a, b, bias, stream)` runs
+    C = A @ B^T (+ bias) on tensors `launch` would accept (contiguous, 16-byte aligned); the op
+    checks them through its call signature instead of on every call.
+
+    A tensor map holds its tensor's address, so each call needs the maps of its A and B. Both
+    are encoded once per address (validated once here, then one driver call each) and kept:
+    weights keep their address, and PyTorch's caching allocator hands activations the same few
+    blocks, so a steady loop encodes nothing. At most MAP_CACHE addresses per operand are kept
+    (the oldest dropped first)."""
+
+    MAP_CACHE = 64
+    __slots__ = ("_launch", "_tail", "_a_args", "_b_args", "_a_maps", "_b_maps")
+
+    def __init__(self, kernel: Any, p: MatmulParams, cfg: MatmulSm90Config) -> None:
+        from spio.cuda.tensor_map import DTYPES, L2_PROMOTIONS, SWIZZLES, check_tiled
+
+        self._launch = kernel.bind(grid(p, cfg))
+        self._tail = (p.m, p.n, p.k, cfg.raster)
+        esize = DTYPES[p.dtype][1]
+
+        def encode_args(rows: int, box_rows: int) -> tuple:
+            # What `spio.cuda.tensor_map.tiled` passes the driver, less the address.
+            check_tiled(16, p.dtype, (rows, p.k), (p.k, 1), (box_rows, BLOCK_K), 128)
+            return (
+                DTYPES[p.dtype][0], (p.k, rows), (p.k * esize,), (BLOCK_K, box_rows), (1, 1), 0,
+                SWIZZLES[128], L2_PROMOTIONS[128], 0,
+            )  # fmt: skip
+
+        self._a_args = encode_args(p.m, BLOCK_M)
+        self._b_args = encode_args(p.n, cfg.block_n)
+        self._a_maps: dict[int, bytes] = {}
+        self._b_maps: dict[int, bytes] = {}
+
+    def _map(self, maps: dict[int, bytes], args: tuple, address: int) -> bytes:
+        from spio.cuda import driver
+
+        raw = maps.get(address)
+        if raw is None:
+            if len(maps) >= self.MAP_CACHE:
+                del maps[next(iter(maps))]
+            raw = maps[address] = driver.tensor_map_encode_tiled(args[0], address, *args[1:])
+        return raw
+
+    def __call__(self, c: Any, a: Any, b: Any, bias: Any, stream: int) -> None:
+        a_ptr, b_ptr = a.data_ptr(), b.data_ptr()
+        a_map = self._a_maps.get(a_ptr) or self._map(self._a_maps, self._a_args, a_ptr)
+        b_map = self._b_maps.get(b_ptr) or self._map(self._b_maps, self._b_args, b_ptr)
+        self._launch((c, a_map, b_map, c if bias is None else bias, *self._tail), stream)

@@ -124,3 +124,58 @@ int main() {{
     assert build.returncode == 0, build.stderr[-3000:] + header
     run = subprocess.run([str(exe)], capture_output=True, text=True)
     assert run.returncode == 0 and run.stdout.strip() == "ok", run.stdout[-3000:]
+
+
+class _FakeTensor:
+    def __init__(self, address: int) -> None:
+        self.address = address
+
+    def data_ptr(self) -> int:
+        return self.address
+
+
+def test_bound_launch_encodes_each_address_once(monkeypatch):
+    """Sm90Launch passes the driver what `tensor_map.tiled` would for A (M, K) and B (N, K), once
+    per operand address (a second call at the same addresses encodes nothing), drops the oldest
+    address past MAP_CACHE, and launches with the maps' bytes and (m, n, k, raster)."""
+    from spio.cuda import driver, tensor_map
+
+    encoded: list[tuple] = []
+
+    def fake_encode(*args):
+        encoded.append(args)
+        return bytes([len(encoded)]) * 128
+
+    monkeypatch.setattr(driver, "tensor_map_encode_tiled", fake_encode)
+    p = MatmulParams(300, 200, 72, "bfloat16", "float32", b_transposed=True, has_bias=True)
+    cfg = k90.MatmulSm90Config(block_n=256, stages=3, raster=4)
+
+    class Kernel:
+        def bind(self, grid):
+            assert grid == k90.grid(p, cfg)
+            return lambda args, stream: launched.append((args, stream))
+
+    launched: list = []
+    run = k90.Sm90Launch(Kernel(), p, cfg)
+    a, b, c, bias = _FakeTensor(0x10000), _FakeTensor(0x20000), object(), object()
+    run(c, a, b, bias, 7)
+    run(c, a, b, bias, 7)
+    # The reference: what tiled() hands the driver for the same tensors.
+    want = []
+    monkeypatch.setattr(driver, "tensor_map_encode_tiled", lambda *args: want.append(args) or
+                        bytes(128))  # fmt: skip
+    tensor_map.tiled(0x10000, "bfloat16", (300, 72), (72, 1), (k90.BLOCK_M, 64), swizzle=128)
+    tensor_map.tiled(0x20000, "bfloat16", (200, 72), (72, 1), (256, 64), swizzle=128)
+    assert encoded == want
+    a_map, b_map = bytes([1]) * 128, bytes([2]) * 128
+    assert launched == [((c, a_map, b_map, bias, 300, 200, 72, 4), 7)] * 2
+
+    monkeypatch.setattr(driver, "tensor_map_encode_tiled", fake_encode)
+    encoded.clear()
+    for i in range(k90.Sm90Launch.MAP_CACHE + 1):  # new A addresses: the first one is dropped
+        run(c, _FakeTensor(0x100000 + 16 * i), b, None, 0)
+    assert len(encoded) == k90.Sm90Launch.MAP_CACHE + 1
+    run(c, _FakeTensor(0x100000), b, None, 0)  # dropped: encoded again
+    run(c, _FakeTensor(0x100000 + 16 * k90.Sm90Launch.MAP_CACHE), b, None, 0)  # kept
+    assert len(encoded) == k90.Sm90Launch.MAP_CACHE + 2
+    assert launched[-1][0][3] is c  # no bias: C stands in for the unused pointer
