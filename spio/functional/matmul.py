@@ -181,6 +181,19 @@ def _plan(a, b, bias, out_dtype, b_transposed) -> Any:
     return _Plan(a, b, bias, out_dtype or a.dtype, b_transposed)
 
 
+def kernel_choice(p: Any, dev: Any) -> tuple[str, Any]:
+    """The kernel and config the op runs for `p` (a MatmulParams) on `dev`: ("sm90", its
+    `heuristic` config) on sm_90 GPUs when B is (N, K), the Hopper TMA + wgmma kernel; else
+    ("mma_sync", the config the selector picks for the bucketed token count)."""
+    from spio.kernels import matmul as mm
+    from spio.kernels import matmul_sm90 as k90
+    from spio.select import op_config
+
+    if k90.supported(p, dev):
+        return "sm90", k90.heuristic(p, dev)
+    return "mma_sync", op_config(mm.DEF, p, dev)
+
+
 class _Plan:
     """One call signature on one GPU: the operands' layout fixes, the bound launch, the output."""
 
@@ -193,7 +206,6 @@ class _Plan:
         from spio.kernels import matmul as mm
         from spio.kernels import matmul_sm90 as k90
         from spio.kernels.loader import default_function_cache
-        from spio.select import op_config
 
         m, k = a.shape
         n = b.shape[0] if b_transposed else b.shape[1]
@@ -206,12 +218,12 @@ class _Plan:
         dev = device_attributes(self.index)
         # Rows of a row-major B must start 16-byte aligned: its columns are padded to 8.
         self.pad_n = 0 if b_transposed else (-n) % 8
-        if k90.supported(p, dev):  # Hopper, B as (N, K): the TMA + wgmma kernel
-            self.launch = k90.bound(p, k90.heuristic(p, dev), dev)
+        with torch.cuda.device(a.device):  # an autotune measures on the plan's GPU
+            family, cfg = kernel_choice(p, dev)
+        if family == "sm90":
+            self.launch = k90.bound(p, cfg, dev)
         else:
-            with torch.cuda.device(a.device):  # an autotune measures on the plan's GPU
-                cfg = op_config(mm.DEF, p, dev)  # selected for the bucketed token count
-                kernel = default_function_cache().get(mm.DEF, mm.DEF.compiled(p), cfg, dev)
+            kernel = default_function_cache().get(mm.DEF, mm.DEF.compiled(p), cfg, dev)
             ldb = k if b_transposed else n + self.pad_n
             self.launch = mm.MatmulLaunch(kernel, p, cfg, ldb)
         self.size = (m, n)
