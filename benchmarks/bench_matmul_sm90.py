@@ -54,7 +54,8 @@ def measure(m: int, n: int, k: int, dtype_name: str, reps: int, every: list) -> 
         err = ((c.float() - ref.float()).abs().max() / ref.float().abs().max()).item()
         t = bench(lambda run=run: run(c, a, b, None, stream), reps=reps).median_ms
         every.append({"shape": f"{m}x{n}x{k}", "dtype": dtype_name, "block_n": cfg90.block_n,
-                      "stages": cfg90.stages, "tflops": round(flop / t / 1e9, 1)})  # fmt: skip
+                      "stages": cfg90.stages, "cluster_m": cfg90.cluster_m,
+                      "tflops": round(flop / t / 1e9, 1)})  # fmt: skip
         if cfg90 == pick:
             t_pick = t
         if best is None or t < best[0]:
@@ -67,9 +68,9 @@ def measure(m: int, n: int, k: int, dtype_name: str, reps: int, every: list) -> 
         "mma_sync_tflops": round(flop / t_mma.median_ms / 1e9, 1),
         "sm90_tflops": round(flop / t90 / 1e9, 1),
         "sm90_of_cublas": round(t_cublas / t90, 3),
-        "sm90_config": f"n{cfg90.block_n} s{cfg90.stages}", "sm90_max_rel_err": f"{err:.1e}",
+        "sm90_config": cfg90.label(), "sm90_max_rel_err": f"{err:.1e}",
         "heuristic_tflops": round(flop / t_pick / 1e9, 1),
-        "heuristic_config": f"n{pick.block_n} s{pick.stages}",
+        "heuristic_config": pick.label(),
     }  # fmt: skip
 
 

@@ -21,17 +21,21 @@ BLOCK_K = 64  # one 128-byte swizzled row per operand row
 THREADS = 384  # producer warpgroup + two consumer warpgroups
 BLOCK_NS = (64, 128, 256)
 STAGE_COUNTS = (2, 3, 4, 5, 6, 8)
+CLUSTER_MS = (1, 2)  # CTAs of a cluster along M sharing (multicasting) one B tile
 SWIZZLE_ALIGN = 1024  # the kernel aligns the ring to the 128-byte swizzle's 1024-byte atom
 
 
 @dataclass(frozen=True, slots=True)
 class MatmulSm90Config:
     """Tiling: a 128 x block_n tile of C per CTA, `stages` slots of (128 + block_n) x 64
-    operands in shared memory; `raster` M-tiles swept across all N-tiles (a runtime argument)."""
+    operands in shared memory; `raster` M-tiles swept across all N-tiles (a runtime argument).
+    `cluster_m` 2 launches clusters of two CTAs on adjacent M tiles of one N tile that load B
+    once for both (TMA multicast, half of the B box from each CTA); 1 is the plain kernel."""
 
     block_n: int = 128
     stages: int = 4
     raster: int = 8
+    cluster_m: int = 1
 
     def __post_init__(self) -> None:
         if self.block_n not in BLOCK_NS:
@@ -44,6 +48,10 @@ class MatmulSm90Config:
             )
         if isinstance(self.raster, bool) or not isinstance(self.raster, int) or self.raster < 1:
             raise ValueError(f"MatmulSm90Config.raster must be an int >= 1, got {self.raster!r}")
+        if isinstance(self.cluster_m, bool) or self.cluster_m not in CLUSTER_MS:
+            raise ValueError(
+                f"MatmulSm90Config.cluster_m must be one of {CLUSTER_MS}, got {self.cluster_m!r}"
+            )
 
     def smem(self) -> int:
         """Dynamic shared memory: the ring (2-byte operands), its 2 x stages mbarriers, and
@@ -54,6 +62,11 @@ class MatmulSm90Config:
     def tiles(self, p: MatmulParams) -> tuple[int, int]:
         return (-(-p.m // BLOCK_M), -(-p.n // self.block_n))
 
+    def label(self) -> str:
+        """Short name for reports: "n128 s4", with " c2" for a cluster of two."""
+        cluster = f" c{self.cluster_m}" if self.cluster_m > 1 else ""
+        return f"n{self.block_n} s{self.stages}{cluster}"
+
 
 def supported(p: MatmulParams, dev: Any) -> bool:
     """Whether this kernel serves p on dev: an sm_90 GPU (wgmma is sm_90a's) and B as (N, K)."""
@@ -61,26 +74,33 @@ def supported(p: MatmulParams, dev: Any) -> bool:
 
 
 def configs(p: MatmulParams, dev: Any) -> list[MatmulSm90Config]:
-    """Every config whose shared memory fits the device (empty where `supported` is false)."""
+    """Every config whose shared memory fits the device (empty where `supported` is false):
+    each (block_n, stages) plain, then each again as a cluster of two (cluster_m 2: host-tested
+    only so far, so `heuristic` never picks one)."""
     if not supported(p, dev):
         return []
     out = []
-    for block_n in BLOCK_NS:
-        for stages in STAGE_COUNTS:
-            cfg = MatmulSm90Config(block_n, stages)
-            if cfg.smem() <= dev.max_smem_per_block_optin:
-                out.append(cfg)
+    for cluster_m in CLUSTER_MS:
+        for block_n in BLOCK_NS:
+            for stages in STAGE_COUNTS:
+                cfg = MatmulSm90Config(block_n, stages, cluster_m=cluster_m)
+                if cfg.smem() <= dev.max_smem_per_block_optin:
+                    out.append(cfg)
     return out
 
 
 def grid(p: MatmulParams, cfg: MatmulSm90Config) -> tuple[int, int, int]:
+    """One CTA per tile; with clusters the M tiles are padded to a multiple of cluster_m (the
+    kernel's __cluster_dims__ needs the grid a multiple of the cluster)."""
     tm, tn = cfg.tiles(p)
+    tm = -(-tm // cfg.cluster_m) * cfg.cluster_m
     return (tm * tn, 1, 1)
 
 
 def spec(p: MatmulParams, cfg: MatmulSm90Config, dev: Any = None) -> KernelSpec:
-    """The variant for (dtypes, bias, block_n, stages); independent of m, n, k and raster."""
-    from spio.generators import Constant, Type, dtype
+    """The variant for (dtypes, bias, block_n, stages, cluster_m); independent of m, n, k and
+    raster. CLUSTER_M is a macro (the kernel's __cluster_dims__ is preprocessed on it)."""
+    from spio.generators import Constant, Macro, Type, dtype
 
     del dev
     if not p.b_transposed:
@@ -100,10 +120,12 @@ def spec(p: MatmulParams, cfg: MatmulSm90Config, dev: Any = None) -> KernelSpec:
             "Out": Type(types[p.out_dtype]),
             **tiles,
             **{name: Constant(value) for name, value in constants.items()},
+            "CLUSTER_M": Macro(cfg.cluster_m),
         },
         title=(
             f"matmul_sm90 {p.dtype}->{p.out_dtype} bias={p.has_bias} tile {BLOCK_M}x"
             f"{cfg.block_n}x{BLOCK_K} stages {cfg.stages}"
+            + (f" cluster {cfg.cluster_m}x1" if cfg.cluster_m > 1 else "")
         ),
         block=(THREADS, 1, 1),
         smem=cfg.smem(),
@@ -246,7 +268,8 @@ class Sm90Launch:
             )  # fmt: skip
 
         self._a_args = encode_args(p.m, BLOCK_M)
-        self._b_args = encode_args(p.n, cfg.block_n)
+        # With a cluster each CTA copies 1 / cluster_m of the B tile (multicast to both).
+        self._b_args = encode_args(p.n, cfg.block_n // cfg.cluster_m)
         self._a_maps: dict[int, bytes] = {}
         self._b_maps: dict[int, bytes] = {}
 

@@ -17,19 +17,33 @@
 ///   slot is released, so the tensor cores always have the current batch queued.
 /// Ragged shapes: TMA zero-fills what lies past M, N or K, so the sums are exact; the epilogue
 ///   stores only rows < M and columns < N.
-/// Traffic per CTA: (128 + BLOCK_N) · K · 2 B of A and B (L2 mostly, with the rasterization),
-///   128 · BLOCK_N · sizeof(OUT) B of C. Per slot 2 · 128 · BLOCK_N · 64 FLOP on (128 + BLOCK_N)
-///   · 128 B of shared memory: 85 FLOP/B at BLOCK_N = 256. Bound: the wgmma rate for K >~ 512.
+/// Traffic per CTA: (128 + BLOCK_N / CLUSTER_M) · K · 2 B of A and B read from L2 (mostly, with
+///   the rasterization), 128 · BLOCK_N · sizeof(OUT) B of C. Per slot 2 · 128 · BLOCK_N · 64
+///   FLOP on (128 + BLOCK_N) · 128 B of shared memory: 85 FLOP/B at BLOCK_N = 256. Bound: the
+///   wgmma rate for K >~ 512.
 /// Epilogue: accumulators (+ bias) rounded to OUT and stored straight from registers, two
 ///   adjacent columns per store where the alignment allows (N even, C 2-element aligned),
 ///   else one.
-/// Not yet: persistent CTAs, clusters (TMA multicast), a shared-memory / TMA-store epilogue,
-///   row-major B (the op transposes it), small-M (split-K) configs.
+/// Clusters (CLUSTER_M 2, opt-in): the kernel is declared __cluster_dims__(2, 1, 1) and the two
+///   CTAs of a cluster take M tiles 2i and 2i + 1 of the same N tile (the grid padded to an even
+///   number of M tiles; a CTA past M computes on TMA's zeros and stores nothing). B is loaded
+///   once for both: each CTA's producer copies half of the B box (BLOCK_N / 2 rows; the host's
+///   B map has that box) into the same slot of both CTAs (tma::load_2d_multicast), so each CTA's
+///   `full` barrier still expects SLOT_BYTES (its A box + both halves of B, one from each CTA).
+///   A slot is refilled only once the consumers of BOTH CTAs released it (the peer's copy writes
+///   into this CTA's slot): each consumer warpgroup arrives on the `empty` barrier of both CTAs
+///   (mbarrier::arrive_cluster), whose count is 2 x CONSUMERS, and the producer waits on it with
+///   cluster-scope acquire. A cluster barrier orders the barriers' initialisation before any
+///   remote access, and another keeps both CTAs (their shared memory) alive until neither can
+///   still arrive on or copy into the other. The protocol is modelled in
+///   tests/host/kernels/test_matmul_sm90_pipeline.py.
+/// Not yet: persistent CTAs, multicast of A (clusters along N), a shared-memory / TMA-store
+///   epilogue, row-major B (the op transposes it), small-M (split-K) configs.
 /// Assumes: K % 8 == 0 (16-byte row strides for TMA), A, B 16-byte aligned (the maps check),
 ///   C and bias element-aligned; sm_90a.
 // The generated header (included first) defines Element (__half or __nv_bfloat16), Out (the
-// same or float), BLOCK_N, STAGES, HAS_BIAS, the dims M, N, K, K8, STAGE and the swizzled
-// shared-memory rings SmemA, SmemB; see spio/kernels/matmul_sm90.py.
+// same or float), BLOCK_N, STAGES, HAS_BIAS, the macro CLUSTER_M (1 or 2), the dims M, N, K, K8,
+// STAGE and the swizzled shared-memory rings SmemA, SmemB; see spio/kernels/matmul_sm90.py.
 #include "spio/mbarrier.h"
 #include "spio/meta.h"
 #include "spio/raster.h"
@@ -55,6 +69,15 @@ constexpr unsigned SWIZZLE_ATOM = 1024;             // 8 rows x 128 bytes
 static_assert(BLOCK_N == 64 || BLOCK_N == 128 || BLOCK_N == 256,
               "matmul_sm90: BLOCK_N must be 64, 128 or 256 (a wgmma N and a TMA box <= 256)");
 static_assert(STAGES >= 2, "matmul_sm90: the ring needs at least 2 slots");
+static_assert(CLUSTER_M == 1 || CLUSTER_M == 2, "matmul_sm90: CLUSTER_M must be 1 or 2");
+
+constexpr int B_ROWS = BLOCK_N / CLUSTER_M;  // rows of the B box this CTA's producer copies
+
+#if CLUSTER_M == 2
+#define SPIO_MATMUL_CLUSTER __cluster_dims__(2, 1, 1)
+#else
+#define SPIO_MATMUL_CLUSTER
+#endif
 
 /// Dynamic shared memory: the rings SmemA (STAGE, M, K8) and SmemB (STAGE, N, K8) of 16-byte
 /// chunks, typed with the 128-byte swizzle TMA writes (chunk k8 of row m at k8 ^ (m % 8)), the
@@ -110,7 +133,7 @@ SPIO_DEVICE void store_tile(Out* __restrict__ c, const Element* __restrict__ bia
 
 }  // namespace
 
-extern "C" __global__ void __launch_bounds__(THREADS, 1)
+extern "C" __global__ void __launch_bounds__(THREADS, 1) SPIO_MATMUL_CLUSTER
     matmul_sm90(Out* __restrict__ c, const __grid_constant__ spio::tma::Descriptor a_map,
                 const __grid_constant__ spio::tma::Descriptor b_map,
                 const Element* __restrict__ bias, int m, int n, int k, int raster) {
@@ -120,7 +143,20 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
     const int tiles_m = (m + BLOCK_M - 1) / BLOCK_M;
     const int tiles_n = (n + BLOCK_N - 1) / BLOCK_N;
     int tile_m, tile_n;
-    spio::grouped_tile(blockIdx.x, tiles_m, tiles_n, raster, tile_m, tile_n);
+    unsigned rank = 0;  // this CTA's rank in its cluster: which half of the B box it copies
+    if constexpr (CLUSTER_M == 1) {
+        spio::grouped_tile(blockIdx.x, tiles_m, tiles_n, raster, tile_m, tile_n);
+    } else {
+        // Not launched as a cluster of 2 (the peer would never come): fail, don't hang.
+        if (spio::cluster::size() != CLUSTER_M) __trap();
+        rank = spio::cluster::rank();
+        // Cluster c takes the pair of M tiles 2 pair, 2 pair + 1 of one N tile, rasterized
+        // over pairs in groups of ceil(raster / 2) pairs (raster M tiles, rounded up to pairs).
+        int pair;
+        spio::grouped_tile(blockIdx.x / CLUSTER_M, (tiles_m + 1) / 2, tiles_n, (raster + 1) / 2,
+                           pair, tile_n);
+        tile_m = CLUSTER_M * pair + static_cast<int>(rank);
+    }
     const int k_tiles = (k + BLOCK_K - 1) / BLOCK_K;
 
     if (threadIdx.x == 0) {
@@ -128,11 +164,15 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
         spio::tma::prefetch(&b_map);
         for (int s = 0; s < STAGES; ++s) {
             spio::mbarrier::init(&smem.full[s], 1);
-            spio::mbarrier::init(&smem.empty[s], CONSUMERS);
+            spio::mbarrier::init(&smem.empty[s], CONSUMERS * CLUSTER_M);
         }
         spio::mbarrier::fence_init();
     }
-    __syncthreads();
+    if constexpr (CLUSTER_M == 1) {
+        __syncthreads();
+    } else {
+        spio::cluster::sync();  // both CTAs' barriers initialised before any remote access
+    }
 
     if (warpgroup == 0) {
         // ---- producer: one thread keeps the ring full ----------------------------------------
@@ -140,13 +180,29 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
             for (int kt = 0; kt < k_tiles; ++kt) {
                 const int s = kt % STAGES;
                 const unsigned phase = (kt / STAGES) & 1;
-                spio::mbarrier::wait(&smem.empty[s], phase ^ 1);  // the consumers freed slot s
+                if constexpr (CLUSTER_M == 1) {
+                    spio::mbarrier::wait(&smem.empty[s], phase ^ 1);  // the consumers freed s
+                } else {  // the consumers of both CTAs freed slot s (the peer's too)
+                    spio::mbarrier::wait_cluster(&smem.empty[s], phase ^ 1);
+                }
+                // A's box and all of B's (with a cluster, half of it comes from the peer).
                 spio::mbarrier::arrive_expect_tx(&smem.full[s], SLOT_BYTES);
                 spio::tma::load_2d(smem.a[STAGE(s)].get(), &a_map, kt * BLOCK_K,
                                    tile_m * BLOCK_M, &smem.full[s]);
-                spio::tma::load_2d(smem.b[STAGE(s)].get(), &b_map, kt * BLOCK_K,
-                                   tile_n * BLOCK_N, &smem.full[s]);
+                if constexpr (CLUSTER_M == 1) {
+                    spio::tma::load_2d(smem.b[STAGE(s)].get(), &b_map, kt * BLOCK_K,
+                                       tile_n * BLOCK_N, &smem.full[s]);
+                } else {  // rows rank * B_ROWS.. of the B tile, into slot s of both CTAs
+                    const int row = static_cast<int>(rank) * B_ROWS;
+                    spio::tma::load_2d_multicast(smem.b[STAGE(s)][N(row)].get(), &b_map,
+                                                 kt * BLOCK_K, tile_n * BLOCK_N + row,
+                                                 &smem.full[s], (1u << CLUSTER_M) - 1);
+                }
             }
+        }
+        if constexpr (CLUSTER_M > 1) {
+            spio::cluster::arrive();  // stay until the peer is done with this CTA's memory
+            spio::cluster::wait();
         }
         return;
     }
@@ -174,10 +230,21 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
         }
         spio::warpgroup::commit_group();
         spio::warpgroup::wait_group<1>();  // slot kt - 1's batch has completed
-        if (kt > 0 && threadIdx.x % 128 == 0) {
-            spio::mbarrier::arrive(&smem.empty[(kt - 1) % STAGES]);
+        if constexpr (CLUSTER_M == 1) {
+            if (kt > 0 && threadIdx.x % 128 == 0) {
+                spio::mbarrier::arrive(&smem.empty[(kt - 1) % STAGES]);
+            }
+        } else {  // thread r of the warpgroup releases the slot in the CTA of rank r
+            const unsigned t = threadIdx.x % 128;
+            if (kt > 0 && t < CLUSTER_M) {
+                spio::mbarrier::arrive_cluster(&smem.empty[(kt - 1) % STAGES], t);
+            }
         }
     }
     spio::warpgroup::wait_group<0>();
+    // Every arrival on the peer's barriers is issued: the peer may exit once this CTA's own
+    // consumers are done too (a CTA past M stores nothing: its rows are >= m).
+    if constexpr (CLUSTER_M > 1) spio::cluster::arrive();
     store_tile(c, bias, d, tile_m * BLOCK_M + rows, tile_n * BLOCK_N, m, n);
+    if constexpr (CLUSTER_M > 1) spio::cluster::wait();
 }

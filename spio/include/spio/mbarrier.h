@@ -17,6 +17,10 @@
 ///     }
 ///     spio::mbarrier::wait(&bar, 0);      // smem now holds the bytes
 ///
+/// Clusters (sm_90+): `arrive_cluster` arrives on the same barrier of another CTA of the cluster
+/// and `wait_cluster` acquires at cluster scope, for rings that a peer's multicast copy refills
+/// (spio/tma.h `load_2d_multicast`); `spio::cluster` has the CTA's rank and the cluster barrier.
+///
 /// Defined where the compiler targets sm_90 or newer (SPIO_MBARRIER 1), else nothing
 /// (SPIO_MBARRIER 0). Compile-tested on the host (tests/host/include/test_mbarrier.py); the GPU
 /// test is tests/gpu/test_mbarrier.py.
@@ -71,6 +75,33 @@ SPIO_DEVICE void wait(unsigned long long* bar, unsigned parity) {
         : "memory");
 }
 
+/// Arrives on the barrier at `bar`'s shared-memory offset in the CTA of rank `cta` of this
+/// cluster (spio::cluster::rank; this CTA's own barrier when `cta` is its rank), with release
+/// semantics at cluster scope (mapa, then mbarrier.arrive.release.cluster.shared::cluster): a
+/// consumer frees a slot that a peer CTA's multicast copy (tma::load_2d_multicast) refills.
+/// Needs a cluster launch; the target CTA must still be running.
+SPIO_DEVICE void arrive_cluster(unsigned long long* bar, unsigned cta) {
+    asm volatile(
+        "{\n.reg .b32 remote;\n"
+        "mapa.shared::cluster.u32 remote, %0, %1;\n"
+        "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n}\n" ::"r"(
+            smem_address(bar)),
+        "r"(cta)
+        : "memory");
+}
+
+/// wait() with acquire semantics at cluster scope: for a barrier that other CTAs of the cluster
+/// arrive on (arrive_cluster), so what they did before arriving is visible after the wait.
+SPIO_DEVICE void wait_cluster(unsigned long long* bar, unsigned parity) {
+    asm volatile(
+        "{\n.reg .pred done;\n"
+        "WAIT:\n"
+        "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 done, [%0], %1;\n"
+        "@!done bra WAIT;\n}\n" ::"r"(smem_address(bar)),
+        "r"(parity)
+        : "memory");
+}
+
 /// Copies `bytes` (a multiple of 16, both addresses 16-byte aligned) from global to shared
 /// memory in the background (cp.async.bulk); the bytes count down the barrier's current phase.
 /// One thread per copy.
@@ -83,6 +114,43 @@ SPIO_DEVICE void bulk_copy_g2s(void* smem, const void* gmem, unsigned bytes,
 }
 
 }  // namespace spio::mbarrier
+
+/// Thread-block clusters (a kernel declared with __cluster_dims__): the CTA's place in its
+/// cluster and the cluster-wide barrier that orders mbarrier initialisation before any peer's
+/// remote access, and keeps a CTA's shared memory alive until its peers are done with it.
+namespace spio::cluster {
+
+/// This CTA's rank in its cluster (%cluster_ctarank), 0 .. size() - 1.
+SPIO_DEVICE unsigned rank() {
+    unsigned r;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+    return r;
+}
+
+/// The number of CTAs in this CTA's cluster (%cluster_nctarank): 1 without a cluster launch.
+SPIO_DEVICE unsigned size() {
+    unsigned n;
+    asm volatile("mov.u32 %0, %%cluster_nctarank;\n" : "=r"(n));
+    return n;
+}
+
+/// Arrives on the cluster barrier (barrier.cluster.arrive.release: this thread's earlier memory
+/// operations, remote mbarrier arrivals included, are visible to the cluster before the barrier
+/// completes). Every thread of the cluster arrives once, then waits (wait()); the pair may be
+/// split to overlap independent work.
+SPIO_DEVICE void arrive() { asm volatile("barrier.cluster.arrive.release;\n" ::: "memory"); }
+
+/// Waits until every thread of the cluster has arrived (barrier.cluster.wait.acquire).
+SPIO_DEVICE void wait() { asm volatile("barrier.cluster.wait.acquire;\n" ::: "memory"); }
+
+/// arrive() then wait(): a barrier across every thread of the cluster (after mbarrier
+/// initialisation, `mbarrier::fence_init` first, before any peer arrives or copies remotely).
+SPIO_DEVICE void sync() {
+    arrive();
+    wait();
+}
+
+}  // namespace spio::cluster
 #else
 #define SPIO_MBARRIER 0
 #endif

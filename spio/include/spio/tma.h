@@ -65,6 +65,23 @@ SPIO_DEVICE void load_3d(void* smem, const Descriptor* map, int c0, int c1, int 
         : "memory");
 }
 
+/// Copies the box at (c0, c1) of `map` into shared memory at `smem` in every CTA of the
+/// cluster whose bit is set in `cta_mask` (bit r: the CTA of rank r, spio::cluster::rank), at
+/// the same shared-memory offset in each; the bytes count down the barrier at `bar`'s offset in
+/// each destination CTA, so every receiving CTA announces them on its own barrier. One copy from
+/// L2 feeds all of them: a cluster of CTAs that share an operand tile each issue a slice of it
+/// (cp.async.bulk.tensor ... .multicast::cluster). Needs a cluster launch (__cluster_dims__);
+/// the peers' barriers must be initialised before the first copy (a cluster barrier after
+/// fence_init), and a CTA must not exit while a peer's copy may still write into it.
+SPIO_DEVICE void load_2d_multicast(void* smem, const Descriptor* map, int c0, int c1,
+                                   unsigned long long* bar, unsigned short cta_mask) {
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+        ".multicast::cluster [%0], [%1, {%2, %3}], [%4], %5;\n" ::"r"(smem_address(smem)),
+        "l"(map), "r"(c0), "r"(c1), "r"(smem_address(bar)), "h"(cta_mask)
+        : "memory");
+}
+
 }  // namespace spio::tma
 #else
 #define SPIO_TMA 0

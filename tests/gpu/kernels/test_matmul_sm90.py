@@ -5,6 +5,9 @@ Each launch writes into a NaN-poisoned C inside a NaN guard band (unwritten or o
 stores fail), on ragged shapes (M and N not multiples of any tile, odd N for the unpaired
 stores, K not a multiple of the 64-deep k tile), K from one 8-element chunk to many k tiles,
 bias and fp32 output. Shapes are runtime arguments: each (config, flags) compiles once.
+Clusters (cluster_m 2) run every shape too; M with an odd number of 128-row tiles (1, 3, 9)
+makes the padded CTA of the last cluster compute on zero-filled A and store nothing, while its
+peer still needs its half of B.
 """
 
 from __future__ import annotations
@@ -74,11 +77,24 @@ def test_every_config_on_every_shape(flags, seed):
 
 
 def test_rasterization_covers_every_tile(seed):
-    """raster 1, 3 (not dividing the M tiles) and 8 over a grid of 9 x 5 tiles."""
+    """raster 1, 3 (not dividing the M tiles) and 8 over a grid of 9 x 5 tiles, plain and in
+    clusters of two (9 M tiles: 5 pairs, the last CTA padded)."""
     _skip_unless_hopper()
-    for raster in (1, 3, 8):
-        cfg = k90.MatmulSm90Config(block_n=128, stages=4, raster=raster)
-        check(_params(FLAG_SETS[0], 9 * 128 - 5, 5 * 128 - 3, 136), cfg, seed)
+    for cluster_m in k90.CLUSTER_MS:
+        for raster in (1, 3, 8):
+            cfg = k90.MatmulSm90Config(block_n=128, stages=4, raster=raster, cluster_m=cluster_m)
+            check(_params(FLAG_SETS[0], 9 * 128 - 5, 5 * 128 - 3, 136), cfg, seed)
+
+
+def test_clusters_with_an_odd_number_of_m_tiles(seed):
+    """Every cluster config on 3 M tiles (the second cluster's CTA of rank 1 lies past M) by
+    several N and k tiles, ragged everywhere, with bias and fp32 output on one flag set."""
+    _skip_unless_hopper()
+    for flags in (FLAG_SETS[0], FLAG_SETS[1]):
+        p0 = _params(flags, 1, 1, 8)
+        for cfg in k90.configs(p0, _device()):
+            if cfg.cluster_m == 2:
+                check(_params(flags, 3 * 128 - 7, 3 * cfg.block_n + 5, 8 * 64 + 24), cfg, seed)
 
 
 def test_output_not_two_element_aligned(seed):

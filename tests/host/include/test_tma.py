@@ -2,9 +2,12 @@
 
 tests/gpu/data/tma_probe.cu compiles for sm_90 to the cp.async.bulk.tensor / prefetch.tensormap
 PTX and UTMALDG / UTMACCTL.PF SASS with no local memory, its map a by-value parameter; the header
-defines nothing below sm_90. `spio.cuda.tensor_map.check_tiled` refuses what the driver would,
-with the argument, the rule and the fix. The driver call itself is tested against the fake libcuda
-(tests/host/cuda/test_cuda_fake_driver.py) and on a GPU by tests/gpu/test_tma.py.
+defines nothing below sm_90. A cluster probe (two CTAs, a multicast copy in halves, remote
+mbarrier arrivals, the cluster barrier) compiles to the cluster PTX and SASS (no GPU test yet:
+the Hopper matmul's cluster_m 2 configs are its first users). `spio.cuda.tensor_map.check_tiled`
+refuses what the driver would, with the argument, the rule and the fix. The driver call itself is
+tested against the fake libcuda (tests/host/cuda/test_cuda_fake_driver.py) and on a GPU by
+tests/gpu/test_tma.py.
 """
 
 from __future__ import annotations
@@ -103,3 +106,66 @@ def test_a_map_is_passed_by_value():
         pack_args("t", (bytearray(raw),))
     with pytest.raises(ValueError, match="128 bytes"):
         TensorMap(raw[:8], "float16", (1,), (1,), 0)
+
+
+CLUSTER_PROBE = """
+#include "spio/mbarrier.h"
+#include "spio/tma.h"
+// A cluster of two: each CTA copies half of a 64 x 64 box into both CTAs (multicast), both wait
+// for the whole box, then each releases the peer's barrier (remote arrive) and waits for its own.
+extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(128)
+    cluster_probe(unsigned* out, const __grid_constant__ spio::tma::Descriptor map) {
+    __shared__ __align__(1024) unsigned short tile[64 * 64];
+    __shared__ __align__(8) unsigned long long bar[2];
+    const unsigned rank = spio::cluster::rank();
+    if (threadIdx.x == 0) {
+        spio::mbarrier::init(&bar[0], 1);
+        spio::mbarrier::init(&bar[1], 2);
+        spio::mbarrier::fence_init();
+    }
+    spio::cluster::sync();
+    if (threadIdx.x == 0) {
+        spio::mbarrier::arrive_expect_tx(&bar[0], sizeof tile);
+        spio::tma::load_2d_multicast(tile + rank * 32 * 64, &map, 0, rank * 32, &bar[0], 3);
+    }
+    spio::mbarrier::wait(&bar[0], 0);
+    if (threadIdx.x < 2) spio::mbarrier::arrive_cluster(&bar[1], threadIdx.x);
+    spio::mbarrier::wait_cluster(&bar[1], 0);
+    out[blockIdx.x * 128 + threadIdx.x] = tile[threadIdx.x] + spio::cluster::size();
+    spio::cluster::arrive();
+    spio::cluster::wait();
+}
+"""
+
+
+def test_cluster_probe_ptx_and_no_local_memory():
+    """tma::load_2d_multicast, mbarrier::arrive_cluster / wait_cluster and the spio::cluster
+    helpers compile for sm_90 to the multicast copy, mapa + the remote release arrival, the
+    cluster-scope acquire wait, the cluster special registers and barrier.cluster."""
+    ptx = spio_compile(CLUSTER_PROBE, arch="sm_90", name="cluster_probe.cu", ptx=True).decode()
+    for op in (
+        "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+        ".multicast::cluster",
+        "mapa.shared::cluster.u32",
+        "mbarrier.arrive.release.cluster.shared::cluster.b64",
+        "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64",
+        "%cluster_ctarank",
+        "%cluster_nctarank",
+        "barrier.cluster.arrive.release",
+        "barrier.cluster.wait.acquire",
+        ".reqnctapercluster 2, 1, 1",
+    ):
+        assert op in ptx, op
+    res = kernel_resources(spio_compile(CLUSTER_PROBE, arch="sm_90", name="cluster_probe.cu"))
+    assert res["cluster_probe"].local_bytes == 0, res
+
+
+@pytest.mark.skipif(
+    find_tool("cuobjdump") is None, reason="needs cuobjdump (CUDA toolkit, on PATH or CUDA_HOME)"
+)
+def test_cluster_probe_sass():
+    from spio.compiler.disasm import disassemble
+
+    sass = disassemble(spio_compile(CLUSTER_PROBE, arch="sm_90", name="cluster_probe.cu"))
+    for op in ("UTMALDG.2D.MULTICAST", "SYNCS.ARRIVE.TRANS64.RED", "UCGABAR_ARV", "UCGABAR_WAIT"):
+        assert op in sass, f"{op} missing:\n{sass}"

@@ -3,19 +3,29 @@
 Every config compiles for sm_90a with no local memory, one CTA of 384 threads per SM within the
 register file, the wgmma of its BLOCK_N in the SASS, TMA loads and mbarrier waits; the config
 space respects the shared-memory limit; the spec refuses row-major B; nothing is offered off
-sm_90. The values are checked on an H100/H200 by tests/gpu/kernels/test_matmul_sm90.py.
+sm_90. Clusters (cluster_m 2): the SASS has the multicast TMA load, the remote mbarrier arrival
+and the cluster barrier, the cubin declares a 2 x 1 x 1 cluster (what cuLaunchKernel launches
+with), the grid is padded to pairs of M tiles and the B map's box is half the tile; the plain
+kernel (cluster_m 1) has none of it and its SASS is what `data/matmul_sm90_sass.json` pins. The
+values are checked on an H100/H200 by tests/gpu/kernels/test_matmul_sm90.py.
+
+A deliberate change of the plain kernel's code rewrites the pinned SASS digests:
+    python tests/host/kernels/test_matmul_sm90.py --write
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from spio.compiler import kernel_resources
+from spio.compiler import kernel_resources, nvrtc_version
 from spio.compiler.locate import find_tool
 from spio.cuda import known_device
 from spio.kernels import matmul_sm90 as k90
@@ -36,6 +46,11 @@ def test_space_fits_shared_memory_and_is_sm90_only():
     assert all(c.smem() <= H100.max_smem_per_block_optin for c in cfgs)
     assert max(c.stages for c in cfgs if c.block_n == 256) == 4  # 48 KiB a slot
     assert k90.heuristic(_p(), H100) in cfgs
+    # Every plain config again as a cluster of two (same shared memory: B's halves share a slot).
+    plain = [c for c in cfgs if c.cluster_m == 1]
+    assert [c for c in cfgs if c.cluster_m == 2] == [
+        k90.MatmulSm90Config(c.block_n, c.stages, cluster_m=2) for c in plain
+    ]
     assert k90.DEF.compiled(MatmulParams(300, 70, 16, b_transposed=True)) == _p()
     assert k90.configs(_p(b_transposed=False), H100) == []
     assert k90.configs(_p(), known_device("A100")) == []
@@ -43,6 +58,30 @@ def test_space_fits_shared_memory_and_is_sm90_only():
         k90.spec(_p(b_transposed=False), k90.MatmulSm90Config())
     with pytest.raises(ValueError, match="block_n must be one of"):
         k90.MatmulSm90Config(block_n=96)
+    for bad in (3, 4, True, 0):
+        with pytest.raises(ValueError, match="cluster_m must be one of"):
+            k90.MatmulSm90Config(cluster_m=bad)
+
+
+@pytest.mark.parametrize(
+    "m, n, k", [(1, 1, 8), (16, 4096, 4096), (8192, 8192, 8192), (4096, 64, 4096), (300, 70, 16)]
+)
+def test_heuristic_never_picks_a_cluster(m, n, k):
+    """cluster_m 2 has not run on a GPU: the op's config stays plain."""
+    assert k90.heuristic(MatmulParams(m, n, k, b_transposed=True), H100).cluster_m == 1
+
+
+@pytest.mark.parametrize("tiles_m", [1, 2, 3, 8, 9])
+def test_cluster_grid_is_padded_to_pairs_of_m_tiles(tiles_m):
+    """The grid holds ceil(tiles_m / 2) pairs of M tiles per N tile (a multiple of the cluster);
+    the plain grid is one CTA per tile."""
+    p = MatmulParams(tiles_m * k90.BLOCK_M - 5, 3 * 128, 64, b_transposed=True)
+    plain = k90.MatmulSm90Config(block_n=128)
+    cluster = k90.MatmulSm90Config(block_n=128, cluster_m=2)
+    assert k90.grid(p, plain) == (tiles_m * 3, 1, 1)
+    assert k90.grid(p, cluster) == (2 * ((tiles_m + 1) // 2) * 3, 1, 1)
+    assert k90.grid(p, cluster)[0] % 2 == 0
+    assert cluster.label() == "n128 s4 c2" and plain.label() == "n128 s4"
 
 
 @pytest.mark.parametrize("flags", FLAGS, ids=str)
@@ -55,19 +94,117 @@ def test_every_config_compiles_without_local_memory(flags):
         assert res.registers * k90.THREADS <= H100.regs_per_sm, f"{cfg}: {res}"
 
 
-@pytest.mark.skipif(
-    find_tool("cuobjdump") is None, reason="needs cuobjdump (CUDA toolkit, on PATH or CUDA_HOME)"
+NO_CUOBJDUMP = find_tool("cuobjdump") is None
+needs_cuobjdump = pytest.mark.skipif(
+    NO_CUOBJDUMP, reason="needs cuobjdump (CUDA toolkit, on PATH or CUDA_HOME)"
 )
+# What only the cluster kernel has: the multicast copy of half of B into both CTAs, the remote
+# arrival on the peer's `empty` barrier (mapa + mbarrier.arrive.release.cluster), the cluster
+# barrier's arrive / wait, and the trap for a launch that is not a cluster of two.
+CLUSTER_OPS = (
+    "UTMALDG.2D.MULTICAST", "SYNCS.ARRIVE.TRANS64.RED", "UCGABAR_ARV", "UCGABAR_WAIT", "BPT.TRAP",
+)  # fmt: skip
+
+
+@needs_cuobjdump
+@pytest.mark.parametrize("cluster_m", k90.CLUSTER_MS)
 @pytest.mark.parametrize("block_n", k90.BLOCK_NS)
-def test_sass_has_wgmma_tma_and_barriers(block_n):
+def test_sass_has_wgmma_tma_and_barriers(block_n, cluster_m):
     from spio.compiler.disasm import disassemble
 
-    cfg = k90.MatmulSm90Config(block_n=block_n, stages=2)
+    cfg = k90.MatmulSm90Config(block_n=block_n, stages=2, cluster_m=cluster_m)
     sass = disassemble(compile_spec(k90.spec(_p(), cfg, H100), H100.arch))
     assert re.search(rf"HGMMA\.64x{block_n}x16\.F32", sass), sass[:3000]
     for op in ("UTMALDG.2D", "SYNCS.ARRIVE.TRANS64", "SYNCS.PHASECHK.TRANS64.TRYWAIT"):
         assert op in sass, op
     assert not re.search(r"\b(STL|LDL)\b", sass), "local memory traffic"
+    if cluster_m == 1:
+        for op in CLUSTER_OPS:
+            assert op not in sass, f"plain kernel has {op}"
+    else:
+        for op in CLUSTER_OPS:
+            assert op in sass, f"{op} missing"
+        # B's half multicast, A's box a plain copy.
+        assert re.search(r"UTMALDG\.2D \[", sass), "the plain load of A"
+
+
+def _cluster_dims(cubin: bytes) -> tuple[int, ...] | None:
+    """The compile-time cluster shape the cubin declares (EIATTR_CTA_PER_CLUSTER, what the
+    driver launches a __cluster_dims__ kernel with under plain cuLaunchKernel), None if none."""
+    import tempfile
+
+    tool = find_tool("cuobjdump")
+    with tempfile.TemporaryDirectory() as tmp:
+        image = Path(tmp) / "kernel.cubin"
+        image.write_bytes(cubin)
+        out = subprocess.run([str(tool), "-elf", str(image)], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    match = re.search(
+        r"EIATTR_CTA_PER_CLUSTER\s+Format:\s+\S+\s+Value:\s+([0-9a-fx ]+)", out.stdout
+    )
+    if match is None:
+        assert "EIATTR_EXPLICIT_CLUSTER" not in out.stdout
+        return None
+    assert "EIATTR_EXPLICIT_CLUSTER" in out.stdout
+    return tuple(int(v, 16) for v in match.group(1).split())
+
+
+@needs_cuobjdump
+@pytest.mark.parametrize("cluster_m", k90.CLUSTER_MS)
+def test_cubin_declares_the_cluster(cluster_m):
+    cfg = k90.MatmulSm90Config(block_n=128, stages=4, cluster_m=cluster_m)
+    cubin = compile_spec(k90.spec(_p(), cfg, H100), H100.arch)
+    assert _cluster_dims(cubin) == (None if cluster_m == 1 else (2, 1, 1))
+
+
+# The plain kernel's SASS, pinned: adding clusters must leave every cluster_m 1 variant's code
+# as it was. Digests of the instruction text (addresses and encodings dropped) per config and
+# flag set, written by the NVRTC version named in the file (other versions skip the test).
+GOLDEN = Path(__file__).resolve().parent / "data" / "matmul_sm90_sass.json"
+
+
+def _plain_variants() -> list[tuple[str, MatmulParams, k90.MatmulSm90Config]]:
+    out = []
+    for flags in FLAGS:
+        p = _p(*flags)
+        for cfg in k90.configs(p, H100):
+            if cfg.cluster_m == 1:
+                out.append((f"{p.dtype}->{p.out_dtype} bias={p.has_bias} {cfg.label()}", p, cfg))
+    return out
+
+
+def _sass_digest(p: MatmulParams, cfg: k90.MatmulSm90Config) -> str:
+    from spio.compiler.disasm import disassemble
+
+    sass = disassemble(compile_spec(k90.spec(p, cfg, H100), H100.arch))
+    code = [m.group(1).strip() for m in re.finditer(r"/\*[0-9a-f]{4,}\*/\s+([^;]*;)", sass)]
+    assert code, sass[:2000]
+    return hashlib.sha256("\n".join(code).encode()).hexdigest()
+
+
+def _write_golden() -> None:
+    table = {
+        "nvrtc": "{}.{}".format(*nvrtc_version()),
+        "digests": {name: _sass_digest(p, cfg) for name, p, cfg in _plain_variants()},
+    }
+    GOLDEN.parent.mkdir(exist_ok=True)
+    GOLDEN.write_text(json.dumps(table, indent=1, sort_keys=True) + "\n")
+    print(f"wrote {len(table['digests'])} digests to {GOLDEN}")
+
+
+@needs_cuobjdump
+def test_plain_kernel_sass_is_pinned():
+    table = json.loads(GOLDEN.read_text())
+    version = "{}.{}".format(*nvrtc_version())
+    if table["nvrtc"] != version:
+        pytest.skip(f"digests written by NVRTC {table['nvrtc']}, this is {version}")
+    got = {name: _sass_digest(p, cfg) for name, p, cfg in _plain_variants()}
+    changed = sorted(n for n in got if got[n] != table["digests"].get(n))
+    assert set(got) == set(table["digests"]), "the plain config space changed; --write"
+    assert not changed, (
+        f"the plain (cluster_m 1) kernel's SASS changed for {changed}; if intended, rewrite "
+        "with `python tests/host/kernels/test_matmul_sm90.py --write`"
+    )
 
 
 GXX = shutil.which("g++")
@@ -179,3 +316,36 @@ def test_bound_launch_encodes_each_address_once(monkeypatch):
     run(c, _FakeTensor(0x100000 + 16 * k90.Sm90Launch.MAP_CACHE), b, None, 0)  # kept
     assert len(encoded) == k90.Sm90Launch.MAP_CACHE + 2
     assert launched[-1][0][3] is c  # no bias: C stands in for the unused pointer
+
+
+def test_cluster_launch_halves_the_b_box_and_pads_the_grid(monkeypatch):
+    """cluster_m 2: each CTA copies half of the B tile (multicast to both), so B's map has a
+    box of block_n / 2 rows; A's is unchanged; the grid is padded to pairs of M tiles (3 -> 4)."""
+    from spio.cuda import driver, tensor_map
+
+    encoded: list[tuple] = []
+    monkeypatch.setattr(driver, "tensor_map_encode_tiled", lambda *args: encoded.append(args)
+                        or bytes(128))  # fmt: skip
+    p = MatmulParams(300, 200, 72, "bfloat16", "float32", b_transposed=True, has_bias=True)
+    cfg = k90.MatmulSm90Config(block_n=256, stages=3, raster=4, cluster_m=2)
+    grids: list = []
+
+    class Kernel:
+        def bind(self, grid):
+            grids.append(grid)
+            return lambda args, stream: None
+
+    k90.Sm90Launch(Kernel(), p, cfg)(object(), _FakeTensor(0x10000), _FakeTensor(0x20000), None, 0)
+    assert grids == [(4, 1, 1)]
+    want: list[tuple] = []
+    monkeypatch.setattr(driver, "tensor_map_encode_tiled", lambda *args: want.append(args) or
+                        bytes(128))  # fmt: skip
+    tensor_map.tiled(0x10000, "bfloat16", (300, 72), (72, 1), (k90.BLOCK_M, 64), swizzle=128)
+    tensor_map.tiled(0x20000, "bfloat16", (200, 72), (72, 1), (128, 64), swizzle=128)
+    assert encoded == want
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] != ["--write"]:
+        sys.exit("usage: python tests/host/kernels/test_matmul_sm90.py --write")
+    _write_golden()
