@@ -220,6 +220,7 @@ class _Plan:
         self.pad_n = 0 if b_transposed else (-n) % 8
         with torch.cuda.device(a.device):  # an autotune measures on the plan's GPU
             family, cfg = kernel_choice(p, dev)
+        self.launch: Any
         if family == "sm90":
             self.launch = k90.bound(p, cfg, dev)
         else:
