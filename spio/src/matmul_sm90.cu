@@ -32,8 +32,8 @@
 ///   `full` barrier still expects SLOT_BYTES (its A box + both halves of B, one from each CTA).
 ///   A slot is refilled only once the consumers of BOTH CTAs released it (the peer's copy writes
 ///   into this CTA's slot): each consumer warpgroup arrives on the `empty` barrier of both CTAs
-///   (mbarrier::arrive_cluster), whose count is 2 x CONSUMERS, and the producer waits on it with
-///   cluster-scope acquire. A cluster barrier orders the barriers' initialisation before any
+///   (mbarrier::arrive_cluster, release at CTA scope as in CUTLASS), whose count is 2 x
+///   CONSUMERS, and the producer waits on it as on its own. A cluster barrier orders the barriers' initialisation before any
 ///   remote access, and another keeps both CTAs (their shared memory) alive until neither can
 ///   still arrive on or copy into the other. The protocol is modelled in
 ///   tests/host/kernels/test_matmul_sm90_pipeline.py.
@@ -180,11 +180,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) SPIO_MATMUL_CLUSTER
             for (int kt = 0; kt < k_tiles; ++kt) {
                 const int s = kt % STAGES;
                 const unsigned phase = (kt / STAGES) & 1;
-                if constexpr (CLUSTER_M == 1) {
-                    spio::mbarrier::wait(&smem.empty[s], phase ^ 1);  // the consumers freed s
-                } else {  // the consumers of both CTAs freed slot s (the peer's too)
-                    spio::mbarrier::wait_cluster(&smem.empty[s], phase ^ 1);
-                }
+                // The consumers freed slot s (with a cluster, those of both CTAs).
+                spio::mbarrier::wait(&smem.empty[s], phase ^ 1);
                 // A's box and all of B's (with a cluster, half of it comes from the peer).
                 spio::mbarrier::arrive_expect_tx(&smem.full[s], SLOT_BYTES);
                 spio::tma::load_2d(smem.a[STAGE(s)].get(), &a_map, kt * BLOCK_K,
