@@ -110,11 +110,13 @@ def leave_one_out(
     sweeps: dict[tuple, dict[str, float]], data: list[Path], device: str, tmp: Path
 ) -> list[dict]:
     """`regrets` of models that never saw the layer they are scored on: for each layer, trained
-    on the `data` samples of its family plus the sweep samples of the family's other layers."""
+    on the `data` samples of its family plus the sweep samples of the family's other layers. A
+    `data` sample of the held-out layer (at any batch size: the sweep rows a shipped dataset
+    already holds, for one) is left out too."""
     from spio.cuda import known_device
     from spio.kernels import KERNELS
     from spio.tune.dataset import read
-    from spio.tune.evaluate import feature_rows
+    from spio.tune.evaluate import feature_rows, group_key
     from spio.tune.model import PerfModel
     from spio.tune.store import model_path
 
@@ -123,7 +125,9 @@ def leave_one_out(
     rows = []
     for key in sorted(sweeps):
         kdef = KERNELS[f"conv2d_gw8_{key[0]}"]
-        samples = [s for path in data for s in read(path, kdef.name, dev.name)]
+        held_out = group_key(kdef, extra[key][0])  # the layer, batch size left out
+        samples = [s for path in data for s in read(path, kdef.name, dev.name)
+                   if group_key(kdef, s) != held_out]  # fmt: skip
         samples += [s for other, ss in extra.items() if other[0] == key[0] and other != key
                     for s in ss]  # fmt: skip
         model = PerfModel.train(

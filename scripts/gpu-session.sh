@@ -10,9 +10,8 @@
 #                                          (MINUTES per family: 6 families, plus compiles)
 #   scripts/gpu-session.sh tune-conv MINUTES   after a conv kernel change: collect the three conv
 #                                          families afresh (MINUTES each, active sampling), sweep
-#                                          the RegNet layers (the yardstick), train on the fresh
-#                                          samples and on fresh + shipped, and score the shipped
-#                                          and both new model sets on the sweep
+#                                          the RegNet layers (the yardstick), score the shipped
+#                                          models on it and the shipping recipe leave-one-layer-out
 #   scripts/gpu-session.sh sweep           every conv2d_gw8 fprop/dgrad config at the 3x3 and 7x7 points
 #   scripts/gpu-session.sh multi           on a 2-GPU machine: the two-GPU tests (DDP, FSDP2, one
 #                                          disk cache, two threads) and DDP scaling (needs timm)
@@ -66,19 +65,19 @@ while [ $# -gt 0 ]; do
       python3 benchmarks/sweep_conv2d_gw8.py --csv "$OUT/yardstick.csv" --points \
           "24,112,3,256,2;56,56,3,256,2;152,28,3,256,2;368,14,3,256,2;48,112,3,128,2;104,56,3,128,2;208,28,3,128,2;440,14,3,128,2;152,14,3,256;368,7,3,256;104,28,3,128;440,7,3,128" \
           > "$OUT/yardstick.log" 2>&1
-      # Models from the fresh samples alone and from fresh + shipped, each scored on the sweep
-      # (the shipped models first, for the baseline).
-      python3 benchmarks/yardstick_conv2d_gw8.py --csv "$OUT/yardstick.csv" 2>&1 | tail -4
+      # The shipped models on the sweep (stale after a kernel change), then the recipe that
+      # ships, scored honestly: fresh + shipped datasets + the other layers' sweep rows (--loo).
+      python3 benchmarks/yardstick_conv2d_gw8.py --csv "$OUT/yardstick.csv" 2>&1 | grep layers
+      data=()
       for k in conv2d_gw8_fprop conv2d_gw8_dgrad conv2d_gw8_wgrad; do
-        python3 -m spio.cli.main tune train --kernel "$k" --data "$OUT/$k.jsonl" \
-            --out "$OUT/models-fresh" 2>&1 | tail -1
-        python3 -m spio.cli.main tune train --kernel "$k" --data "$OUT/$k.jsonl" \
-            --data "benchmarks/data/tune/$k.jsonl" --out "$OUT/models-merged" 2>&1 | tail -1
+        data+=(--data "$OUT/$k.jsonl" --data "benchmarks/data/tune/$k.jsonl")
       done
-      for m in fresh merged; do
-        python3 benchmarks/yardstick_conv2d_gw8.py --csv "$OUT/yardstick.csv" \
-            --models "$OUT/models-$m" 2>&1 | tail -4
-      done
+      python3 benchmarks/yardstick_conv2d_gw8.py --csv "$OUT/yardstick.csv" --loo "${data[@]}" \
+          2>&1 | grep layers
+      # To ship (on the host): append $OUT/<family>.jsonl and the sweep's rows
+      # (yardstick_conv2d_gw8.py --csv $OUT/yardstick.csv --export DIR) to
+      # benchmarks/data/tune/<family>.jsonl, `spio tune train --kernel <family> --data
+      # benchmarks/data/tune/<family>.jsonl --ship`, and keep the CSV in benchmarks/data/yardstick.
       ;;
     sweep)
       python3 benchmarks/sweep_conv2d_gw8.py --kernel fprop,dgrad --csv "$OUT/sweep.csv" 2>&1 \

@@ -87,10 +87,22 @@ def test_export_writes_samples_the_trainer_reads(yardstick, tmp_path):
 
 
 def test_loo_never_trains_on_the_layer_it_scores(yardstick, tmp_path, monkeypatch):
-    """Each layer's model is trained on the other layer's rows only (no --data here)."""
+    """Each layer's model is trained on the other layer's sweep rows and the --data samples of
+    other layers: a dataset sample of the held-out layer at another batch size is left out."""
+    from dataclasses import replace
+
+    from spio.cuda import known_device
+    from spio.kernels.kernel_def import to_dict
+    from spio.tune.dataset import Sample, append
     from spio.tune.model import PerfModel
 
-    path, _ = _two_layer_sweep(tmp_path)
+    path, layers = _two_layer_sweep(tmp_path)
+    dev = known_device("H100")
+    data = tmp_path / "data.jsonl"
+    for p, cfgs in [(replace(layers[0][0], n=4), layers[0][1]), (replace(layers[0][0], c=40),
+                    layers[0][1])]:  # fmt: skip
+        append(data, [Sample("conv2d_gw8_fprop", dev.name, dev.arch, to_dict(p), to_dict(cfg),
+                             5.0) for cfg in cfgs])  # fmt: skip
     trained_on: list[set] = []
     real = PerfModel.train.__func__
 
@@ -99,7 +111,7 @@ def test_loo_never_trains_on_the_layer_it_scores(yardstick, tmp_path, monkeypatc
         return real(cls, kernel, device, arch, rows, latency_us, *args, **kw)
 
     monkeypatch.setattr(PerfModel, "train", classmethod(spy))
-    rows = yardstick.leave_one_out(yardstick.read_sweeps([path]), [], "H100", tmp_path / "m")
+    rows = yardstick.leave_one_out(yardstick.read_sweeps([path]), [data], "H100", tmp_path / "m")
     assert [r["layer"].split()[0] for r in rows] == ["C16", "C24"]
-    assert trained_on == [{24}, {16}]
+    assert trained_on == [{24, 40}, {16, 40}]
     assert all(r["regret"] >= 1.0 for r in rows)
