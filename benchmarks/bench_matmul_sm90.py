@@ -55,6 +55,7 @@ def measure(m: int, n: int, k: int, dtype_name: str, reps: int, every: list) -> 
         t = bench(lambda run=run: run(c, a, b, None, stream), reps=reps).median_ms
         every.append({"shape": f"{m}x{n}x{k}", "dtype": dtype_name, "block_n": cfg90.block_n,
                       "stages": cfg90.stages, "cluster_m": cfg90.cluster_m,
+                      "persistent": cfg90.persistent,
                       "tflops": round(flop / t / 1e9, 1)})  # fmt: skip
         if cfg90 == pick:
             t_pick = t

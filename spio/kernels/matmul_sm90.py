@@ -23,6 +23,12 @@ BLOCK_NS = (64, 128, 256)
 STAGE_COUNTS = (2, 3, 4, 5, 6, 8)
 CLUSTER_MS = (1, 2)  # CTAs of a cluster along M sharing (multicasting) one B tile
 SWIZZLE_ALIGN = 1024  # the kernel aligns the ring to the 128-byte swizzle's 1024-byte atom
+# Registers a thread may use per block_n, what `ctas_per_sm` counts on: 80 keeps two CTAs of
+# 64-wide tiles on an SM, 168 is __launch_bounds__(384, 1)'s cap (NVRTC 13.0 uses 58-63 / 90-95 /
+# 154-159, plain and persistent). A host test checks the compiled kernels against it: one above
+# its budget would hold fewer CTAs than a persistent grid launches.
+REGISTERS = {64: 80, 128: 168, 256: 168}
+SMEM_RESERVED = 1024  # shared memory the system keeps per resident CTA (sm_80 and later)
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,14 +36,20 @@ class MatmulSm90Config:
     """Tiling: a 128 x block_n tile of C per CTA, `stages` slots of (128 + block_n) x 64
     operands in shared memory; `raster` M-tiles swept across all N-tiles (a runtime argument).
     `cluster_m` 2 launches clusters of two CTAs on adjacent M tiles of one N tile that load B
-    once for both (TMA multicast, half of the B box from each CTA); 1 is the plain kernel."""
+    once for both (TMA multicast, half of the B box from each CTA); 1 is the plain kernel.
+    `persistent` launches at most as many CTAs as the SMs hold (`grid`), each walking tiles
+    blockIdx.x, blockIdx.x + gridDim.x, ... in the raster order (with a cluster, pairs of M
+    tiles) as one k-tile stream, so a tile's epilogue overlaps the next tile's first loads."""
 
     block_n: int = 128
     stages: int = 4
     raster: int = 8
     cluster_m: int = 1
+    persistent: bool = False
 
     def __post_init__(self) -> None:
+        if not isinstance(self.persistent, bool):
+            raise ValueError(f"MatmulSm90Config.persistent must be a bool, got {self.persistent!r}")
         if self.block_n not in BLOCK_NS:
             raise ValueError(
                 f"MatmulSm90Config.block_n must be one of {BLOCK_NS}, got {self.block_n}"
@@ -63,9 +75,10 @@ class MatmulSm90Config:
         return (-(-p.m // BLOCK_M), -(-p.n // self.block_n))
 
     def label(self) -> str:
-        """Short name for reports: "n128 s4", with " c2" for a cluster of two."""
+        """Short name for reports: "n128 s4", with " c2" for a cluster of two and " p" for
+        persistent."""
         cluster = f" c{self.cluster_m}" if self.cluster_m > 1 else ""
-        return f"n{self.block_n} s{self.stages}{cluster}"
+        return f"n{self.block_n} s{self.stages}{cluster}" + (" p" if self.persistent else "")
 
 
 def supported(p: MatmulParams, dev: Any) -> bool:
@@ -75,31 +88,53 @@ def supported(p: MatmulParams, dev: Any) -> bool:
 
 def configs(p: MatmulParams, dev: Any) -> list[MatmulSm90Config]:
     """Every config whose shared memory fits the device (empty where `supported` is false):
-    each (block_n, stages) plain, then each again as a cluster of two (cluster_m 2: host-tested
-    only so far, so `heuristic` never picks one)."""
+    each (block_n, stages) plain, then each again as a cluster of two, then all of those again
+    persistent (host-tested only so far: `heuristic` never picks a persistent config)."""
     if not supported(p, dev):
         return []
     out = []
-    for cluster_m in CLUSTER_MS:
-        for block_n in BLOCK_NS:
-            for stages in STAGE_COUNTS:
-                cfg = MatmulSm90Config(block_n, stages, cluster_m=cluster_m)
-                if cfg.smem() <= dev.max_smem_per_block_optin:
-                    out.append(cfg)
+    for persistent in (False, True):
+        for cluster_m in CLUSTER_MS:
+            for block_n in BLOCK_NS:
+                for stages in STAGE_COUNTS:
+                    cfg = MatmulSm90Config(
+                        block_n, stages, cluster_m=cluster_m, persistent=persistent
+                    )
+                    if cfg.smem() <= dev.max_smem_per_block_optin:
+                        out.append(cfg)
     return out
 
 
-def grid(p: MatmulParams, cfg: MatmulSm90Config) -> tuple[int, int, int]:
+def ctas_per_sm(cfg: MatmulSm90Config, dev: Any, registers: int | None = None) -> int:
+    """CTAs of cfg one SM of dev holds at once: the least of what its threads, shared memory
+    (+ the system's SMEM_RESERVED a CTA) and registers allow; `registers` a thread (default the
+    budget REGISTERS[block_n]) is allocated in units of 8 (256 a warp)."""
+    regs = -(-(registers or REGISTERS[cfg.block_n]) // 8) * 8
+    return min(
+        dev.max_threads_per_sm // THREADS,
+        dev.max_smem_per_sm // (cfg.smem() + SMEM_RESERVED),
+        dev.regs_per_sm // (regs * THREADS),
+    )
+
+
+def grid(p: MatmulParams, cfg: MatmulSm90Config, dev: Any) -> tuple[int, int, int]:
     """One CTA per tile; with clusters the M tiles are padded to a multiple of cluster_m (the
-    kernel's __cluster_dims__ needs the grid a multiple of the cluster)."""
+    kernel's __cluster_dims__ needs the grid a multiple of the cluster). Persistent: no more
+    CTAs than dev's SMs hold at once (`ctas_per_sm`), rounded down to whole clusters, nor than
+    the (padded) tiles; the kernel loops over the rest."""
     tm, tn = cfg.tiles(p)
     tm = -(-tm // cfg.cluster_m) * cfg.cluster_m
-    return (tm * tn, 1, 1)
+    ctas = tm * tn
+    if cfg.persistent:
+        resident = dev.sm_count * ctas_per_sm(cfg, dev) // cfg.cluster_m * cfg.cluster_m
+        ctas = min(ctas, max(resident, cfg.cluster_m))
+    return (ctas, 1, 1)
 
 
 def spec(p: MatmulParams, cfg: MatmulSm90Config, dev: Any = None) -> KernelSpec:
-    """The variant for (dtypes, bias, block_n, stages, cluster_m); independent of m, n, k and
-    raster. CLUSTER_M is a macro (the kernel's __cluster_dims__ is preprocessed on it)."""
+    """The variant for (dtypes, bias, block_n, stages, cluster_m, persistent); independent of
+    m, n, k and raster. CLUSTER_M is a macro (the kernel's __cluster_dims__ is preprocessed on
+    it); PERSISTENT a constant (0: the one-tile-per-CTA code, unchanged by the persistent one)."""
     from spio.generators import Constant, Macro, Type, dtype
 
     del dev
@@ -109,7 +144,12 @@ def spec(p: MatmulParams, cfg: MatmulSm90Config, dev: Any = None) -> KernelSpec:
             "spio.kernels.matmul"
         )
     types = {"float16": dtype.half, "bfloat16": dtype.bfloat16, "float32": dtype.float}
-    constants = {"BLOCK_N": cfg.block_n, "STAGES": cfg.stages, "HAS_BIAS": int(p.has_bias)}
+    constants = {
+        "BLOCK_N": cfg.block_n,
+        "STAGES": cfg.stages,
+        "HAS_BIAS": int(p.has_bias),
+        "PERSISTENT": int(cfg.persistent),
+    }
     tiles = smem_tiles(cfg)
     return KernelSpec(
         source="matmul_sm90.cu",
@@ -126,6 +166,7 @@ def spec(p: MatmulParams, cfg: MatmulSm90Config, dev: Any = None) -> KernelSpec:
             f"matmul_sm90 {p.dtype}->{p.out_dtype} bias={p.has_bias} tile {BLOCK_M}x"
             f"{cfg.block_n}x{BLOCK_K} stages {cfg.stages}"
             + (f" cluster {cfg.cluster_m}x1" if cfg.cluster_m > 1 else "")
+            + (" persistent" if cfg.persistent else "")
         ),
         block=(THREADS, 1, 1),
         smem=cfg.smem(),
@@ -235,7 +276,7 @@ def bound(p: MatmulParams, cfg: MatmulSm90Config, dev: Any, cache: Any = None) -
     cache = cache if cache is not None else default_function_cache()
     # raster is a launch argument: one loaded variant serves every value.
     kernel = cache.get(DEF, p.variant(), replace(cfg, raster=1), dev)
-    return Sm90Launch(kernel, p, cfg)
+    return Sm90Launch(kernel, p, cfg, dev)
 
 
 class Sm90Launch:
@@ -252,10 +293,10 @@ class Sm90Launch:
     MAP_CACHE = 64
     __slots__ = ("_launch", "_tail", "_a_args", "_b_args", "_a_maps", "_b_maps")
 
-    def __init__(self, kernel: Any, p: MatmulParams, cfg: MatmulSm90Config) -> None:
+    def __init__(self, kernel: Any, p: MatmulParams, cfg: MatmulSm90Config, dev: Any) -> None:
         from spio.cuda.tensor_map import DTYPES, L2_PROMOTIONS, SWIZZLES, check_tiled
 
-        self._launch = kernel.bind(grid(p, cfg))
+        self._launch = kernel.bind(grid(p, cfg, dev))
         self._tail = (p.m, p.n, p.k, cfg.raster)
         esize = DTYPES[p.dtype][1]
 

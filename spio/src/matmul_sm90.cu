@@ -37,13 +37,24 @@
 ///   remote access, and another keeps both CTAs (their shared memory) alive until neither can
 ///   still arrive on or copy into the other. The protocol is modelled in
 ///   tests/host/kernels/test_matmul_sm90_pipeline.py.
-/// Not yet: persistent CTAs, multicast of A (clusters along N), a shared-memory / TMA-store
-///   epilogue, row-major B (the op transposes it), small-M (split-K) configs.
+/// Persistent (PERSISTENT 1, opt-in): the host launches at most as many CTAs as the SMs hold;
+///   CTA (cluster) i walks work items i, i + stride, ... (tiles, or pairs of M tiles with a
+///   cluster; stride = gridDim.x / CLUSTER_M) in the same raster order (tile_of), as one k-tile
+///   stream: producer and consumers carry their slot and phase from tile to tile, so the
+///   producer fills the next tile's first slots while the consumers store this one. The
+///   consumers zero their accumulators per tile and release a tile's last slot as soon as its
+///   batch completed (the plain kernel never releases it), before the epilogue. Both CTAs of a
+///   cluster walk the same pairs, so their streams stay in step; the cluster barrier follows
+///   the last tile. PERSISTENT 0 compiles the one-tile code, whose SASS the persistent path
+///   leaves unchanged.
+/// Not yet: multicast of A (clusters along N), a shared-memory / TMA-store epilogue, row-major B
+///   (the op transposes it), small-M (split-K) configs.
 /// Assumes: K % 8 == 0 (16-byte row strides for TMA), A, B 16-byte aligned (the maps check),
 ///   C and bias element-aligned; sm_90a.
 // The generated header (included first) defines Element (__half or __nv_bfloat16), Out (the
-// same or float), BLOCK_N, STAGES, HAS_BIAS, the macro CLUSTER_M (1 or 2), the dims M, N, K, K8,
-// STAGE and the swizzled shared-memory rings SmemA, SmemB; see spio/kernels/matmul_sm90.py.
+// same or float), BLOCK_N, STAGES, HAS_BIAS, PERSISTENT (0 or 1), the macro CLUSTER_M (1 or 2),
+// the dims M, N, K, K8, STAGE and the swizzled shared-memory rings SmemA, SmemB; see
+// spio/kernels/matmul_sm90.py.
 #include "spio/mbarrier.h"
 #include "spio/meta.h"
 #include "spio/raster.h"
@@ -131,6 +142,74 @@ SPIO_DEVICE void store_tile(Out* __restrict__ c, const Element* __restrict__ bia
     }
 }
 
+/// Tile `index` of the raster order: the (M, N) tile of C it names. `index` counts tiles
+/// (CLUSTER_M 1) or pairs of M tiles of one N tile (CLUSTER_M 2: rasterized over pairs in groups
+/// of ceil(raster / 2) pairs, i.e. raster M tiles rounded up to pairs; the CTA of `rank` takes
+/// M tile 2 pair + rank).
+SPIO_DEVICE void tile_of(int index, int tiles_m, int tiles_n, int raster, unsigned rank,
+                         int& tile_m, int& tile_n) {
+    if constexpr (CLUSTER_M == 1) {
+        spio::grouped_tile(index, tiles_m, tiles_n, raster, tile_m, tile_n);
+    } else {
+        int pair;
+        spio::grouped_tile(index, (tiles_m + 1) / 2, tiles_n, (raster + 1) / 2, pair, tile_n);
+        tile_m = CLUSTER_M * pair + static_cast<int>(rank);
+    }
+}
+
+/// The producer's copies of k tile `kt` of tile (tile_m, tile_n) into slot s, once the
+/// consumers freed it: A's box, and B's (with a cluster, this CTA's half of it into slot s of
+/// both CTAs; `full` still expects all of B: the peer copies the other half).
+SPIO_DEVICE void load_slot(const Smem& smem, int s, unsigned phase, int kt, int tile_m,
+                           int tile_n, unsigned rank, const spio::tma::Descriptor* a_map,
+                           const spio::tma::Descriptor* b_map) {
+    // The consumers freed slot s (with a cluster, those of both CTAs).
+    spio::mbarrier::wait(&smem.empty[s], phase ^ 1);
+    // A's box and all of B's (with a cluster, half of it comes from the peer).
+    spio::mbarrier::arrive_expect_tx(&smem.full[s], SLOT_BYTES);
+    spio::tma::load_2d(smem.a[STAGE(s)].get(), a_map, kt * BLOCK_K, tile_m * BLOCK_M,
+                       &smem.full[s]);
+    if constexpr (CLUSTER_M == 1) {
+        spio::tma::load_2d(smem.b[STAGE(s)].get(), b_map, kt * BLOCK_K, tile_n * BLOCK_N,
+                           &smem.full[s]);
+    } else {  // rows rank * B_ROWS.. of the B tile, into slot s of both CTAs
+        const int row = static_cast<int>(rank) * B_ROWS;
+        spio::tma::load_2d_multicast(smem.b[STAGE(s)][N(row)].get(), b_map, kt * BLOCK_K,
+                                     tile_n * BLOCK_N + row, &smem.full[s],
+                                     (1u << CLUSTER_M) - 1);
+    }
+}
+
+/// One consumer warpgroup's wgmma batch on slot s (its 64 rows from `rows`), accumulating onto
+/// d, or overwriting it at the first k step when `accumulate` is false; committed.
+SPIO_DEVICE void mma_slot(float (&d)[ACC], const Smem& smem, int s, int rows, bool accumulate) {
+    const auto a = smem.a[STAGE(s)][M(rows)];  // row 64 (w - 1): an 8-row atom's start
+    const auto b = smem.b[STAGE(s)];
+    spio::warpgroup::fence();
+#pragma unroll
+    for (int ks = 0; ks < K_STEPS; ++ks) {
+        // K-step ks: chunks 2 ks, 2 ks + 1 of the rows. The descriptor takes the address of
+        // the atom's row 0, whose XOR key is 0; the hardware swizzles the other rows.
+        const auto da = spio::warpgroup::make_desc(a[K8(2 * ks)].get(), 16, SWIZZLE_ATOM,
+                                                   spio::warpgroup::Swizzle::B128);
+        const auto db = spio::warpgroup::make_desc(b[K8(2 * ks)].get(), 16, SWIZZLE_ATOM,
+                                                   spio::warpgroup::Swizzle::B128);
+        spio::warpgroup::mma_async<Element, BLOCK_N>(d, da, db, accumulate || ks > 0);
+    }
+    spio::warpgroup::commit_group();
+}
+
+/// A consumer warpgroup frees slot s if `when`: one arrival on this CTA's `empty` barrier, or
+/// with a cluster thread r of the warpgroup arrives on the barrier of the CTA of rank r.
+SPIO_DEVICE void release_slot(const Smem& smem, int s, bool when) {
+    if constexpr (CLUSTER_M == 1) {
+        if (when && threadIdx.x % 128 == 0) spio::mbarrier::arrive(&smem.empty[s]);
+    } else {
+        const unsigned t = threadIdx.x % 128;
+        if (when && t < CLUSTER_M) spio::mbarrier::arrive_cluster(&smem.empty[s], t);
+    }
+}
+
 }  // namespace
 
 extern "C" __global__ void __launch_bounds__(THREADS, 1) SPIO_MATMUL_CLUSTER
@@ -144,19 +223,20 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) SPIO_MATMUL_CLUSTER
     const int tiles_n = (n + BLOCK_N - 1) / BLOCK_N;
     int tile_m, tile_n;
     unsigned rank = 0;  // this CTA's rank in its cluster: which half of the B box it copies
-    if constexpr (CLUSTER_M == 1) {
-        spio::grouped_tile(blockIdx.x, tiles_m, tiles_n, raster, tile_m, tile_n);
-    } else {
+    if constexpr (CLUSTER_M > 1) {
         // Not launched as a cluster of 2 (the peer would never come): fail, don't hang.
         if (spio::cluster::size() != CLUSTER_M) __trap();
         rank = spio::cluster::rank();
-        // Cluster c takes the pair of M tiles 2 pair, 2 pair + 1 of one N tile, rasterized
-        // over pairs in groups of ceil(raster / 2) pairs (raster M tiles, rounded up to pairs).
-        int pair;
-        spio::grouped_tile(blockIdx.x / CLUSTER_M, (tiles_m + 1) / 2, tiles_n, (raster + 1) / 2,
-                           pair, tile_n);
-        tile_m = CLUSTER_M * pair + static_cast<int>(rank);
     }
+    // Cluster c takes the pair of M tiles 2 pair, 2 pair + 1 of one N tile (tile_of).
+    if constexpr (!PERSISTENT) {
+        tile_of(blockIdx.x / CLUSTER_M, tiles_m, tiles_n, raster, rank, tile_m, tile_n);
+    }
+    // Persistent: this CTA (cluster) walks work items first, first + stride, ... (tiles, or
+    // pairs of M tiles with a cluster) in the raster order, one continuous k-tile stream.
+    const int work = (tiles_m + CLUSTER_M - 1) / CLUSTER_M * tiles_n;
+    const int first = static_cast<int>(blockIdx.x) / CLUSTER_M;
+    const int stride = static_cast<int>(gridDim.x) / CLUSTER_M;
     const int k_tiles = (k + BLOCK_K - 1) / BLOCK_K;
 
     if (threadIdx.x == 0) {
@@ -177,23 +257,26 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) SPIO_MATMUL_CLUSTER
     if (warpgroup == 0) {
         // ---- producer: one thread keeps the ring full ----------------------------------------
         if (threadIdx.x == 0) {
-            for (int kt = 0; kt < k_tiles; ++kt) {
-                const int s = kt % STAGES;
-                const unsigned phase = (kt / STAGES) & 1;
-                // The consumers freed slot s (with a cluster, those of both CTAs).
-                spio::mbarrier::wait(&smem.empty[s], phase ^ 1);
-                // A's box and all of B's (with a cluster, half of it comes from the peer).
-                spio::mbarrier::arrive_expect_tx(&smem.full[s], SLOT_BYTES);
-                spio::tma::load_2d(smem.a[STAGE(s)].get(), &a_map, kt * BLOCK_K,
-                                   tile_m * BLOCK_M, &smem.full[s]);
-                if constexpr (CLUSTER_M == 1) {
-                    spio::tma::load_2d(smem.b[STAGE(s)].get(), &b_map, kt * BLOCK_K,
-                                       tile_n * BLOCK_N, &smem.full[s]);
-                } else {  // rows rank * B_ROWS.. of the B tile, into slot s of both CTAs
-                    const int row = static_cast<int>(rank) * B_ROWS;
-                    spio::tma::load_2d_multicast(smem.b[STAGE(s)][N(row)].get(), &b_map,
-                                                 kt * BLOCK_K, tile_n * BLOCK_N + row,
-                                                 &smem.full[s], (1u << CLUSTER_M) - 1);
+            if constexpr (!PERSISTENT) {
+                for (int kt = 0; kt < k_tiles; ++kt) {
+                    load_slot(smem, kt % STAGES, (kt / STAGES) & 1, kt, tile_m, tile_n, rank,
+                              &a_map, &b_map);
+                }
+            } else {
+                // One stream over the CTA's tiles: slot and phase carry over, so the next
+                // tile's first slots fill while the consumers run this tile's epilogue.
+                int s = 0;
+                unsigned phase = 0;
+                for (int w = first; w < work; w += stride) {
+                    int tm, tn;
+                    tile_of(w, tiles_m, tiles_n, raster, rank, tm, tn);
+                    for (int kt = 0; kt < k_tiles; ++kt) {
+                        load_slot(smem, s, phase, kt, tm, tn, rank, &a_map, &b_map);
+                        if (++s == STAGES) {
+                            s = 0;
+                            phase ^= 1;
+                        }
+                    }
                 }
             }
         }
@@ -207,41 +290,50 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) SPIO_MATMUL_CLUSTER
     // ---- consumers: warpgroup w multiplies rows 64 (w - 1) .. of the tile -------------------
     const int rows = 64 * (warpgroup - 1);
     float d[ACC];
+    if constexpr (!PERSISTENT) {
 #pragma unroll
-    for (int i = 0; i < ACC; ++i) d[i] = 0.f;
-    for (int kt = 0; kt < k_tiles; ++kt) {
-        const int s = kt % STAGES;
-        spio::mbarrier::wait(&smem.full[s], (kt / STAGES) & 1);
-        const auto a = smem.a[STAGE(s)][M(rows)];  // row 64 (w - 1): an 8-row atom's start
-        const auto b = smem.b[STAGE(s)];
-        spio::warpgroup::fence();
+        for (int i = 0; i < ACC; ++i) d[i] = 0.f;
+        for (int kt = 0; kt < k_tiles; ++kt) {
+            const int s = kt % STAGES;
+            spio::mbarrier::wait(&smem.full[s], (kt / STAGES) & 1);
+            mma_slot(d, smem, s, rows, kt > 0);
+            spio::warpgroup::wait_group<1>();  // slot kt - 1's batch has completed
+            release_slot(smem, (kt - 1) % STAGES, kt > 0);
+        }
+        spio::warpgroup::wait_group<0>();
+        // Every arrival on the peer's barriers is issued: the peer may exit once this CTA's own
+        // consumers are done too (a CTA past M stores nothing: its rows are >= m).
+        if constexpr (CLUSTER_M > 1) spio::cluster::arrive();
+        store_tile(c, bias, d, tile_m * BLOCK_M + rows, tile_n * BLOCK_N, m, n);
+    } else {
+        // The producer's stream, tile after tile: slot and phase carry over. Each tile's last
+        // slot is released once its batch completed, before the epilogue, so the producer
+        // refills it with the next tile's k tiles while this one is stored.
+        int s = 0;
+        unsigned phase = 0;
+        for (int w = first; w < work; w += stride) {
+            int tm, tn;
+            tile_of(w, tiles_m, tiles_n, raster, rank, tm, tn);
 #pragma unroll
-        for (int ks = 0; ks < K_STEPS; ++ks) {
-            // K-step ks: chunks 2 ks, 2 ks + 1 of the rows. The descriptor takes the address of
-            // the atom's row 0, whose XOR key is 0; the hardware swizzles the other rows.
-            const auto da = spio::warpgroup::make_desc(a[K8(2 * ks)].get(), 16, SWIZZLE_ATOM,
-                                                       spio::warpgroup::Swizzle::B128);
-            const auto db = spio::warpgroup::make_desc(b[K8(2 * ks)].get(), 16, SWIZZLE_ATOM,
-                                                       spio::warpgroup::Swizzle::B128);
-            spio::warpgroup::mma_async<Element, BLOCK_N>(d, da, db, kt > 0 || ks > 0);
-        }
-        spio::warpgroup::commit_group();
-        spio::warpgroup::wait_group<1>();  // slot kt - 1's batch has completed
-        if constexpr (CLUSTER_M == 1) {
-            if (kt > 0 && threadIdx.x % 128 == 0) {
-                spio::mbarrier::arrive(&smem.empty[(kt - 1) % STAGES]);
+            for (int i = 0; i < ACC; ++i) d[i] = 0.f;
+            int prev = 0;  // the slot of the previous k tile of this tile
+            for (int kt = 0; kt < k_tiles; ++kt) {
+                spio::mbarrier::wait(&smem.full[s], phase);
+                mma_slot(d, smem, s, rows, kt > 0);
+                spio::warpgroup::wait_group<1>();  // the previous slot's batch has completed
+                release_slot(smem, prev, kt > 0);
+                prev = s;
+                if (++s == STAGES) {
+                    s = 0;
+                    phase ^= 1;
+                }
             }
-        } else {  // thread r of the warpgroup releases the slot in the CTA of rank r
-            const unsigned t = threadIdx.x % 128;
-            if (kt > 0 && t < CLUSTER_M) {
-                spio::mbarrier::arrive_cluster(&smem.empty[(kt - 1) % STAGES], t);
-            }
+            spio::warpgroup::wait_group<0>();
+            release_slot(smem, prev, true);  // the tile's last slot: its batch has completed
+            store_tile(c, bias, d, tm * BLOCK_M + rows, tn * BLOCK_N, m, n);
         }
+        // Every arrival on the peer's barriers is issued (the last ones above).
+        if constexpr (CLUSTER_M > 1) spio::cluster::arrive();
     }
-    spio::warpgroup::wait_group<0>();
-    // Every arrival on the peer's barriers is issued: the peer may exit once this CTA's own
-    // consumers are done too (a CTA past M stores nothing: its rows are >= m).
-    if constexpr (CLUSTER_M > 1) spio::cluster::arrive();
-    store_tile(c, bias, d, tile_m * BLOCK_M + rows, tile_n * BLOCK_N, m, n);
     if constexpr (CLUSTER_M > 1) spio::cluster::wait();
 }

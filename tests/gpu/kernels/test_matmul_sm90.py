@@ -7,10 +7,15 @@ stores, K not a multiple of the 64-deep k tile), K from one 8-element chunk to m
 bias and fp32 output. Shapes are runtime arguments: each (config, flags) compiles once.
 Clusters (cluster_m 2) run every shape too; M with an odd number of 128-row tiles (1, 3, 9)
 makes the padded CTA of the last cluster compute on zero-filled A and store nothing, while its
-peer still needs its half of B.
+peer still needs its half of B. Persistent configs (every one of `configs()`) run every shape,
+and shapes with several tiles per CTA: more tiles than the grid, a tile count that is not a
+multiple of it (some CTAs walk one tile more), K of a single k tile (the ring turns over tile
+by tile) and of several.
 """
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import pytest
 import torch
@@ -80,10 +85,45 @@ def test_rasterization_covers_every_tile(seed):
     """raster 1, 3 (not dividing the M tiles) and 8 over a grid of 9 x 5 tiles, plain and in
     clusters of two (9 M tiles: 5 pairs, the last CTA padded)."""
     _skip_unless_hopper()
-    for cluster_m in k90.CLUSTER_MS:
-        for raster in (1, 3, 8):
-            cfg = k90.MatmulSm90Config(block_n=128, stages=4, raster=raster, cluster_m=cluster_m)
-            check(_params(FLAG_SETS[0], 9 * 128 - 5, 5 * 128 - 3, 136), cfg, seed)
+    for persistent in (False, True):
+        for cluster_m in k90.CLUSTER_MS:
+            for raster in (1, 3, 8):
+                cfg = k90.MatmulSm90Config(
+                    128, 4, raster=raster, cluster_m=cluster_m, persistent=persistent
+                )
+                check(_params(FLAG_SETS[0], 9 * 128 - 5, 5 * 128 - 3, 136), cfg, seed)
+
+
+def test_persistent_ctas_walk_several_tiles(seed):
+    """Every persistent config on 3 N tiles by enough M tiles for about 2.3 tiles a CTA (the
+    tile count, 3 x tiles_m or pairs, not a multiple of the grid), K of one k tile and of five,
+    ragged M and N; bias and fp32 output on the second flag set."""
+    _skip_unless_hopper()
+    dev = _device()
+    for flags in (FLAG_SETS[0], FLAG_SETS[1]):
+        for cfg in k90.configs(_params(flags, 1, 1, 8), dev):
+            if not cfg.persistent:
+                continue
+            big = _params(flags, 1 << 16, 1 << 16, 8)
+            ctas = k90.grid(big, cfg, dev)[0]  # the most CTAs this config launches
+            tiles_m = -(-(7 * ctas) // 9)  # by 3 N tiles: ~2.3 tiles a CTA
+            p = _params(flags, tiles_m * k90.BLOCK_M - 3, 3 * cfg.block_n - 5, 8)
+            grid = k90.grid(p, cfg, dev)[0]
+            tiles = k90.grid(p, replace(cfg, persistent=False), dev)[0]
+            assert grid == ctas and tiles > 2 * grid and tiles % grid != 0, (cfg, grid, tiles)
+            for kk in (24, 5 * 64 - 8):
+                check(replace(p, k=kk), cfg, seed)
+
+
+def test_persistent_smallest_tile_on_1000_square(seed):
+    """M = N = 1000 with the smallest tile (64 wide, 2 slots, the most CTAs an SM holds) and
+    the largest, K of a single k tile and of many, plain and in clusters."""
+    _skip_unless_hopper()
+    for block_n, stages in ((64, 2), (256, 4)):
+        for cluster_m in k90.CLUSTER_MS:
+            cfg = k90.MatmulSm90Config(block_n, stages, cluster_m=cluster_m, persistent=True)
+            for kk in (64, 1000):
+                check(_params(FLAG_SETS[0], 1000, 1000, kk), cfg, seed)
 
 
 def test_clusters_with_an_odd_number_of_m_tiles(seed):

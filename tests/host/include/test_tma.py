@@ -141,7 +141,8 @@ extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(128)
 def test_cluster_probe_ptx_and_no_local_memory():
     """tma::load_2d_multicast, mbarrier::arrive_cluster / wait_cluster and the spio::cluster
     helpers compile for sm_90 to the multicast copy, mapa + the remote arrival (default, CTA-scope
-    release semantics), the cluster-scope acquire wait, the cluster special registers and barrier.cluster."""
+    release semantics), the cluster-scope acquire wait, the cluster special registers and
+    barrier.cluster."""
     ptx = spio_compile(CLUSTER_PROBE, arch="sm_90", name="cluster_probe.cu", ptx=True).decode()
     for op in (
         "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"

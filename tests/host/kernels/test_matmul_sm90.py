@@ -6,7 +6,10 @@ space respects the shared-memory limit; the spec refuses row-major B; nothing is
 sm_90. Clusters (cluster_m 2): the SASS has the multicast TMA load, the remote mbarrier arrival
 and the cluster barrier, the cubin declares a 2 x 1 x 1 cluster (what cuLaunchKernel launches
 with), the grid is padded to pairs of M tiles and the B map's box is half the tile; the plain
-kernel (cluster_m 1) has none of it and its SASS is what `data/matmul_sm90_sass.json` pins. The
+kernel (cluster_m 1) has none of it and its SASS is what `data/matmul_sm90_sass.json` pins.
+Persistent configs: every one compiles within the register budget `ctas_per_sm` counts on, the
+grid is min(tiles, SMs x CTAs per SM) (whole clusters), and the plain kernel's pinned SASS is
+untouched by the persistent code (PERSISTENT 0 compiles the one-tile-per-CTA path). The
 values are checked on an H100/H200 by tests/gpu/kernels/test_matmul_sm90.py.
 
 A deliberate change of the plain kernel's code rewrites the pinned SASS digests:
@@ -21,6 +24,7 @@ import re
 import shutil
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -46,11 +50,15 @@ def test_space_fits_shared_memory_and_is_sm90_only():
     assert all(c.smem() <= H100.max_smem_per_block_optin for c in cfgs)
     assert max(c.stages for c in cfgs if c.block_n == 256) == 4  # 48 KiB a slot
     assert k90.heuristic(_p(), H100) in cfgs
-    # Every plain config again as a cluster of two (same shared memory: B's halves share a slot).
-    plain = [c for c in cfgs if c.cluster_m == 1]
-    assert [c for c in cfgs if c.cluster_m == 2] == [
+    # Every plain config again as a cluster of two (same shared memory: B's halves share a slot),
+    # and all of those again persistent.
+    once = [c for c in cfgs if not c.persistent]
+    plain = [c for c in once if c.cluster_m == 1]
+    assert [c for c in once if c.cluster_m == 2] == [
         k90.MatmulSm90Config(c.block_n, c.stages, cluster_m=2) for c in plain
     ]
+    assert [c for c in cfgs if c.persistent] == [replace(c, persistent=True) for c in once]
+    assert cfgs == once + [replace(c, persistent=True) for c in once]
     assert k90.DEF.compiled(MatmulParams(300, 70, 16, b_transposed=True)) == _p()
     assert k90.configs(_p(b_transposed=False), H100) == []
     assert k90.configs(_p(), known_device("A100")) == []
@@ -61,14 +69,19 @@ def test_space_fits_shared_memory_and_is_sm90_only():
     for bad in (3, 4, True, 0):
         with pytest.raises(ValueError, match="cluster_m must be one of"):
             k90.MatmulSm90Config(cluster_m=bad)
+    for bad in (1, 0, "yes", None):
+        with pytest.raises(ValueError, match="persistent must be a bool"):
+            k90.MatmulSm90Config(persistent=bad)
 
 
 @pytest.mark.parametrize(
     "m, n, k", [(1, 1, 8), (16, 4096, 4096), (8192, 8192, 8192), (4096, 64, 4096), (300, 70, 16)]
 )
-def test_heuristic_never_picks_a_cluster(m, n, k):
-    """cluster_m 2 has not run on a GPU: the op's config stays plain."""
-    assert k90.heuristic(MatmulParams(m, n, k, b_transposed=True), H100).cluster_m == 1
+def test_heuristic_never_picks_a_cluster_nor_persistent(m, n, k):
+    """The op's config stays plain: clusters brought no gain on the H100, and persistent
+    configs have not run on a GPU."""
+    cfg = k90.heuristic(MatmulParams(m, n, k, b_transposed=True), H100)
+    assert cfg.cluster_m == 1 and not cfg.persistent
 
 
 @pytest.mark.parametrize("tiles_m", [1, 2, 3, 8, 9])
@@ -78,10 +91,46 @@ def test_cluster_grid_is_padded_to_pairs_of_m_tiles(tiles_m):
     p = MatmulParams(tiles_m * k90.BLOCK_M - 5, 3 * 128, 64, b_transposed=True)
     plain = k90.MatmulSm90Config(block_n=128)
     cluster = k90.MatmulSm90Config(block_n=128, cluster_m=2)
-    assert k90.grid(p, plain) == (tiles_m * 3, 1, 1)
-    assert k90.grid(p, cluster) == (2 * ((tiles_m + 1) // 2) * 3, 1, 1)
-    assert k90.grid(p, cluster)[0] % 2 == 0
+    assert k90.grid(p, plain, H100) == (tiles_m * 3, 1, 1)
+    assert k90.grid(p, cluster, H100) == (2 * ((tiles_m + 1) // 2) * 3, 1, 1)
+    assert k90.grid(p, cluster, H100)[0] % 2 == 0
     assert cluster.label() == "n128 s4 c2" and plain.label() == "n128 s4"
+    assert replace(cluster, persistent=True).label() == "n128 s4 c2 p"
+
+
+def test_ctas_per_sm_on_the_h100():
+    """Threads (5 of 384), shared memory (+ 1 KiB reserved a CTA) and registers (the budget,
+    8-register units): 2 CTAs of 64-wide tiles with up to 4 slots, else 1."""
+    want = {(64, 2): 2, (64, 3): 2, (64, 4): 2, (64, 5): 1, (128, 2): 1, (256, 4): 1}
+    for (block_n, stages), n in want.items():
+        assert k90.ctas_per_sm(k90.MatmulSm90Config(block_n, stages), H100) == n
+    # The register bound alone: 80 registers a thread fit two CTAs of 384 threads, 81 (88) one.
+    cfg = k90.MatmulSm90Config(64, 2)
+    assert k90.ctas_per_sm(cfg, H100, registers=80) == 2
+    assert k90.ctas_per_sm(cfg, H100, registers=81) == 1
+
+
+@pytest.mark.parametrize(
+    "m, n, cluster_m",
+    [(1, 1, 1), (1000, 1000, 1), (8192, 8192, 1), (33 * 128, 5 * 256, 1), (8192, 8192, 2),
+     (3 * 128, 64, 2), (9 * 128, 2 * 256, 2), (67 * 128, 256, 2)],
+)  # fmt: skip
+@pytest.mark.parametrize("block_n, stages", [(64, 2), (64, 8), (128, 6), (256, 4)])
+def test_persistent_grid_is_min_of_tiles_and_resident_ctas(m, n, cluster_m, block_n, stages):
+    """grid = min(tiles (M padded to whole clusters), SMs x CTAs per SM rounded down to whole
+    clusters): never more CTAs than tiles, never more than the SMs hold at once, always a
+    multiple of the cluster; the non-persistent grid is every tile."""
+    p = MatmulParams(m, n, 64, b_transposed=True)
+    cfg = k90.MatmulSm90Config(block_n, stages, cluster_m=cluster_m, persistent=True)
+    tiles = k90.grid(p, replace(cfg, persistent=False), H100)[0]
+    resident = H100.sm_count * k90.ctas_per_sm(cfg, H100)
+    ctas = k90.grid(p, cfg, H100)[0]
+    assert ctas == min(tiles, resident // cluster_m * cluster_m)
+    assert 0 < ctas <= resident and ctas % cluster_m == 0
+    # Every tile (pair) is walked by exactly one CTA (cluster): t = first, first + stride, ...
+    work, stride = tiles // cluster_m, ctas // cluster_m
+    walked = sorted(t for first in range(stride) for t in range(first, work, stride))
+    assert walked == list(range(work))
 
 
 @pytest.mark.parametrize("flags", FLAGS, ids=str)
@@ -92,6 +141,9 @@ def test_every_config_compiles_without_local_memory(flags):
         assert res.local_bytes == 0, f"{cfg}: {res}"
         # One CTA of 384 threads must fit the 64 K-register file.
         assert res.registers * k90.THREADS <= H100.regs_per_sm, f"{cfg}: {res}"
+        # Within the budget the persistent grid counts on (same CTAs per SM either way).
+        assert res.registers <= k90.REGISTERS[cfg.block_n], f"{cfg}: {res}"
+        assert k90.ctas_per_sm(cfg, H100, res.registers) == k90.ctas_per_sm(cfg, H100)
 
 
 NO_CUOBJDUMP = find_tool("cuobjdump") is None
@@ -107,12 +159,13 @@ CLUSTER_OPS = (
 
 
 @needs_cuobjdump
+@pytest.mark.parametrize("persistent", [False, True])
 @pytest.mark.parametrize("cluster_m", k90.CLUSTER_MS)
 @pytest.mark.parametrize("block_n", k90.BLOCK_NS)
-def test_sass_has_wgmma_tma_and_barriers(block_n, cluster_m):
+def test_sass_has_wgmma_tma_and_barriers(block_n, cluster_m, persistent):
     from spio.compiler.disasm import disassemble
 
-    cfg = k90.MatmulSm90Config(block_n=block_n, stages=2, cluster_m=cluster_m)
+    cfg = k90.MatmulSm90Config(block_n, stages=2, cluster_m=cluster_m, persistent=persistent)
     sass = disassemble(compile_spec(k90.spec(_p(), cfg, H100), H100.arch))
     assert re.search(rf"HGMMA\.64x{block_n}x16\.F32", sass), sass[:3000]
     for op in ("UTMALDG.2D", "SYNCS.ARRIVE.TRANS64", "SYNCS.PHASECHK.TRANS64.TRYWAIT"):
@@ -150,9 +203,10 @@ def _cluster_dims(cubin: bytes) -> tuple[int, ...] | None:
 
 
 @needs_cuobjdump
+@pytest.mark.parametrize("persistent", [False, True])
 @pytest.mark.parametrize("cluster_m", k90.CLUSTER_MS)
-def test_cubin_declares_the_cluster(cluster_m):
-    cfg = k90.MatmulSm90Config(block_n=128, stages=4, cluster_m=cluster_m)
+def test_cubin_declares_the_cluster(cluster_m, persistent):
+    cfg = k90.MatmulSm90Config(block_n=128, stages=4, cluster_m=cluster_m, persistent=persistent)
     cubin = compile_spec(k90.spec(_p(), cfg, H100), H100.arch)
     assert _cluster_dims(cubin) == (None if cluster_m == 1 else (2, 1, 1))
 
@@ -168,7 +222,7 @@ def _plain_variants() -> list[tuple[str, MatmulParams, k90.MatmulSm90Config]]:
     for flags in FLAGS:
         p = _p(*flags)
         for cfg in k90.configs(p, H100):
-            if cfg.cluster_m == 1:
+            if cfg.cluster_m == 1 and not cfg.persistent:
                 out.append((f"{p.dtype}->{p.out_dtype} bias={p.has_bias} {cfg.label()}", p, cfg))
     return out
 
@@ -289,11 +343,11 @@ def test_bound_launch_encodes_each_address_once(monkeypatch):
 
     class Kernel:
         def bind(self, grid):
-            assert grid == k90.grid(p, cfg)
+            assert grid == k90.grid(p, cfg, H100)
             return lambda args, stream: launched.append((args, stream))
 
     launched: list = []
-    run = k90.Sm90Launch(Kernel(), p, cfg)
+    run = k90.Sm90Launch(Kernel(), p, cfg, H100)
     a, b, c, bias = _FakeTensor(0x10000), _FakeTensor(0x20000), object(), object()
     run(c, a, b, bias, 7)
     run(c, a, b, bias, 7)
@@ -335,8 +389,15 @@ def test_cluster_launch_halves_the_b_box_and_pads_the_grid(monkeypatch):
             grids.append(grid)
             return lambda args, stream: None
 
-    k90.Sm90Launch(Kernel(), p, cfg)(object(), _FakeTensor(0x10000), _FakeTensor(0x20000), None, 0)
+    k90.Sm90Launch(Kernel(), p, cfg, H100)(object(), _FakeTensor(0x10000), _FakeTensor(0x20000),
+                                           None, 0)  # fmt: skip
     assert grids == [(4, 1, 1)]
+    # Persistent: no more CTAs than the SMs hold (8192 x 8192: 64 x 32 tiles of 128 x 256).
+    big = MatmulParams(8192, 8192, 8192, b_transposed=True)
+    for cluster_m in k90.CLUSTER_MS:
+        pcfg = k90.MatmulSm90Config(256, 4, cluster_m=cluster_m, persistent=True)
+        k90.Sm90Launch(Kernel(), big, pcfg, H100)
+        assert grids[-1] == (H100.sm_count, 1, 1) == k90.grid(big, pcfg, H100)
     want: list[tuple] = []
     monkeypatch.setattr(driver, "tensor_map_encode_tiled", lambda *args: want.append(args) or
                         bytes(128))  # fmt: skip
