@@ -218,15 +218,17 @@ class _Plan:
         dev = device_attributes(self.index)
         # Rows of a row-major B must start 16-byte aligned: its columns are padded to 8.
         self.pad_n = 0 if b_transposed else (-n) % 8
-        with torch.cuda.device(a.device):  # an autotune measures on the plan's GPU
-            family, cfg = kernel_choice(p, dev)
         self.launch: Any
-        if family == "sm90":
-            self.launch = k90.bound(p, cfg, dev)
-        else:
-            kernel = default_function_cache().get(mm.DEF, mm.DEF.compiled(p), cfg, dev)
-            ldb = k if b_transposed else n + self.pad_n
-            self.launch = mm.MatmulLaunch(kernel, p, cfg, ldb)
+        # On the tensors' GPU: an autotune measures there, and the kernel is loaded into that
+        # GPU's context (the function cache files it under dev's ordinal).
+        with torch.cuda.device(a.device):
+            family, cfg = kernel_choice(p, dev)
+            if family == "sm90":
+                self.launch = k90.bound(p, cfg, dev)
+            else:
+                kernel = default_function_cache().get(mm.DEF, mm.DEF.compiled(p), cfg, dev)
+                ldb = k if b_transposed else n + self.pad_n
+                self.launch = mm.MatmulLaunch(kernel, p, cfg, ldb)
         self.size = (m, n)
         self.out_dtype = out_dtype
         self.device = a.device

@@ -185,3 +185,48 @@ def test_backward_feeds_the_kernel_reductions_of_multiples_of_8(monkeypatch, b_t
     (a2 @ (b2.t() if b_transposed else b2)).backward(g.double())
     assert_close(a.grad, a2.grad, tolerance(bf, depth=n, acc_dtype=torch.float64), "dA")
     assert_close(b.grad, b2.grad, tolerance(bf, depth=m, acc_dtype=torch.float64), "dB")
+
+
+@pytest.mark.parametrize("b_transposed", [True, False])
+def test_plan_loads_its_kernel_on_the_tensors_gpu(monkeypatch, b_transposed):
+    """The plan selects and loads (into the current CUDA context) inside
+    torch.cuda.device(a.device): a tensor on cuda:1 while cuda:0 is current must not get a kernel
+    loaded into GPU 0's context and filed under GPU 1 (on an H100 B as (N, K) takes the Hopper
+    kernel, B as (K, N) the mma.sync one)."""
+    import contextlib
+    import importlib
+
+    import spio.select
+    from spio.cuda import known_device
+    from spio.kernels import loader
+
+    fm = importlib.import_module("spio.functional.matmul")  # the module, not the function
+    current = {"device": "cuda:0"}
+    loads = []
+
+    @contextlib.contextmanager
+    def device(d):
+        before, current["device"] = current["device"], str(d)
+        try:
+            yield
+        finally:
+            current["device"] = before
+
+    class Kernel:
+        def bind(self, grid, **kw):
+            return lambda args, stream: None
+
+    class Cache:
+        def get(self, kdef, params, cfg, dev):
+            loads.append((kdef.name, current["device"]))
+            return Kernel()
+
+    monkeypatch.setattr(torch.cuda, "device", device)
+    monkeypatch.setattr(loader, "default_function_cache", lambda: Cache())
+    monkeypatch.setattr(fm, "device_attributes", lambda index: known_device("H100"))
+    monkeypatch.setattr(spio.select, "op_config", lambda kdef, p, dev: kdef.heuristic(p, dev))
+    a = torch.empty(64, 64, dtype=torch.float16, device="meta")
+    b = torch.empty(64, 64, dtype=torch.float16, device="meta")
+    fm._Plan(a, b, None, torch.float16, b_transposed)
+    want = "matmul_sm90" if b_transposed else "matmul"
+    assert loads == [(want, str(a.device))]
