@@ -111,8 +111,9 @@ def leave_one_out(
 ) -> list[dict]:
     """`regrets` of models that never saw the layer they are scored on: for each layer, trained
     on the `data` samples of its family plus the sweep samples of the family's other layers. A
-    `data` sample of the held-out layer (at any batch size: the sweep rows a shipped dataset
-    already holds, for one) is left out too."""
+    sample of the held-out layer at any batch size (a sweep row at another batch, or one a
+    shipped dataset already holds) is left out too. A layer none of whose configs the family's
+    space has now is skipped, as `regrets` skips it."""
     from spio.cuda import known_device
     from spio.kernels import KERNELS
     from spio.tune.dataset import read
@@ -124,12 +125,14 @@ def leave_one_out(
     extra = sweep_samples(sweeps, device)
     rows = []
     for key in sorted(sweeps):
+        if not extra[key]:
+            continue
         kdef = KERNELS[f"conv2d_gw8_{key[0]}"]
         held_out = group_key(kdef, extra[key][0])  # the layer, batch size left out
         samples = [s for path in data for s in read(path, kdef.name, dev.name)
                    if group_key(kdef, s) != held_out]  # fmt: skip
-        samples += [s for other, ss in extra.items() if other[0] == key[0] and other != key
-                    for s in ss]  # fmt: skip
+        samples += [s for other, ss in extra.items() if other[0] == key[0] for s in ss
+                    if group_key(kdef, s) != held_out]  # fmt: skip
         model = PerfModel.train(
             kdef.name, dev.name, dev.arch, feature_rows(kdef, samples, dev),
             [s.latency_us for s in samples],

@@ -9,6 +9,7 @@ other GPUs run the mma.sync kernel (`spio.kernels.matmul`).
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -228,6 +229,11 @@ def launch(
                 f"matmul_sm90 launch: {name} must be a contiguous {dtype} tensor of shape "
                 f"{shape}, got {t.dtype} {tuple(t.shape)} (contiguous: {t.is_contiguous()})"
             )
+        if name != "c" and t.data_ptr() % 16:
+            raise ValueError(
+                f"matmul_sm90 launch: {name} must start 16-byte aligned (TMA reads it), got "
+                f"address {t.data_ptr():#x}; pass {name}.clone() (a fresh allocation is aligned)"
+            )
     if p.has_bias != (bias is not None):
         raise ValueError(f"matmul_sm90 launch: has_bias={p.has_bias} but bias is {bias!r:.40}")
     if bias is not None and (
@@ -288,10 +294,11 @@ class Sm90Launch:
     are encoded once per address (validated once here, then one driver call each) and kept:
     weights keep their address, and PyTorch's caching allocator hands activations the same few
     blocks, so a steady loop encodes nothing. At most MAP_CACHE addresses per operand are kept
-    (the oldest dropped first)."""
+    (the oldest dropped first). A miss takes a lock (plans are shared by threads); a hit is one
+    dict lookup."""
 
     MAP_CACHE = 64
-    __slots__ = ("_launch", "_tail", "_a_args", "_b_args", "_a_maps", "_b_maps")
+    __slots__ = ("_launch", "_tail", "_a_args", "_b_args", "_a_maps", "_b_maps", "_lock")
 
     def __init__(self, kernel: Any, p: MatmulParams, cfg: MatmulSm90Config, dev: Any) -> None:
         from spio.cuda.tensor_map import DTYPES, L2_PROMOTIONS, SWIZZLES, check_tiled
@@ -313,15 +320,18 @@ class Sm90Launch:
         self._b_args = encode_args(p.n, cfg.block_n // cfg.cluster_m)
         self._a_maps: dict[int, bytes] = {}
         self._b_maps: dict[int, bytes] = {}
+        self._lock = threading.Lock()
 
     def _map(self, maps: dict[int, bytes], args: tuple, address: int) -> bytes:
         from spio.cuda import driver
 
-        raw = maps.get(address)
-        if raw is None:
-            if len(maps) >= self.MAP_CACHE:
-                del maps[next(iter(maps))]
-            raw = maps[address] = driver.tensor_map_encode_tiled(args[0], address, *args[1:])
+        with self._lock:
+            raw = maps.get(address)
+            if raw is None:
+                if len(maps) >= self.MAP_CACHE:
+                    del maps[next(iter(maps))]
+                raw = driver.tensor_map_encode_tiled(args[0], address, *args[1:])
+                maps[address] = raw
         return raw
 
     def __call__(self, c: Any, a: Any, b: Any, bias: Any, stream: int) -> None:

@@ -83,8 +83,9 @@ SPIO_DEVICE constexpr int lcm(int a, int b) { return a / gcd(a, b) * b; }
 
 /// Input rows per step of the main loop: UNROLL (so ring slots are compile-time constants), or
 /// a multiple of it that STAGES and 2 divide too (stage and output-buffer indices constant as
-/// well) when that stays short: at most MAX_STEP_ROWS rows (24, `fprop.MAX_STEP_ROWS`: 3x3 at
-/// every stage count, 5x5 with 2 or 4 stages, 7x7 with 2), so the unrolled loop stays small.
+/// well) when that stays short: at most MAX_STEP_ROWS rows (24, `fprop.MAX_STEP_ROWS`: at stride
+/// 1, 3x3 at every stage count, 5x5 with 2 or 4 stages, 7x7 with 2), so the unrolled loop stays
+/// small.
 constexpr int STEP_ROWS =
     lcm(lcm(UNROLL, STAGES), 2) <= MAX_STEP_ROWS ? lcm(lcm(UNROLL, STAGES), 2) : UNROLL;
 

@@ -18,8 +18,10 @@
 ///     spio::mbarrier::wait(&bar, 0);      // smem now holds the bytes
 ///
 /// Clusters (sm_90+): `arrive_cluster` arrives on the same barrier of another CTA of the cluster
-/// and `wait_cluster` acquires at cluster scope, for rings that a peer's multicast copy refills
-/// (spio/tma.h `load_2d_multicast`); `spio::cluster` has the CTA's rank and the cluster barrier.
+/// (a consumer freeing a slot that a peer's multicast copy, spio/tma.h `load_2d_multicast`,
+/// refills; the producer then waits with plain `wait`), `wait_cluster` acquires at cluster scope
+/// (for a barrier guarding memory the peer wrote with ordinary stores; the matmul does not need
+/// it); `spio::cluster` has the CTA's rank and the cluster barrier.
 ///
 /// Defined where the compiler targets sm_90 or newer (SPIO_MBARRIER 1), else nothing
 /// (SPIO_MBARRIER 0). Compile-tested on the host (tests/host/include/test_mbarrier.py); the GPU

@@ -32,11 +32,13 @@ M_TILE_CHOICES = (1, 2, 4)  # block_q = 16 * m tiles
 PACKED_BLOCK_Q = 8  # two images per M tile, 8 columns each: offered when Q <= 8
 # Longest main-loop step (input rows) the kernel unrolls to make stage and output-buffer offsets
 # compile-time constants (its STEP_ROWS). 24 covers 3x3 with every stage count (8 stages: a
-# 24-row step at stride 1). Timed against 12 (which leaves 8 stages with dynamic offsets) on an
-# H100, every fprop/dgrad config at five RegNet layers (docs/ops/conv2d_gw8.md, eleventh
-# session): 8-stage strided dgrad configs 1.13-1.30x faster (median), the best of the dgrad
-# space 2-6% faster, everything else within 1%. A sweep may set this module attribute before
-# compiling (`sweep_conv2d_gw8.py --max-step-rows`; the disk cache keys on the constant).
+# 24-row step at stride 1), and more 5x5/7x7 configs than 12 did. Timed against 12 on an H100,
+# every fprop/dgrad config at nine layers (docs/ops/conv2d_gw8.md, "Eleventh session"): the
+# configs whose step changed 1.00-1.30x faster (median per layer; 8-stage strided dgrad 1.13-1.30,
+# 4-stage 5x5 1.10-1.14, 2-stage 7x7 1.11-1.23), single-warp 8-stage strided ones up to 20%
+# slower (none near the best), every other config within 1%; the best of the space up to 9%
+# faster. A sweep may set this module attribute before compiling (`sweep_conv2d_gw8.py
+# --max-step-rows`; the disk cache keys on the constant).
 MAX_STEP_ROWS = 24
 WARP_CHOICES = (1, 2, 4, 8)
 STAGE_CHOICES = (2, 3, 4, 6, 8)

@@ -97,6 +97,12 @@ def test_loo_never_trains_on_the_layer_it_scores(yardstick, tmp_path, monkeypatc
     from spio.tune.model import PerfModel
 
     path, layers = _two_layer_sweep(tmp_path)
+    # The C16 layer at another batch size in a second sweep CSV: never trained on for C16.
+    other_batch = tmp_path / "sweep_n32.csv"
+    other_batch.write_text(
+        "pass,c,hw,k,n,stride,config,us\n"
+        + "".join(f'fprop,16,14,3,32,1,"{cfg}",{20.0 + i}\n' for i, cfg in enumerate(layers[0][1]))
+    )
     dev = known_device("H100")
     data = tmp_path / "data.jsonl"
     for p, cfgs in [(replace(layers[0][0], n=4), layers[0][1]), (replace(layers[0][0], c=40),
@@ -111,7 +117,13 @@ def test_loo_never_trains_on_the_layer_it_scores(yardstick, tmp_path, monkeypatc
         return real(cls, kernel, device, arch, rows, latency_us, *args, **kw)
 
     monkeypatch.setattr(PerfModel, "train", classmethod(spy))
-    rows = yardstick.leave_one_out(yardstick.read_sweeps([path]), [data], "H100", tmp_path / "m")
-    assert [r["layer"].split()[0] for r in rows] == ["C16", "C24"]
-    assert trained_on == [{24, 40}, {16, 40}]
+    sweeps = yardstick.read_sweeps([path, other_batch])
+    rows = yardstick.leave_one_out(sweeps, [data], "H100", tmp_path / "m")
+    assert [r["layer"] for r in rows] == [
+        "C16 14^2 k3 N8 stride 1",
+        "C16 14^2 k3 N32 stride 1",
+        "C24 14^2 k3 N8 stride 1",
+    ]
+    # C16 (either batch): C24's sweep rows and the C40 data; C24: both C16 sweeps and C40.
+    assert trained_on == [{24, 40}, {24, 40}, {16, 40}]
     assert all(r["regret"] >= 1.0 for r in rows)

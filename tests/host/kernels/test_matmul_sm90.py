@@ -410,3 +410,17 @@ if __name__ == "__main__":
     if sys.argv[1:] != ["--write"]:
         sys.exit("usage: python tests/host/kernels/test_matmul_sm90.py --write")
     _write_golden()
+
+
+def test_launch_names_a_misaligned_operand():
+    """A or B not 16-byte aligned (TMA's rule) is a ValueError naming the operand and the fix,
+    before anything reaches the driver."""
+    import torch
+
+    p = MatmulParams(16, 8, 64, "float16", "float16", b_transposed=True)
+    cfg = k90.heuristic(p, H100)
+    a = torch.empty(16 * 64 + 1, dtype=torch.float16)[1:].view(16, 64)  # 2 bytes off
+    b = torch.empty(8, 64, dtype=torch.float16)
+    c = torch.empty(16, 8, dtype=torch.float16)
+    with pytest.raises(ValueError, match=r"a must start 16-byte aligned.*a\.clone\(\)"):
+        k90.launch(p, cfg, c, a, b, device=H100)
