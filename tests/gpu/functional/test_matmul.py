@@ -46,13 +46,20 @@ def test_matches_fp64(seed, dtype, m, n, k, b_transposed, bias, out_dtype):
     assert_close(y, _reference(a, b, c, b_transposed), tol, where=f"seed={seed}")
 
 
-def test_non_contiguous_and_offset_inputs(seed):
-    """Transposed views and storage offsets that break 16-byte alignment are copied, not misread."""
-    a, b, c = _inputs(seed, 65, 72, 48)
+@pytest.mark.parametrize("b_transposed", [False, True])  # on sm_90, True: the Hopper kernel
+def test_non_contiguous_and_offset_inputs(seed, b_transposed):
+    """Transposed views and storage offsets that break 16-byte alignment are copied, not misread
+    (the Hopper kernel's TMA maps need 16-byte aligned A and B)."""
+    a, b, c = _inputs(seed, 65, 72, 48, b_transposed=b_transposed)
     a_odd = torch.empty(65 * 48 + 1, dtype=a.dtype, device="cuda")[1:].view(65, 48).copy_(a)
-    b_view = b.t().contiguous().t()  # (k, n) with strides (1, k)
-    y = matmul(a_odd, b_view, c)
-    assert_close(y, _reference(a, b, c, False), tolerance(y.dtype, depth=48), where="views")
+    b_view = b.t().contiguous().t()  # b's shape, column-major strides
+    y = matmul(a_odd, b_view, c, b_transposed=b_transposed)
+    where = f"views b_transposed={b_transposed}"
+    assert_close(y, _reference(a, b, c, b_transposed), tolerance(y.dtype, depth=48), where=where)
+    b_odd = torch.empty(b.numel() + 1, dtype=b.dtype, device="cuda")[1:].view(b.shape).copy_(b)
+    y = matmul(a, b_odd, c, b_transposed=b_transposed)  # B 2 bytes off alignment
+    where = f"offset B b_transposed={b_transposed}"
+    assert_close(y, _reference(a, b, c, b_transposed), tolerance(y.dtype, depth=48), where=where)
 
 
 def test_empty_and_zero_k():
@@ -103,16 +110,22 @@ def test_autograd_matches_fp64(seed, b_transposed, m, n):
         assert_close(got, want, tol, where=f"{name} seed={seed}")
 
 
-def test_cuda_graph_replay(seed):
-    a, b, c = _inputs(seed, 64, 128, 256)
-    y = matmul(a, b, c)  # compile + load outside the capture
+@pytest.mark.parametrize("b_transposed", [False, True])  # on sm_90, True: the Hopper kernel
+def test_cuda_graph_replay(seed, b_transposed):
+    """A captured call replays on new values. With the Hopper kernel, A inside the capture is a
+    fresh tensor (a clone made during capture): its tensor map is encoded during the capture and
+    baked into the graph."""
+    a, b, c = _inputs(seed, 64, 128, 256, b_transposed=b_transposed)
+    y = matmul(a, b, c, b_transposed=b_transposed)  # compile + load outside the capture
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        y = matmul(a, b, c)
+        a_in = a.clone()  # an address the plan's map cache has not seen
+        y = matmul(a_in, b, c, b_transposed=b_transposed)
     a.copy_(torch.randn_like(a))
     graph.replay()
     torch.cuda.synchronize()
-    assert_close(y, _reference(a, b, c, False), tolerance(y.dtype, depth=256), where="graph")
+    want = _reference(a, b, c, b_transposed)
+    assert_close(y, want, tolerance(y.dtype, depth=256), where=f"graph b_transposed={b_transposed}")
 
 
 def test_token_counts_do_not_compile(seed):
