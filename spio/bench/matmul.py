@@ -120,7 +120,7 @@ def _describe(cfg) -> str:
             f"{cfg.block_m}x{cfg.block_n}x{cfg.block_k} w{cfg.warps_m}x{cfg.warps_n} "
             f"s{cfg.stages} r{cfg.raster}"
         )
-    return f"128x{cfg.block_n}x64 s{cfg.stages}"
+    return cfg.label()  # the Hopper kernel's: "n256 s4", " c2" clustered, " p" persistent
 
 
 # Issue 16's targets for B as (N, K) (the Hopper kernel on an H100), by shape label.
