@@ -48,7 +48,7 @@
 ///   the last tile. PERSISTENT 0 compiles the one-tile code, whose SASS the persistent path
 ///   leaves unchanged.
 /// Not yet: multicast of A (clusters along N), a shared-memory / TMA-store epilogue, row-major B
-///   (the op transposes it), small-M (split-K) configs.
+///   (the op runs the mma.sync kernel for it), small-M (split-K) configs.
 /// Assumes: K % 8 == 0 (16-byte row strides for TMA), A, B 16-byte aligned (the maps check),
 ///   C and bias element-aligned; sm_90a.
 // The generated header (included first) defines Element (__half or __nv_bfloat16), Out (the
