@@ -33,9 +33,9 @@
 ///   A slot is refilled only once the consumers of BOTH CTAs released it (the peer's copy writes
 ///   into this CTA's slot): each consumer warpgroup arrives on the `empty` barrier of both CTAs
 ///   (mbarrier::arrive_cluster, release at CTA scope as in CUTLASS), whose count is 2 x
-///   CONSUMERS, and the producer waits on it as on its own. A cluster barrier orders the barriers' initialisation before any
-///   remote access, and another keeps both CTAs (their shared memory) alive until neither can
-///   still arrive on or copy into the other. The protocol is modelled in
+///   CONSUMERS, and the producer waits on it as on its own. A cluster barrier orders the
+///   barriers' initialisation before any remote access, and another keeps both CTAs (their
+///   shared memory) alive until neither can still arrive on or copy into the other. The protocol is modelled in
 ///   tests/host/kernels/test_matmul_sm90_pipeline.py.
 /// Persistent (PERSISTENT 1, opt-in): the host launches at most as many CTAs as the SMs hold;
 ///   CTA (cluster) i walks work items i, i + stride, ... (tiles, or pairs of M tiles with a
@@ -49,8 +49,8 @@
 ///   leaves unchanged.
 /// Not yet: multicast of A (clusters along N), a shared-memory / TMA-store epilogue, row-major B
 ///   (the op runs the mma.sync kernel for it), small-M (split-K) configs.
-/// Assumes: K % 8 == 0 (16-byte row strides for TMA), A, B 16-byte aligned (the maps check),
-///   C and bias element-aligned; sm_90a.
+/// Assumes: K % 8 == 0 (16-byte row strides for TMA), A, B 16-byte aligned (launch checks, the
+///   op copies), C and bias element-aligned; sm_90a.
 // The generated header (included first) defines Element (__half or __nv_bfloat16), Out (the
 // same or float), BLOCK_N, STAGES, HAS_BIAS, PERSISTENT (0 or 1), the macro CLUSTER_M (1 or 2),
 // the dims M, N, K, K8, STAGE and the swizzled shared-memory rings SmemA, SmemB; see
