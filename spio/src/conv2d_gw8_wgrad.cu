@@ -71,6 +71,25 @@ SPIO_DEVICE constexpr unsigned ones2() {
     }
 }
 
+/// 0.f from an asm volatile: not hoisted above the asm volatile copies before it.
+SPIO_DEVICE float zero() {
+    float v;
+    asm volatile("mov.b32 %0, 0;" : "=f"(v));
+    return v;
+}
+
+/// The main loop's row walk, unrolled so that most of what a row does is a compile-time
+/// constant. A task of at most MAX_TASK_ROWS rows (24, `wgrad.MAX_TASK_ROWS`) is unrolled whole:
+/// each row's padding, tap and dy-row conditions, and which task the copy STAGES - 1 rows ahead
+/// belongs to, fold away. A longer task runs its first CHUNKED_ROWS rows in a loop of STEP_ROWS
+/// unrolled rows (a multiple of STRIDE_H, so tap parities stay constants; the copies ahead stay
+/// in the task) and unrolls the rest, the tail, whole.
+constexpr int STEP_ROWS = 8;
+constexpr int CHUNKED_ROWS =
+    TILE_H <= MAX_TASK_ROWS ? 0 : (TILE_H - (STAGES - 1)) / STEP_ROWS * STEP_ROWS;
+static_assert(STEP_ROWS % STRIDE_H == 0, "tap parities must stay compile-time constants");
+static_assert(CHUNKED_ROWS + STAGES - 1 <= TILE_H, "a chunked row's copy ahead leaves the task");
+
 }  // namespace
 
 extern "C" __global__ void __launch_bounds__(WARPS * 32)
@@ -89,7 +108,7 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
     const int lane = spio::lane_id();
     const C8 warp_group(spio::warp_id());
     const BlockIdx block(blockIdx.x);
-    const int q0 = block.get<QB>().unfold().get();
+    const int q0 = Q_TILES == 1 ? 0 : block.get<QB>().unfold().get();  // one tile: known here
     const C8 group0 = block.get<GB>().unfold().template fold<8>();
     const C8 group = group0 + warp_group;
     // RAGGED_GROUPS (WARPS does not divide the GROUPS channel groups: odd counts such as 7, 19 or
@@ -100,142 +119,161 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
 
     float reg_acc[KERNEL_R][S_PAIRS][4];  // dW of taps (r, 2j) rows 0-7 and (r, 2j+1) rows 8-15
     float reg_bias[4];                    // every row holds sum_q dy[q][k]
-#pragma unroll
-    for (int r = 0; r < KERNEL_R; ++r)
-#pragma unroll
-        for (int j = 0; j < S_PAIRS; ++j)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) reg_acc[r][j][e] = 0.f;
-#pragma unroll
-    for (int e = 0; e < 4; ++e) reg_bias[e] = 0.f;
 
-    // ---- stages ---------------------------------------------------------------------------------
+    // ---- the row stream ---------------------------------------------------------------------
     // The CTA streams the rows of its tasks [first, last) as one sequence: stream position k is
     // row i = k % TILE_H of task first + k / TILE_H, so the pipeline runs on across task
     // boundaries (no drain per task). x of position k sits in STAGE(k % STAGES), its dy row (if
     // any) in DYROW(k % DY_ROWS) until position k + R - 1 has used it.
     const int first = blockIdx.y * tasks_per_split;
     const int last = min(first + tasks_per_split, num_tasks);
-    const int stream_rows = max(last - first, 0) * TILE_H;
 
-    // A stream position, advanced one row at a time: no division per row. The loader runs
-    // STAGES - 1 positions ahead of the multiplier; each keeps its own.
-    struct StreamPos {
-        int i;      // row of the task
-        int p0;     // the task's first dy row
-        int image;  // the task's image
-        int stage;  // k % STAGES
-        int dy;     // k % DY_ROWS
-        SPIO_DEVICE void advance() {
-            if (++i == TILE_H) {
-                i = 0;
-                p0 += BLOCK_P;
-                if (p0 == P_CHUNKS * BLOCK_P) {
-                    p0 = 0;
-                    ++image;
-                }
-            }
-            stage = stage + 1 == STAGES ? 0 : stage + 1;
-            dy = dy + 1 == DY_ROWS ? 0 : dy + 1;
-        }
+    // Task t: image t / P_CHUNKS, dy rows from p0 = (t % P_CHUNKS) BLOCK_P; its row i is image
+    // row h0 + i, h0 = SH p0 - PAD_H.
+    const Input input(const_cast<uint4*>(in_ptr));  // the kernel only reads x and dy
+    const Grad grad(const_cast<uint4*>(grad_ptr));
+    // A task holds 32-bit element offsets from the kernel's x and dy pointers, not pointers:
+    // the bases stay kernel parameters, and the task and the next one (the copies ahead of an
+    // unrolled task's last rows) cost two registers each instead of four; at 4 warps and 8
+    // stages 64-bit task pointers left ptxas one register short (a 64-bit base on the stack).
+    // Offsets are taken modulo 2^32 (h0 may be negative); an address is in_ptr + x + i * x_row +
+    // slot offset, in range whenever the row is inside the image (the host refuses tensors of
+    // more than 2^32 uint4: wgrad.check_tensor_size).
+    const unsigned x_row = static_cast<unsigned>(input[H(1)].get() - input.get());
+    const unsigned dy_row = static_cast<unsigned>(grad[P(1)].get() - grad.get());
+    struct Task {
+        unsigned x;   // row 0 of the task (image row h0) from in_ptr, in uint4
+        unsigned dy;  // dy row p0 of the task's image from grad_ptr, in uint4
+        int p0;
+        int h0;
     };
-    const StreamPos start{0, (first % P_CHUNKS) * BLOCK_P, first / P_CHUNKS, 0, 0};
+    auto task_at = [&](int t) {
+        const int image = t / P_CHUNKS;
+        const int p0 = (t - image * P_CHUNKS) * BLOCK_P;
+        const int h0 = p0 * STRIDE_H - PAD_H;
+        return Task{static_cast<unsigned>(image) * static_cast<unsigned>(Input::storage_size()) +
+                        static_cast<unsigned>(h0) * x_row,
+                    static_cast<unsigned>(image) * static_cast<unsigned>(Grad::storage_size()) +
+                        static_cast<unsigned>(p0) * dy_row,
+                    p0, h0};
+    };
+    // Whether task row i is an x row inside the image (else padding: neither copied nor
+    // multiplied), and dy row o of a task one inside OUT_P (else a ragged last chunk's). Each
+    // bound is tested only where some task can cross it (h0 >= -PAD_H, h0 <= H0_MAX, p0 + o <
+    // OUT_P for o < LAST_CHUNK_ROWS), so for whole-image tasks (P_CHUNKS 1) and a row index known
+    // at compile time every test folds away.
+    constexpr int H0_MAX = (P_CHUNKS - 1) * BLOCK_P * STRIDE_H - PAD_H;
+    constexpr int LAST_CHUNK_ROWS = OUT_P - (P_CHUNKS - 1) * BLOCK_P;
+    auto x_row_inside = [](const Task& task, int i) {
+        return (i >= PAD_H || task.h0 + i >= 0) && (i < IN_H - H0_MAX || task.h0 + i < IN_H);
+    };
+    auto dy_row_inside = [](const Task& task, int o) {
+        return o < BLOCK_P && (o < LAST_CHUNK_ROWS || task.p0 + o < OUT_P);
+    };
 
     // Copy slots: which column and group of a row this thread copies (LOAD_SLOTS of x, GRAD_SLOTS
     // of dy), and whether that column is inside the image, is the same in every row: worked out
-    // once, as element offsets into row 0 of image 0 (-1: the column is outside, zero-filled)
-    // and into stage 0 of the shared-memory rings (-1: the slot copies nothing). Plain 32-bit
-    // offsets keep the slots in few registers.
+    // once, as an element offset into row 0 of an image (src), whether that column is inside
+    // (in: else zero-filled) and the shared-window address in stage 0 of the ring (dst; NO_COPY:
+    // the slot copies nothing). Shared memory is addressed in the shared window throughout the
+    // main loop: a generic pointer per use costs a conversion at each. Plain 32-bit values keep
+    // the slots in few registers.
+    constexpr unsigned NO_COPY = ~0u;
+    auto smem_bytes = [](const uint4* a, const uint4* b) {  // b to a, in bytes
+        return static_cast<unsigned>(a - b) * static_cast<unsigned>(sizeof(uint4));
+    };
     constexpr int THREADS = WARPS * 32;
     constexpr int LOAD_ITEMS = WARPS * TILE_W;
     constexpr int LOAD_SLOTS = (LOAD_ITEMS + THREADS - 1) / THREADS;
     constexpr int GRAD_ITEMS = WARPS * BLOCK_Q;
     constexpr int GRAD_SLOTS = (GRAD_ITEMS + THREADS - 1) / THREADS;
-    const Input input(const_cast<uint4*>(in_ptr));  // the kernel only reads x and dy
-    const Grad grad(const_cast<uint4*>(grad_ptr));
-    int x_src[LOAD_SLOTS], x_dst[LOAD_SLOTS], dy_src[GRAD_SLOTS], dy_dst[GRAD_SLOTS];
+    unsigned x_src[LOAD_SLOTS], x_dst[LOAD_SLOTS], dy_src[GRAD_SLOTS], dy_dst[GRAD_SLOTS];
+    bool x_in[LOAD_SLOTS], dy_in[GRAD_SLOTS];
 #pragma unroll
     for (int s = 0; s < LOAD_SLOTS; ++s) {
         const int t = static_cast<int>(threadIdx.x) + s * THREADS;
         const C8 g(t % WARPS);
         const int j = t / WARPS;
         const int w = q0 * STRIDE_W - PAD_W + j;
-        x_src[s] = w >= 0 && w < IN_W ? static_cast<int>(input[W(w)][group0 + g].get() - in_ptr) : -1;
+        const bool in = w >= 0 && w < IN_W;
+        x_src[s] = static_cast<unsigned>(input[W(in ? w : 0)][group0 + g].get() - in_ptr);
+        x_in[s] = in;
         x_dst[s] = (LOAD_ITEMS % THREADS == 0 || t < LOAD_ITEMS) &&
                            (!RAGGED_GROUPS || (group0 + g).get() < GROUPS)
-                       ? static_cast<int>(smem_input[g][W(j)].get() - smem_input.get())
-                       : -1;
+                       ? spio::smem_address(smem_input[g][W(j)].get())
+                       : NO_COPY;
     }
 #pragma unroll
     for (int s = 0; s < GRAD_SLOTS; ++s) {
         const int t = static_cast<int>(threadIdx.x) + s * THREADS;
         const C8 g(t % WARPS);
         const int j = t / WARPS;
-        dy_src[s] = q0 + j < OUT_Q ? static_cast<int>(grad[Q(q0 + j)][group0 + g].get() - grad_ptr)
-                                   : -1;
+        const bool in = q0 + j < OUT_Q;
+        dy_src[s] = static_cast<unsigned>(grad[Q(in ? q0 + j : 0)][group0 + g].get() - grad_ptr);
+        dy_in[s] = in;
         dy_dst[s] = (GRAD_ITEMS % THREADS == 0 || t < GRAD_ITEMS) &&
                             (!RAGGED_GROUPS || (group0 + g).get() < GROUPS)
-                        ? static_cast<int>(smem_grad[g][Q(j)].get() - smem_grad.get())
-                        : -1;
+                        ? spio::smem_address(smem_grad[g][Q(j)].get())
+                        : NO_COPY;
     }
+    // The rings are walked as byte offsets of a stage / dy slot (the typed strides of STAGE and
+    // DYROW), which a row adds to its copy slots and ldmatrix rows.
+    const unsigned x_stage = smem_bytes(smem_input[STAGE(1)].get(), smem_input.get());
+    const unsigned dy_slot = smem_bytes(smem_grad[DYROW(1)].get(), smem_grad.get());
 
-    // Task row i: x image row SH p0 - PAD_H + i (tile column j = image column SW q0 - PAD_W + j)
-    // and, for i = SH o with o < BLOCK_P, dy row p0 + o (tile column j = output column q0 + j).
-    // Zero-filled outside.
-    auto load_rows = [&](const StreamPos& pos) {
-        const int h = pos.p0 * STRIDE_H - PAD_H + pos.i;
-        // A padding row's stage and a dy row past OUT_P are never read (multiply_row skips
-        // them), so they are not copied at all; the commit after this call stays unconditional.
-        if (h >= 0 && h < IN_H) {
-            const uint4* row =
-                input[H(h)].get() + static_cast<long long>(pos.image) * Input::storage_size();
-            uint4* stage = smem_input[STAGE(pos.stage)].get();
+    // Task row i into the x stage at offset xs (tile column j = image column SW q0 - PAD_W + j)
+    // and, for i = SH o, dy row p0 + o into the dy slot at offset ds (tile column j = output
+    // column q0 + j). Zero-filled outside. A padding row's stage and a dy row past OUT_P are
+    // never read (multiply_row skips them), so they are not copied at all; the commit after this
+    // call stays unconditional.
+    auto load_row = [&](const Task& task, int i, unsigned xs, unsigned ds) {
+        if (x_row_inside(task, i)) {
+            const unsigned row = task.x + static_cast<unsigned>(i) * x_row;
 #pragma unroll
             for (int s = 0; s < LOAD_SLOTS; ++s) {
-                if (x_dst[s] >= 0) {
-                    spio::cp_async_16(stage + x_dst[s], row + max(x_src[s], 0), x_src[s] >= 0);
+                if (x_dst[s] != NO_COPY) {
+                    spio::cp_async_16(x_dst[s] + xs, in_ptr + (row + x_src[s]), x_in[s]);
                 }
             }
         }
-        const int o = pos.i / STRIDE_H;
-        const int p = pos.p0 + o;
-        if (pos.i % STRIDE_H == 0 && o < BLOCK_P && p < OUT_P) {
-            const uint4* row =
-                grad[P(p)].get() + static_cast<long long>(pos.image) * Grad::storage_size();
-            uint4* slot = smem_grad[DYROW(pos.dy)].get();
+        if (i % STRIDE_H == 0 && dy_row_inside(task, i / STRIDE_H)) {
+            const unsigned row = task.dy + static_cast<unsigned>(i / STRIDE_H) * dy_row;
 #pragma unroll
             for (int s = 0; s < GRAD_SLOTS; ++s) {
-                if (dy_dst[s] >= 0) {
-                    spio::cp_async_16(slot + dy_dst[s], row + max(dy_src[s], 0), dy_src[s] >= 0);
+                if (dy_dst[s] != NO_COPY) {
+                    spio::cp_async_16(dy_dst[s] + ds, grad_ptr + (row + dy_src[s]), dy_in[s]);
                 }
             }
         }
     };
 
-    // Input row i (stream position k) times dy rows i - r (positions k - r), 8 columns at a time.
+    // Task row i (u: i - u is a multiple of STEP_ROWS, so i - r and u - r have one parity) in the
+    // x stage at offset xs, times dy rows (i - r) / SH in the slots at offsets ds[r], 8 columns at
+    // a time.
     // Dead work is skipped, every condition CTA-uniform (no divergence around ldmatrix/mma, and
     // no barrier inside): column chunks starting at or past OUT_Q (dy zero there), dy rows past
     // OUT_P (a ragged last row chunk) and x rows that are padding (h outside the image: zero);
     // a padding row still adds its dy row to the bias gradient. Skipped products are exact
     // zeros, so the sums (and their order) are those of the full loop.
+    // ldmatrix rows, as addresses in stage 0 / slot 0 of this warp's plane: lanes
+    // 0-7 give tile columns SW l of filter column 2j, lanes 8-15 those of 2j + 1 (16-31 unused);
+    // for dy, lanes 0-7 give columns l.
+    const unsigned x_lane = spio::smem_address(
+        smem_input[warp_group][W(STRIDE_W * (lane % 8) + (lane / 8) % 2)].get());
+    const unsigned dy_lane = spio::smem_address(smem_grad[warp_group][Q(lane % 8)].get());
     const int q_chunks = min(BLOCK_Q / 8, (OUT_Q - q0 + 7) / 8);
-    auto multiply_row = [&](const StreamPos& pos) {
+    auto multiply_row = [&](const Task& task, int i, int u, unsigned xs,
+                            const unsigned (&ds)[KERNEL_R + 1]) {
         if (!warp_live) return;  // warp-uniform
-        const int i = pos.i;
-        const int h = pos.p0 * STRIDE_H - PAD_H + i;
-        const bool x_row_inside = h >= 0 && h < IN_H;
-        const int dy_rows_inside = min(BLOCK_P, OUT_P - pos.p0);  // dy rows [0, this) of the task
-        const auto x_plane = smem_input[STAGE(pos.stage)][warp_group];
-        // The dy ring slot of position k - r.
-        auto dy_slot = [&](int r) { return DYROW(pos.dy - r < 0 ? pos.dy - r + DY_ROWS : pos.dy - r); };
-        if (!x_row_inside) {
+        if (!x_row_inside(task, i)) {
             if constexpr (HAS_BIAS) {
-                if (i % STRIDE_H == 0 && i / STRIDE_H < dy_rows_inside) {
-                    const auto dy_plane = smem_grad[dy_slot(0)][warp_group];
+                if (u % STRIDE_H == 0 && dy_row_inside(task, i / STRIDE_H)) {
 #pragma unroll 1
                     for (int qc = 0; qc < q_chunks; ++qc) {
                         unsigned b[1];
-                        spio::ldmatrix_x1_trans(b, dy_plane[Q(8 * qc + lane % 8)].get());
+                        const uint4* col = smem_grad[Q(8 * qc)].get();
+                        spio::ldmatrix_x1_trans(b,
+                                                dy_lane + ds[0] + smem_bytes(col, smem_grad.get()));
                         const unsigned ones[2] = {ones2(), ones2()};
                         spio::mma_m16n8k8<Elem>(reg_bias, ones, b[0]);
                     }
@@ -248,17 +286,17 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
             unsigned a[S_PAIRS][2];
 #pragma unroll
             for (int j = 0; j < S_PAIRS; ++j) {
-                // lanes 0-7: columns of filter column 2j, lanes 8-15: of 2j + 1 (16-31 unused).
-                const int col = STRIDE_W * (8 * qc + lane % 8) + 2 * j + (lane / 8) % 2;
-                spio::ldmatrix_x2_trans(a[j], x_plane[W(col)].get());
+                const uint4* col = smem_input[W(STRIDE_W * 8 * qc + 2 * j)].get();
+                spio::ldmatrix_x2_trans(a[j], x_lane + xs + smem_bytes(col, smem_input.get()));
             }
 #pragma unroll
             for (int r = 0; r < KERNEL_R; ++r) {
-                const int d = i - r;  // dy row d / SH of the task, when SH divides d
-                if (d >= 0 && d % STRIDE_H == 0 && d / STRIDE_H < dy_rows_inside) {
+                // dy row (i - r) / SH of the task, when SH divides i - r
+                if ((u - r) % STRIDE_H == 0 && (u >= r || i >= r) &&
+                    dy_row_inside(task, (i - r) / STRIDE_H)) {
                     unsigned b[1];
-                    const auto dy_plane = smem_grad[dy_slot(r)][warp_group];
-                    spio::ldmatrix_x1_trans(b, dy_plane[Q(8 * qc + lane % 8)].get());
+                    const uint4* col = smem_grad[Q(8 * qc)].get();
+                    spio::ldmatrix_x1_trans(b, dy_lane + ds[r] + smem_bytes(col, smem_grad.get()));
 #pragma unroll
                     for (int j = 0; j < S_PAIRS; ++j) {
                         spio::mma_m16n8k8<Elem>(reg_acc[r][j], a[j], b[0]);
@@ -274,24 +312,61 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
         }
     };
 
-    // ---- main loop: every row of this split's tasks, STAGES - 1 rows ahead --------------------
-    StreamPos load_pos = start;
+    // ---- main loop: every row of this split's tasks, STAGES - 1 rows ahead ----------------------
+    // Ring state at stream position k: the x stage of k and of k - 1 (the one refilled at k, with
+    // position k + STAGES - 1), the dy slots of k, k - 1, ..., k - R (the last refilled at k).
+    unsigned xs = 0;
+    unsigned xs_free = (STAGES - 1) * x_stage;
+    unsigned ds[KERNEL_R + 1];
+#pragma unroll
+    for (int r = 0; r <= KERNEL_R; ++r) ds[r] = (DY_ROWS - r) % DY_ROWS * dy_slot;
 #pragma unroll
     for (int k = 0; k < STAGES - 1; ++k) {
-        if (k < stream_rows) load_rows(load_pos);
+        if (first + k / TILE_H < last) {
+            load_row(task_at(first + k / TILE_H), k % TILE_H, k * x_stage, k * dy_slot);
+        }
         spio::cp_async_commit();
-        load_pos.advance();
     }
-    StreamPos pos = start;
-#pragma unroll 1
-    for (int k = 0; k < stream_rows; ++k) {
+    // The accumulators start at zero only now, after the pipeline fill's copies (an asm volatile
+    // zero stays behind them): ptxas would otherwise zero them first, and at 5x3 taps and 4
+    // warps their 44 registers live through the fill pushed one address to the stack.
+#pragma unroll
+    for (int r = 0; r < KERNEL_R; ++r)
+#pragma unroll
+        for (int j = 0; j < S_PAIRS; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) reg_acc[r][j][e] = zero();
+#pragma unroll
+    for (int e = 0; e < 4; ++e) reg_bias[e] = zero();
+    // One pipeline step: row i of the task (u: i - u is a multiple of STEP_ROWS) is multiplied
+    // while row ia = i + STAGES - 1 of task t + dt (the row STAGES - 1 positions ahead in the
+    // stream) is copied. In the chunked rows ia stays in task t; in the unrolled tail i, ia and
+    // dt are compile-time constants.
+    auto step = [&](int t, const Task& task, int i, int u, bool chunked) {
         spio::cp_async_wait<STAGES - 2>();
-        __syncthreads();  // row k visible; everyone is done with the stage being refilled
-        if (k + STAGES - 1 < stream_rows) load_rows(load_pos);
+        __syncthreads();  // row i visible; everyone is done with the stage refilled
+        const int ia = i + STAGES - 1;
+        const int dt = chunked ? 0 : ia / TILE_H;
+        if (t + dt < last) load_row(dt == 0 ? task : task_at(t + dt), ia - dt * TILE_H, xs_free,
+                                    ds[KERNEL_R]);
         spio::cp_async_commit();
-        load_pos.advance();
-        multiply_row(pos);
-        pos.advance();
+        multiply_row(task, i, u, xs, ds);
+        xs_free = xs;
+        xs = xs + x_stage == STAGES * x_stage ? 0 : xs + x_stage;
+#pragma unroll
+        for (int r = KERNEL_R; r > 0; --r) ds[r] = ds[r - 1];
+        ds[0] = ds[0] + dy_slot == DY_ROWS * dy_slot ? 0 : ds[0] + dy_slot;
+    };
+#pragma unroll 1
+    for (int t = first; t < last; ++t) {
+        const Task task = task_at(t);
+#pragma unroll 1
+        for (int i0 = 0; i0 < CHUNKED_ROWS; i0 += STEP_ROWS) {
+#pragma unroll
+            for (int u = 0; u < STEP_ROWS; ++u) step(t, task, i0 + u, u, true);
+        }
+#pragma unroll
+        for (int i = CHUNKED_ROWS; i < TILE_H; ++i) step(t, task, i, i, false);
     }
     spio::cp_async_wait<0>();
     __syncthreads();  // every warp is done with the pipeline's shared memory: reuse it below

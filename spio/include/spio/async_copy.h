@@ -35,6 +35,18 @@ SPIO_DEVICE void cp_async_16(void* smem, const void* gmem, bool pred = true) {
         : "memory");
 }
 
+/// cp_async_16 to a destination already in the shared window (`smem_address`).
+SPIO_DEVICE void cp_async_16(unsigned smem, const void* gmem, bool pred = true) {
+    asm volatile(
+        "{\n"
+        "  .reg .pred ignore;\n"
+        "  setp.eq.u32 ignore, %2, 0;\n"
+        "  cp.async.cg.shared.global [%0], [%1], 16, ignore;\n"
+        "}\n" ::"r"(smem),
+        "l"(gmem), "r"(static_cast<unsigned>(pred))
+        : "memory");
+}
+
 /// Copies 8 bytes global -> shared through L1 (cp.async.ca); pred false zero-fills. 8-byte aligned.
 SPIO_DEVICE void cp_async_8(void* smem, const void* gmem, bool pred = true) {
     asm volatile(

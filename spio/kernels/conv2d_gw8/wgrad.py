@@ -71,6 +71,25 @@ MAX_LIVE_REGS = 160  # R * ceil(S/2) * 4 accumulators + ceil(S/2) * 2 operands +
 # Bytes of x and dy rows the heuristic wants in flight per SM (see conv2d_gw8.fprop): the first
 # H100 run had 9-33 KB and reached 19-30% of copy bandwidth at 3x3.
 IN_FLIGHT_BYTES = 48 * 1024
+# Tasks of at most this many x rows run their rows fully unrolled (every row's conditions and
+# the copy look-ahead compile-time constants); longer ones a chunk of rows at a time. As fprop's
+# MAX_STEP_ROWS: a ceiling on the unrolled loop's code size.
+MAX_TASK_ROWS = 24
+# The kernel addresses x and dy as 32-bit offsets, in 16-byte units, from the tensors' pointers
+# (a task's two offsets cost ptxas half the registers of two pointers): at most 2^32 units
+# (64 GiB) in either tensor, batch included.
+MAX_TENSOR_UNITS = 2**32
+
+
+def check_tensor_size(p: Conv2dGw8Params) -> None:
+    """Raises ValueError when x or dy of the layer, batch included, is too large for the wgrad
+    kernel's 32-bit offsets (MAX_TENSOR_UNITS 16-byte units)."""
+    units = p.n * max(p.h * p.w, p.p * p.q) * (p.c // GROUP_WIDTH)
+    if units > MAX_TENSOR_UNITS:
+        raise ValueError(
+            f"conv2d_gw8 wgrad: x or dy of {p} holds {units} 16-byte units, above 2^32 (the "
+            "kernel's offsets are 32-bit); run the weight gradient over smaller batches and sum"
+        )
 
 
 def configs(
@@ -286,6 +305,7 @@ def spec(p: Conv2dGw8Params, cfg: Conv2dGw8WgradConfig, dev: Any = None) -> Kern
         "DY_ROWS": Constant(dy_rows(p, cfg)),
         "P_CHUNKS": Constant(p_chunks(p, cfg)),
         "Q_TILES": Constant(q_tiles(p, cfg)),
+        "MAX_TASK_ROWS": Constant(MAX_TASK_ROWS),
     }
     return KernelSpec(
         source=SOURCE,
@@ -373,6 +393,7 @@ class WgradLaunch:
     ) -> None:  # fmt: skip
         from spio.kernels.conv2d_gw8 import wgrad_reduce as rd
 
+        check_tensor_size(p)
         tasks, tps, _ = split_plan(p, cfg, dev)
         self._main = kernel.bind(grid(p, cfg, dev))
         self._reduce = reduce_kernel.bind(
@@ -417,6 +438,7 @@ def launch(
             "conv2d_gw8 wgrad: partial must be 16-byte aligned (the kernel writes it with 16-byte "
             "stores); allocate it fresh with torch.empty"
         )
+    check_tensor_size(p)
     tasks, tps, _ = split_plan(p, cfg, dev)
     kernel.launch(
         grid(p, cfg, dev), (partial, bias_partial, x, grad_output, tasks, tps), stream=stream

@@ -153,3 +153,11 @@ def test_idle_warp_configs_only_on_request_and_compile_without_local_memory():
         for q, c, image in zip(layers, cfgs, compile_specs(specs, arch), strict=True):
             for res in kernel_resources(image).values():
                 assert res.local_bytes == 0, f"{q} {c} {arch}: {res}"
+
+
+def test_tensor_size_limit_of_32_bit_offsets():
+    """The kernel addresses x and dy as 32-bit offsets in 16-byte units: 2^32 units pass, one
+    image more is refused with a clear error (never a wrapped address)."""
+    wg.check_tensor_size(_layer(8192, 64, 256, 3))  # 8192 images of 256 * 256 * 8 units: 2^32
+    with pytest.raises(ValueError, match="32-bit"):
+        wg.check_tensor_size(_layer(8193, 64, 256, 3))

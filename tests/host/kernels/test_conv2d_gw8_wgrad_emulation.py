@@ -50,15 +50,36 @@ def ldmatrix_trans(rows):
     return np.stack([rows[2 * T, G], rows[2 * T + 1, G]], axis=1)
 
 
-def emulate_wgrad(x, dy, p: Conv2dGw8Params, cfg, dev):
+STEP_ROWS = 8  # the kernel's chunk of unrolled rows in a task longer than MAX_TASK_ROWS
+
+
+def row_walk(tile_h: int, stages: int, max_task_rows: int) -> list[tuple[int, int, bool]]:
+    """The kernel's walk over one task's rows: (i, u, chunked) per pipeline step, in order. A
+    task of at most max_task_rows rows is one unrolled tail (u = i); a longer one runs its first
+    CHUNKED_ROWS rows in chunks of STEP_ROWS (u = i mod STEP_ROWS), the rest as the tail."""
+    chunked = 0 if tile_h <= max_task_rows else (tile_h - (stages - 1)) // STEP_ROWS * STEP_ROWS
+    return [(i, i % STEP_ROWS, True) for i in range(chunked)] + [
+        (i, i, False) for i in range(chunked, tile_h)
+    ]
+
+
+def emulate_wgrad(x, dy, p: Conv2dGw8Params, cfg, dev, max_task_rows: int = wg.MAX_TASK_ROWS):
     """x (N, H, W, C), dy (N, P, Q, C) -> (dw, db, mmas): the summed partials (in slice order; the
     reduction's grouping is covered by the other emulation) and the count of dw and bias mmas
-    one warp issues, summed over warps and CTAs."""
+    one warp issues, summed over warps and CTAs.
+
+    The row walk is the kernel's: a loop over the split's tasks, each task's rows in `row_walk`
+    order; a step multiplies row i of task t while it copies row ia = i + STAGES - 1 of task
+    t + ia // TILE_H (in a chunked row, always task t: asserted); the x ring and the dy ring are
+    walked as the kernel walks them (the stage being multiplied and the one refilled, a window
+    of the dy slots of positions k .. k - R), and every slot is checked against k mod STAGES /
+    k mod DY_ROWS of the stream position. Tap parities are taken from u, as the kernel does."""
     tasks, tps, splits = wt.split_plan(p, cfg, dev)
     n_q, n_g = wt.q_tiles(p, cfg), p.groups // cfg.warps
     sp, tile_w, dyr = wt.s_pairs(p), wt.tile_w(p, cfg), wt.dy_rows(p, cfg)
     tile_h, chunks = wt.task_rows(p, cfg), wt.p_chunks(p, cfg)  # rows streamed per task
     sh, sw = p.stride_h, p.stride_w
+    walk = row_walk(tile_h, cfg.stages, max_task_rows)
     dw, db = np.zeros((p.c, 8, p.r, p.s)), np.zeros(p.c)
     mmas = {"dw": 0, "bias": 0}
     for split in range(splits):
@@ -70,63 +91,77 @@ def emulate_wgrad(x, dy, p: Conv2dGw8Params, cfg, dev):
             sx = np.full((cfg.stages, cfg.warps, tile_w, 8), np.nan)
             sdy = np.full((dyr, cfg.warps, cfg.block_q, 8), np.nan)
             first, last = split * tps, min(split * tps + tps, tasks)
-            stream_rows = max(last - first, 0) * tile_h
 
-            def row_of(k, first=first):
-                task, i = first + k // tile_h, k % tile_h
-                return task // chunks, (task % chunks) * cfg.block_p, i
+            def task_at(t):
+                return t // chunks, (t % chunks) * cfg.block_p  # image, p0
 
-            def load(k, q0=q0, group0=group0, sx=sx, sdy=sdy):
-                n, p0, i = row_of(k)
+            def load(t, i, xs, ds, q0=q0, group0=group0, sx=sx, sdy=sdy):
+                n, p0 = task_at(t)
                 h = p0 * sh - p.pad_h + i
                 if 0 <= h < p.h:
-                    for t in range(cfg.warps * tile_w):
-                        g, j = t % cfg.warps, t // cfg.warps
+                    for tt in range(cfg.warps * tile_w):
+                        g, j = tt % cfg.warps, tt // cfg.warps
                         wc, c0 = q0 * sw - p.pad_w + j, (group0 + g) * 8
                         ok = 0 <= wc < p.w
-                        sx[k % cfg.stages, g, j] = x[n, h, wc, c0 : c0 + 8] if ok else 0.0
+                        sx[xs, g, j] = x[n, h, wc, c0 : c0 + 8] if ok else 0.0
                 o = i // sh
                 if i % sh == 0 and o < cfg.block_p and p0 + o < p.p:
-                    for t in range(cfg.warps * cfg.block_q):
-                        g, j = t % cfg.warps, t // cfg.warps
+                    for tt in range(cfg.warps * cfg.block_q):
+                        g, j = tt % cfg.warps, tt // cfg.warps
                         c0 = (group0 + g) * 8
                         ok = q0 + j < p.q
-                        sdy[k % dyr, g, j] = dy[n, p0 + o, q0 + j, c0 : c0 + 8] if ok else 0.0
+                        sdy[ds, g, j] = dy[n, p0 + o, q0 + j, c0 : c0 + 8] if ok else 0.0
 
-            def dy_frag(k, qc, wp, sdy=sdy):
-                return ldmatrix_trans(sdy[k % dyr, wp, 8 * qc + np.arange(8)])
+            def dy_frag(slot, qc, wp, sdy=sdy):
+                return ldmatrix_trans(sdy[slot, wp, 8 * qc + np.arange(8)])
 
-            for k in range(min(cfg.stages - 1, stream_rows)):
-                load(k)
-            for k in range(stream_rows):
-                if k + cfg.stages - 1 < stream_rows:
-                    load(k + cfg.stages - 1)
-                _, p0, i = row_of(k)
-                h = p0 * sh - p.pad_h + i
+            # Prologue: stream positions 0 .. STAGES - 2 into stage k and dy slot k.
+            for k in range(cfg.stages - 1):
+                if first + k // tile_h < last:
+                    load(first + k // tile_h, k % tile_h, k, k)
+            xs, xs_free = 0, cfg.stages - 1  # stage of position k, and of k - 1 (refilled)
+            ds = [(dyr - r) % dyr for r in range(p.r + 1)]  # slots of positions k .. k - R
+            k = 0
+            for t in range(first, last):
+                _, p0 = task_at(t)
+                h0 = p0 * sh - p.pad_h
                 dy_inside = min(cfg.block_p, p.p - p0)
                 q_chunks = min(cfg.block_q // 8, (p.q - q0 + 7) // 8)
-                for wp in range(cfg.warps):
-                    for qc in range(q_chunks):
-                        if not 0 <= h < p.h:  # padding row: its dy row's bias only
-                            if p.has_bias and i % sh == 0 and i // sh < dy_inside:
-                                mma_m16n8k8(acc_b[wp], np.ones((32, 2, 2)), dy_frag(k, qc, wp))
-                                mmas["bias"] += 1
-                            continue
-                        a = np.zeros((sp, 32, 2, 2))
-                        for jj in range(sp):
-                            for mi in range(2):  # lanes 8 mi .. 8 mi + 7 address matrix mi
-                                cols = sw * (8 * qc + np.arange(8)) + 2 * jj + mi
-                                a[jj, :, mi] = ldmatrix_trans(sx[k % cfg.stages, wp, cols])
-                        for r in range(p.r):
-                            d = i - r
-                            if d >= 0 and d % sh == 0 and d // sh < dy_inside:
-                                b = dy_frag(k - r, qc, wp)
-                                for jj in range(sp):
-                                    mma_m16n8k8(acc[wp, r, jj], a[jj], b)
-                                mmas["dw"] += sp
-                                if p.has_bias and r == 0:
+                for i, u, chunked in walk:
+                    assert (xs, xs_free) == (k % cfg.stages, (k - 1) % cfg.stages)
+                    assert ds == [(k - r) % dyr for r in range(p.r + 1)]
+                    ia = i + cfg.stages - 1
+                    dt = ia // tile_h
+                    assert not (chunked and dt), "a chunked row's copy ahead leaves its task"
+                    if t + dt < last:
+                        load(t + dt, ia - dt * tile_h, xs_free, ds[p.r])
+                    assert (i - u) % sh == 0
+                    h = h0 + i
+                    for wp in range(cfg.warps):
+                        for qc in range(q_chunks):
+                            if not 0 <= h < p.h:  # padding row: its dy row's bias only
+                                if p.has_bias and u % sh == 0 and i // sh < dy_inside:
+                                    b = dy_frag(ds[0], qc, wp)
                                     mma_m16n8k8(acc_b[wp], np.ones((32, 2, 2)), b)
                                     mmas["bias"] += 1
+                                continue
+                            a = np.zeros((sp, 32, 2, 2))
+                            for jj in range(sp):
+                                for mi in range(2):  # lanes 8 mi .. 8 mi + 7 address matrix mi
+                                    cols = sw * (8 * qc + np.arange(8)) + 2 * jj + mi
+                                    a[jj, :, mi] = ldmatrix_trans(sx[xs, wp, cols])
+                            for r in range(p.r):
+                                if (u - r) % sh == 0 and i >= r and (i - r) // sh < dy_inside:
+                                    b = dy_frag(ds[r], qc, wp)
+                                    for jj in range(sp):
+                                        mma_m16n8k8(acc[wp, r, jj], a[jj], b)
+                                    mmas["dw"] += sp
+                                    if p.has_bias and r == 0:
+                                        mma_m16n8k8(acc_b[wp], np.ones((32, 2, 2)), b)
+                                        mmas["bias"] += 1
+                    xs_free, xs = xs, (xs + 1) % cfg.stages
+                    ds = [(ds[0] + 1) % dyr, *ds[:-1]]
+                    k += 1
             for wp in range(cfg.warps):
                 grp = group0 + wp
                 for r in range(p.r):
@@ -229,3 +264,54 @@ def test_dead_work_at_7x7_k7():
     assert wt.task_rows(p, cfg) == 10  # rows 10-12 (image rows 7-9) are trailing padding
     two_chunks = Conv2dGw8WgradConfig(block_p=4, block_q=8, warps=1, stages=4, splits_per_sm=1)
     assert wt.task_rows(p, two_chunks) == 4 + 7 - 1  # chunks start at different rows: no trim
+
+
+def test_row_walk_matches_the_kernel():
+    """Each task row once, in order; chunk rows start at multiples of STEP_ROWS (the kernel's
+    constant, read from its source) and their copies ahead stay in the task."""
+    from pathlib import Path
+
+    import spio
+
+    src = (Path(spio.__file__).parent / "src" / "conv2d_gw8_wgrad.cu").read_text()
+    assert f"constexpr int STEP_ROWS = {STEP_ROWS};" in src
+    for tile_h in range(1, 70):
+        for stages in (2, 3, 4, 6, 8):
+            walk = row_walk(tile_h, stages, wg.MAX_TASK_ROWS)
+            assert [i for i, _, _ in walk] == list(range(tile_h))
+            chunked = [i for i, _, c in walk if c]
+            assert all(i + stages - 1 < tile_h for i in chunked)
+            assert all(i - u in (0, *range(0, tile_h, STEP_ROWS)) for i, u, _ in walk)
+            assert len(walk) - len(chunked) <= max(wg.MAX_TASK_ROWS, STEP_ROWS + stages - 2)
+
+
+# Tasks longer than MAX_TASK_ROWS rows (28 and 14 row tasks at stride 1 and 2, 5x5 at 30 rows).
+TALL_SHAPES = [
+    Conv2dGw8Params(n=1, c=8, h=28, w=9, r=3, s=3, pad_h=1, pad_w=1, has_bias=True),
+    Conv2dGw8Params(n=2, c=16, h=28, w=6, r=3, s=3, pad_h=1, pad_w=1, stride_h=2, stride_w=2,
+                    has_bias=True),
+    Conv2dGw8Params(n=1, c=8, h=27, w=5, r=5, s=3, pad_h=2, pad_w=1, has_bias=True),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("p", SHAPES + TALL_SHAPES, ids=str)
+def test_chunked_row_walk_gives_the_exact_gradient(p, seed):
+    """The chunked walk of long tasks (every task chunked wherever it has enough rows:
+    max_task_rows 0), with the TALL_SHAPES' whole-task walk beside it."""
+    dev = known_device("H100")
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(p.n, p.c, p.h, p.w, generator=g, dtype=torch.float64)
+    dy = torch.randn(p.n, p.c, p.p, p.q, generator=g, dtype=torch.float64)
+    want_w = ref.wgrad(x, dy, (p.r, p.s), p.padding, p.stride).numpy()
+    want_b = ref.bias_grad(dy).numpy()
+    xs, dys = x.permute(0, 2, 3, 1).numpy(), dy.permute(0, 2, 3, 1).numpy()
+    cfgs = wg.configs(p, dev)
+    tall = [c for c in cfgs if wt.task_rows(p, c) > wg.MAX_TASK_ROWS]
+    for cfg in dict.fromkeys(sample(cfgs, 2, seed=seed) + sample(tall, 2, seed=seed)):
+        for max_rows in (0, wg.MAX_TASK_ROWS):
+            dw, db, mmas = emulate_wgrad(xs, dys, p, cfg, dev, max_task_rows=max_rows)
+            where = f"{p} {cfg} max_task_rows={max_rows} seed={seed}"
+            np.testing.assert_allclose(dw, want_w, rtol=1e-9, atol=1e-9, err_msg=where)
+            if p.has_bias:
+                np.testing.assert_allclose(db, want_b, rtol=1e-9, atol=1e-9, err_msg=where)
+            assert mmas == useful_mmas(p, cfg, dev), where
