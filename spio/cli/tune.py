@@ -196,7 +196,20 @@ def cmd_eval(a: argparse.Namespace) -> int:
     from spio.kernels import KERNELS
     from spio.tune.evaluate import evaluate
 
-    for k in _kernels(a.kernel, "eval"):
+    kernels = _kernels(a.kernel, "eval")
+    fixed = None
+    if a.model is not None:
+        from spio.tune.model import ModelFormatError, PerfModel
+
+        if len(kernels) != 1:
+            _usage_error("eval", "--model scores one family's model: name one --kernel")
+        try:
+            fixed = PerfModel.load(Path(a.model))
+        except (OSError, ValueError, ModelFormatError) as e:
+            _usage_error("eval", f"--model {a.model}: cannot load it ({e})")
+        if fixed.kernel != kernels[0]:
+            _usage_error("eval", f"--model {a.model} is a {fixed.kernel} model, not {kernels[0]}")
+    for k in kernels:
         by_device = defaultdict(list)
         for s in _samples(k, a.data, a.cmd):
             by_device[s.device].append(s)
@@ -205,7 +218,7 @@ def cmd_eval(a: argparse.Namespace) -> int:
         for device_name, samples in sorted(by_device.items()):
             dev = _device_for(device_name, "eval")
             try:
-                print(evaluate(KERNELS[k], samples, dev, folds=a.folds))
+                print(evaluate(KERNELS[k], samples, dev, folds=a.folds, model=fixed))
             except ValueError as e:  # too few layers to hold one out
                 raise SystemExit(f"spio tune eval: {str(e).removeprefix('evaluate: ')}") from None
     return 0
@@ -276,6 +289,11 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--data", action="append", default=[], help="dataset file(s)")
     e.add_argument(
         "--folds", type=_number(int, 2), default=5, help="cross-validation folds (default 5)"
+    )
+    e.add_argument(
+        "--model",
+        help="a trained model file (e.g. another GPU's, spio/tune/models/*.json.gz) that ranks "
+        "every shape instead of the folds' models: what that GPU's model would pick here",
     )
     e.set_defaults(func=cmd_eval)
     s = sub.add_parser("select", help="ranked configs for a layer (no GPU needed)")

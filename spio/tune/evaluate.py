@@ -60,12 +60,23 @@ class Report:
     complete: int = 0
     complete_regret: tuple[float, float, float] | None = None
     autotune_regret: tuple[float, float, float] | None = None  # top AUTOTUNE_K measured
+    # Set when one given model ranked every shape (no folds, nothing trained): where it came from.
+    fixed_model: str | None = None
 
     def __str__(self) -> str:
         folds = f"of {self.groups} layers" if self.split == "layer" else "(folded by full params)"
+        if self.fixed_model is not None:
+            head = (
+                f"{self.kernel} on {self.device}: {self.shapes} shapes of {self.groups} layers, "
+                f"{self.samples} samples, ranked by {self.fixed_model} (trained on none of them)"
+            )
+        else:
+            head = (
+                f"{self.kernel} on {self.device}: {self.shapes} held-out shapes {folds}, "
+                f"{self.samples} samples"
+            )
         text = (
-            f"{self.kernel} on {self.device}: {self.shapes} held-out shapes {folds}, "
-            f"{self.samples} samples\n"
+            f"{head}\n"
             f"  top-1 regret among measured configs: median {self.regret_median:.3f}x, "
             f"p90 {self.regret_p90:.3f}x, max {self.regret_max:.3f}x;  top-5 hit rate "
             f"{self.top5_hit_rate:.0%}"
@@ -199,19 +210,23 @@ def evaluate(
     folds: int = 5,
     rounds: int | None = None,
     split: Split = "layer",
+    model: PerfModel | None = None,
 ) -> Report:
+    """Regret of the model's top-1 pick per shape, each fold ranked by a model trained on the
+    others. With `model` (e.g. another GPU's, as `find_model` falls back to it) that one model
+    ranks every shape and nothing is trained: the samples need not come from its GPU."""
     if not samples:
         raise ValueError(f"evaluate: no samples for {kdef.name}")
     groups = {group_key(kdef, s, split) for s in samples}
     if len(groups) < 2:
         what = "layers" if split == "layer" else "shapes"
         raise ValueError(f"evaluate: {kdef.name} needs samples of at least 2 {what}, got 1")
-    folds = min(folds, len(groups))
+    folds = 1 if model is not None else min(folds, len(groups))
     rows = feature_rows(kdef, samples, device)
     by_shape: dict[str, list[int]] = defaultdict(list)
     for i, s in enumerate(samples):
         by_shape[shape_of(kdef, s)].append(i)
-    tested = folds_by_group(kdef, samples, folds, split)
+    tested = {0: list(by_shape)} if model is not None else folds_by_group(kdef, samples, folds, split)
     regrets: list[float] = []
     full: list[float] = []  # regret against the whole space, on the complete shapes
     tuned: list[float] = []  # the same with autotune's top-k measured
@@ -221,9 +236,9 @@ def evaluate(
         test_shapes = tested.get(f, [])
         held_out = set(test_shapes)
         train_idx = [i for k, idx in by_shape.items() if k not in held_out for i in idx]
-        if not test_shapes or not train_idx:
+        if not test_shapes or not (train_idx or model is not None):
             continue
-        model = PerfModel.train(
+        ranker = model or PerfModel.train(
             kdef.name,
             samples[0].device,
             samples[0].arch,
@@ -234,7 +249,7 @@ def evaluate(
         for k in test_shapes:
             idx = by_shape[k]
             measured = [samples[i].latency_us for i in idx]
-            predicted = model.predict_us([rows[i] for i in idx])
+            predicted = ranker.predict_us([rows[i] for i in idx])
             order = sorted(range(len(idx)), key=lambda j: predicted[j])
             best = min(measured)
             regrets.append(measured[order[0]] / best)
@@ -242,7 +257,7 @@ def evaluate(
             space = _space_indices(kdef, k, idx, samples, device)
             if space is not None:
                 times = [samples[i].latency_us for i in space]
-                guess = model.predict_us([rows[i] for i in space])
+                guess = ranker.predict_us([rows[i] for i in space])
                 ranked = sorted(range(len(space)), key=lambda j: (guess[j], j))
                 full.append(times[ranked[0]] / min(times))
                 tuned.append(min(times[j] for j in ranked[:AUTOTUNE_K]) / min(times))
@@ -261,4 +276,5 @@ def evaluate(
         len(full),
         _percentiles(full) if full else None,
         _percentiles(tuned) if tuned else None,
+        None if model is None else f"the {model.device} model",
     )

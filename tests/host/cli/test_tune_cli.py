@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -194,3 +195,18 @@ def test_tune_help_from_the_spio_command_lists_the_subcommands(capsys):
     out = capsys.readouterr().out
     assert out.startswith("usage: spio tune"), out
     assert all(cmd in out for cmd in ("collect", "train", "eval", "select")), out
+
+
+def test_eval_with_a_fixed_model_checks_it_names_the_family(tmp_path, capsys):
+    models = Path(__file__).resolve().parents[3] / "spio" / "tune" / "models"
+    wgrad = next(models.glob("conv2d_gw8_wgrad__*.json.gz"))
+    msg = _usage_error(["eval", "--kernel", "conv2d_gw8_fprop", "--model", str(wgrad)], capsys)
+    assert msg == f"spio tune eval: --model {wgrad} is a conv2d_gw8_wgrad model, not " + (
+        "conv2d_gw8_fprop"
+    ), msg
+    msg = _usage_error(["eval", "--kernel", "all", "--model", str(wgrad)], capsys)
+    assert "--model scores one family's model: name one --kernel" in msg, msg
+    bad = tmp_path / "m.json.gz"
+    bad.write_bytes(b"not gzip")
+    msg = _usage_error(["eval", "--kernel", "conv2d_gw8_wgrad", "--model", str(bad)], capsys)
+    assert msg.startswith(f"spio tune eval: --model {bad}: cannot load it ("), msg

@@ -157,3 +157,34 @@ def test_autotune_k_matches_the_selector():
     from spio.select.selector import TOP_K
 
     assert ev.AUTOTUNE_K == TOP_K
+
+
+def test_a_fixed_model_ranks_every_shape_and_trains_nothing(monkeypatch):
+    """`evaluate(model=...)` (spio tune eval --model: another GPU's model on this GPU's data):
+    the given model ranks every shape in one pass and no model is trained."""
+    kdef = KERNELS["conv2d_gw8_fprop"]
+    samples = [
+        Sample(kdef.name, "H200", "sm_90", _conv(n, c), {"cfg": j}, 10.0 + (j == 1) * 5 + n)
+        for c in (16, 32, 48)
+        for n in (1, 8)
+        for j in range(3)
+    ]
+    monkeypatch.setattr(ev, "feature_rows", lambda k, ss, d: [{"j": s.config["cfg"]} for s in ss])
+    monkeypatch.setattr(ev, "_space_indices", lambda *a: None)
+
+    def no_training(*a, **kw):
+        raise AssertionError("a fixed model must not train")
+
+    monkeypatch.setattr(ev.PerfModel, "train", staticmethod(no_training))
+
+    class Fixed:
+        device = "H100"
+
+        def predict_us(self, rows):
+            return [{0: 3.0, 1: 1.0, 2: 2.0}[r["j"]] for r in rows]  # picks cfg 1: 5 us slower
+
+    report = ev.evaluate(kdef, samples, None, model=Fixed())  # type: ignore[arg-type]
+    assert report.shapes == 6 and report.groups == 3
+    assert report.regret_max == max((15.0 + n) / (10.0 + n) for n in (1, 8))
+    assert report.fixed_model == "the H100 model"
+    assert "ranked by the H100 model (trained on none of them)" in str(report)
