@@ -226,7 +226,10 @@ def evaluate(
     by_shape: dict[str, list[int]] = defaultdict(list)
     for i, s in enumerate(samples):
         by_shape[shape_of(kdef, s)].append(i)
-    tested = {0: list(by_shape)} if model is not None else folds_by_group(kdef, samples, folds, split)
+    if model is not None:
+        tested = {0: list(by_shape)}
+    else:
+        tested = folds_by_group(kdef, samples, folds, split)
     regrets: list[float] = []
     full: list[float] = []  # regret against the whole space, on the complete shapes
     tuned: list[float] = []  # the same with autotune's top-k measured
