@@ -16,7 +16,8 @@ import argparse
 from pathlib import Path
 
 SHAPES = [(8192, 8192, 8192), (4096, 11008, 4096), (4096, 4096, 4096), (2048, 2048, 2048),
-          (16, 4096, 4096), (1024, 4096, 4096), (8192, 4096, 11008)]  # fmt: skip
+          (16, 4096, 4096), (1024, 4096, 4096), (8192, 4096, 11008), (1, 4096, 4096),
+          (64, 4096, 4096), (16, 11008, 4096), (16, 4096, 11008)]  # fmt: skip
 QUICK = [(8192, 8192, 8192), (4096, 4096, 4096), (16, 4096, 4096)]
 
 
@@ -55,7 +56,7 @@ def measure(m: int, n: int, k: int, dtype_name: str, reps: int, every: list) -> 
         t = bench(lambda run=run: run(c, a, b, None, stream), reps=reps).median_ms
         every.append({"shape": f"{m}x{n}x{k}", "dtype": dtype_name, "block_n": cfg90.block_n,
                       "stages": cfg90.stages, "cluster_m": cfg90.cluster_m,
-                      "persistent": cfg90.persistent,
+                      "persistent": cfg90.persistent, "split_k": cfg90.split_k,
                       "tflops": round(flop / t / 1e9, 1)})  # fmt: skip
         if cfg90 == pick:
             t_pick = t

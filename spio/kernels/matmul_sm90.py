@@ -23,6 +23,11 @@ THREADS = 384  # producer warpgroup + two consumer warpgroups
 BLOCK_NS = (64, 128, 256)
 STAGE_COUNTS = (2, 3, 4, 5, 6, 8)
 CLUSTER_MS = (1, 2)  # CTAs of a cluster along M sharing (multicasting) one B tile
+SPLIT_KS = (1, 2, 4, 8)  # CTAs per tile along K (split-K: fp32 partials + an ordered sum)
+# The split-K configs `configs` lists: few tiles want narrow ones, and deep rings per split.
+SPLIT_BLOCK_NS = (64, 128)
+SPLIT_STAGE_COUNTS = (4, 6, 8)
+REDUCE_THREADS = 256
 SWIZZLE_ALIGN = 1024  # the kernel aligns the ring to the 128-byte swizzle's 1024-byte atom
 # Registers a thread may use per block_n, what `ctas_per_sm` counts on: 80 keeps two CTAs of
 # 64-wide tiles on an SM, 168 is __launch_bounds__(384, 1)'s cap (NVRTC 13.0 uses 58-63 / 90-95 /
@@ -40,13 +45,17 @@ class MatmulSm90Config:
     once for both (TMA multicast, half of the B box from each CTA); 1 is the plain kernel.
     `persistent` launches at most as many CTAs as the SMs hold (`grid`), each walking tiles
     blockIdx.x, blockIdx.x + gridDim.x, ... in the raster order (with a cluster, pairs of M
-    tiles) as one k-tile stream, so a tile's epilogue overlaps the next tile's first loads."""
+    tiles) as one k-tile stream, so a tile's epilogue overlaps the next tile's first loads.
+    `split_k` > 1 (plain CTAs only) runs split_k CTAs per tile over consecutive ranges of K,
+    each writing fp32 partials, and a second kernel sums them in order (+ bias) into C: for
+    shapes with too few tiles to fill the SMs (decode, M <= 128)."""
 
     block_n: int = 128
     stages: int = 4
     raster: int = 8
     cluster_m: int = 1
     persistent: bool = False
+    split_k: int = 1
 
     def __post_init__(self) -> None:
         if not isinstance(self.persistent, bool):
@@ -65,6 +74,15 @@ class MatmulSm90Config:
             raise ValueError(
                 f"MatmulSm90Config.cluster_m must be one of {CLUSTER_MS}, got {self.cluster_m!r}"
             )
+        if isinstance(self.split_k, bool) or self.split_k not in SPLIT_KS:
+            raise ValueError(
+                f"MatmulSm90Config.split_k must be one of {SPLIT_KS}, got {self.split_k!r}"
+            )
+        if self.split_k > 1 and (self.cluster_m > 1 or self.persistent):
+            raise ValueError(
+                "MatmulSm90Config: split_k > 1 runs plain CTAs; set cluster_m=1 and "
+                f"persistent=False (got cluster_m={self.cluster_m}, persistent={self.persistent})"
+            )
 
     def smem(self) -> int:
         """Dynamic shared memory: the ring (2-byte operands), its 2 x stages mbarriers, and
@@ -76,10 +94,13 @@ class MatmulSm90Config:
         return (-(-p.m // BLOCK_M), -(-p.n // self.block_n))
 
     def label(self) -> str:
-        """Short name for reports: "n128 s4", with " c2" for a cluster of two and " p" for
-        persistent."""
+        """Short name for reports: "n128 s4", with " c2" for a cluster of two, " p" for
+        persistent and " k4" for a split over K in 4."""
         cluster = f" c{self.cluster_m}" if self.cluster_m > 1 else ""
-        return f"n{self.block_n} s{self.stages}{cluster}" + (" p" if self.persistent else "")
+        split = f" k{self.split_k}" if self.split_k > 1 else ""
+        return (
+            f"n{self.block_n} s{self.stages}{cluster}" + (" p" if self.persistent else "") + split
+        )
 
 
 def supported(p: MatmulParams, dev: Any) -> bool:
@@ -90,7 +111,8 @@ def supported(p: MatmulParams, dev: Any) -> bool:
 def configs(p: MatmulParams, dev: Any) -> list[MatmulSm90Config]:
     """Every config whose shared memory fits the device (empty where `supported` is false):
     each (block_n, stages) plain, then each again as a cluster of two, then all of those again
-    persistent (host-tested only so far: `heuristic` never picks a persistent config)."""
+    persistent (`heuristic` never picks a persistent config), then the split-K ones
+    (SPLIT_BLOCK_NS x SPLIT_STAGE_COUNTS x each split_k > 1)."""
     if not supported(p, dev):
         return []
     out = []
@@ -98,12 +120,16 @@ def configs(p: MatmulParams, dev: Any) -> list[MatmulSm90Config]:
         for cluster_m in CLUSTER_MS:
             for block_n in BLOCK_NS:
                 for stages in STAGE_COUNTS:
-                    cfg = MatmulSm90Config(
-                        block_n, stages, cluster_m=cluster_m, persistent=persistent
+                    out.append(
+                        MatmulSm90Config(
+                            block_n, stages, cluster_m=cluster_m, persistent=persistent
+                        )
                     )
-                    if cfg.smem() <= dev.max_smem_per_block_optin:
-                        out.append(cfg)
-    return out
+    for split_k in SPLIT_KS[1:]:
+        for block_n in SPLIT_BLOCK_NS:
+            for stages in SPLIT_STAGE_COUNTS:
+                out.append(MatmulSm90Config(block_n, stages, split_k=split_k))
+    return [cfg for cfg in out if cfg.smem() <= dev.max_smem_per_block_optin]
 
 
 def ctas_per_sm(cfg: MatmulSm90Config, dev: Any, registers: int | None = None) -> int:
@@ -129,13 +155,15 @@ def grid(p: MatmulParams, cfg: MatmulSm90Config, dev: Any) -> tuple[int, int, in
     if cfg.persistent:
         resident = dev.sm_count * ctas_per_sm(cfg, dev) // cfg.cluster_m * cfg.cluster_m
         ctas = min(ctas, max(resident, cfg.cluster_m))
-    return (ctas, 1, 1)
+    return (ctas, cfg.split_k, 1)
 
 
 def spec(p: MatmulParams, cfg: MatmulSm90Config, dev: Any = None) -> KernelSpec:
-    """The variant for (dtypes, bias, block_n, stages, cluster_m, persistent); independent of
-    m, n, k and raster. CLUSTER_M is a macro (the kernel's __cluster_dims__ is preprocessed on
-    it); PERSISTENT a constant (0: the one-tile-per-CTA code, unchanged by the persistent one)."""
+    """The variant for (dtypes, bias, block_n, stages, cluster_m, persistent, split_k);
+    independent of m, n, k and raster. CLUSTER_M is a macro (the kernel's __cluster_dims__ is
+    preprocessed on it); PERSISTENT a constant (0: the one-tile-per-CTA code, unchanged by the
+    persistent one). With split_k > 1 the kernel writes fp32 partials without the bias (Out
+    float, HAS_BIAS 0); `reduce_spec`'s kernel applies p's output type and bias."""
     from spio.generators import Constant, Macro, Type, dtype
 
     del dev
@@ -145,11 +173,13 @@ def spec(p: MatmulParams, cfg: MatmulSm90Config, dev: Any = None) -> KernelSpec:
             "spio.kernels.matmul"
         )
     types = {"float16": dtype.half, "bfloat16": dtype.bfloat16, "float32": dtype.float}
+    split = cfg.split_k > 1
     constants = {
         "BLOCK_N": cfg.block_n,
         "STAGES": cfg.stages,
-        "HAS_BIAS": int(p.has_bias),
+        "HAS_BIAS": int(p.has_bias and not split),
         "PERSISTENT": int(cfg.persistent),
+        "SPLIT_K": cfg.split_k,
     }
     tiles = smem_tiles(cfg)
     return KernelSpec(
@@ -158,7 +188,7 @@ def spec(p: MatmulParams, cfg: MatmulSm90Config, dev: Any = None) -> KernelSpec:
         signature="pttpiiii",  # c, a_map, b_map, bias, m, n, k, raster
         specs={
             "Element": Type(types[p.dtype]),
-            "Out": Type(types[p.out_dtype]),
+            "Out": Type(types["float32" if split else p.out_dtype]),
             **tiles,
             **{name: Constant(value) for name, value in constants.items()},
             "CLUSTER_M": Macro(cfg.cluster_m),
@@ -168,11 +198,58 @@ def spec(p: MatmulParams, cfg: MatmulSm90Config, dev: Any = None) -> KernelSpec:
             f"{cfg.block_n}x{BLOCK_K} stages {cfg.stages}"
             + (f" cluster {cfg.cluster_m}x1" if cfg.cluster_m > 1 else "")
             + (" persistent" if cfg.persistent else "")
+            + (f" split-K {cfg.split_k} (fp32 partials)" if split else "")
         ),
         block=(THREADS, 1, 1),
         smem=cfg.smem(),
         arch_suffix="a",
     )
+
+
+@dataclass(frozen=True, slots=True)
+class SplitReduceConfig:
+    """The split-K sum's variant: `split_k` slices, `vec` elements per thread (4 when N % 4 ==
+    0: `reduce_config`)."""
+
+    split_k: int = 2
+    vec: int = 1
+
+
+def reduce_config(p: MatmulParams, cfg: MatmulSm90Config) -> SplitReduceConfig:
+    """The sum's config for a split-K launch of cfg: float4 loads when every 4-element run of C
+    stays in one row (N % 4 == 0; the workspace is a fresh allocation, 16-byte aligned, and the
+    kernel writes C one element at a time)."""
+    return SplitReduceConfig(cfg.split_k, 4 if p.n % 4 == 0 else 1)
+
+
+def reduce_spec(p: MatmulParams, cfg: SplitReduceConfig, dev: Any = None) -> KernelSpec:
+    """The ordered sum of split-K partials into C (+ bias): `spio/src/matmul_splitk_reduce.cu`."""
+    from spio.generators import Constant, Type, dtype
+
+    del dev
+    types = {"float16": dtype.half, "bfloat16": dtype.bfloat16, "float32": dtype.float}
+    return KernelSpec(
+        source="matmul_splitk_reduce.cu",
+        entry="matmul_splitk_reduce",
+        signature="pppil",  # c, workspace, bias, n, total
+        specs={
+            "Out": Type(types[p.out_dtype]),
+            "Element": Type(types[p.dtype]),
+            "SPLIT_K": Constant(cfg.split_k),
+            "VEC": Constant(cfg.vec),
+            "HAS_BIAS": Constant(int(p.has_bias)),
+            "THREADS": Constant(REDUCE_THREADS),
+        },
+        title=f"matmul split-K sum {cfg.split_k} -> {p.out_dtype} bias={p.has_bias} vec {cfg.vec}",
+        block=(REDUCE_THREADS, 1, 1),
+        smem=0,
+    )
+
+
+def reduce_grid(p: MatmulParams, cfg: SplitReduceConfig) -> tuple[int, int, int]:
+    """One thread per cfg.vec elements of C."""
+    per_cta = REDUCE_THREADS * cfg.vec
+    return (-(-(p.m * p.n) // per_cta), 1, 1)
 
 
 def smem_tiles(cfg: MatmulSm90Config) -> dict[str, Any]:
@@ -251,7 +328,17 @@ def heuristic(p: MatmulParams, dev: Any) -> MatmulSm90Config:
     """128 x 256 tiles with 4 slots, which the H100 timed within 0.92-1.00 of the best config at
     every shape with M >= 1024 (`benchmarks/bench_matmul_sm90.py`, docs/ops/matmul.md); 128 x 128
     with 6 slots when 256-wide tiles would leave more than half the SMs idle (decode shapes:
-    0.71 -> 1.00 at 16 x 4096 x 4096); 64-wide tiles for N <= 64."""
+    0.71 -> 1.00 at 16 x 4096 x 4096); 64-wide tiles for N <= 64. One row of tiles (M <= 128,
+    decode) with K long enough is split over K (`split_k`) in as many parts of >= 8 k tiles as
+    keep the CTAs within one per SM (reasoned from the tile counts; see docs/ops/matmul.md for
+    what the H100 measured)."""
+    block_n = 64 if p.n <= 64 else 128
+    tm, tn = MatmulSm90Config(block_n=block_n).tiles(p)
+    k_tiles = -(-p.k // BLOCK_K)
+    if tm == 1:
+        for split_k in reversed(SPLIT_KS[1:]):
+            if tn * split_k <= dev.sm_count and k_tiles >= 8 * split_k:
+                return MatmulSm90Config(block_n=block_n, stages=6, split_k=split_k)
     if p.n <= 64:
         return MatmulSm90Config(block_n=64, stages=4)
     tm, tn = MatmulSm90Config(block_n=256).tiles(p)
@@ -274,15 +361,44 @@ DEF = KernelDef(
 )
 
 
+def reduce_configs(p: MatmulParams, dev: Any) -> list[SplitReduceConfig]:
+    """Every variant of the sum p can run: each split_k > 1, vec as `reduce_config` sets it."""
+    del dev
+    vec = 4 if p.n % 4 == 0 else 1
+    return [SplitReduceConfig(k, vec) for k in SPLIT_KS[1:]]
+
+
+def reduce_heuristic(p: MatmulParams, dev: Any) -> SplitReduceConfig:
+    """Unused by the op (the sum's config follows the main kernel's: `reduce_config`)."""
+    return reduce_configs(p, dev)[0]
+
+
+# The split-K sum: derived from the main kernel's config (reduce_config), never selected alone.
+REDUCE_DEF = KernelDef(
+    name="matmul_splitk_reduce",
+    params_type=MatmulParams,
+    config_type=SplitReduceConfig,
+    configs=reduce_configs,
+    spec=reduce_spec,
+    heuristic=reduce_heuristic,
+    stats=stats,
+    compiled_params=MatmulParams.variant,
+)
+
+
 def bound(p: MatmulParams, cfg: MatmulSm90Config, dev: Any, cache: Any = None) -> Sm90Launch:
-    """The variant of (p, cfg) loaded through `cache` (default: the process's shared function
-    cache) and bound to p's problem: what the op's plan launches."""
+    """The variant of (p, cfg) (and with split_k > 1 its sum's) loaded through `cache`
+    (default: the process's shared function cache) and bound to p's problem: what the op's plan
+    launches."""
     from spio.kernels.loader import default_function_cache
 
     cache = cache if cache is not None else default_function_cache()
     # raster is a launch argument: one loaded variant serves every value.
     kernel = cache.get(DEF, p.variant(), replace(cfg, raster=1), dev)
-    return Sm90Launch(kernel, p, cfg, dev)
+    reduce = None
+    if cfg.split_k > 1:
+        reduce = cache.get(REDUCE_DEF, p.variant(), reduce_config(p, cfg), dev)
+    return Sm90Launch(kernel, p, cfg, dev, reduce)
 
 
 class Sm90Launch:
@@ -295,16 +411,33 @@ class Sm90Launch:
     weights keep their address, and PyTorch's caching allocator hands activations the same few
     blocks, so a steady loop encodes nothing. At most MAP_CACHE addresses per operand are kept
     (the oldest dropped first). A miss takes a lock (plans are shared by threads); a hit is one
-    dict lookup."""
+    dict lookup.
+
+    Split-K (cfg.split_k > 1, `reduce` the loaded sum): each call takes a workspace of split_k
+    x M x N floats from PyTorch's allocator on C's stream, the main kernel writes its partials
+    there and the sum (a dependent launch: PDL on sm_90) writes C."""
 
     MAP_CACHE = 64
-    __slots__ = ("_launch", "_tail", "_a_args", "_b_args", "_a_maps", "_b_maps", "_lock")
+    __slots__ = ("_launch", "_tail", "_a_args", "_b_args", "_a_maps", "_b_maps", "_lock",
+                 "_reduce", "_reduce_tail", "_workspace")  # fmt: skip
 
-    def __init__(self, kernel: Any, p: MatmulParams, cfg: MatmulSm90Config, dev: Any) -> None:
+    def __init__(
+        self, kernel: Any, p: MatmulParams, cfg: MatmulSm90Config, dev: Any, reduce: Any = None
+    ) -> None:
         from spio.cuda.tensor_map import DTYPES, L2_PROMOTIONS, SWIZZLES, check_tiled
 
+        if (cfg.split_k > 1) != (reduce is not None):
+            raise ValueError(
+                f"Sm90Launch: split_k={cfg.split_k} needs the split-K sum's kernel exactly when "
+                "split_k > 1 (matmul_sm90.bound loads it)"
+            )
         self._launch = kernel.bind(grid(p, cfg, dev))
         self._tail = (p.m, p.n, p.k, cfg.raster)
+        self._reduce = None
+        self._reduce_tail = (p.n, p.m * p.n)
+        self._workspace = (cfg.split_k * p.m * p.n,)
+        if reduce is not None:
+            self._reduce = reduce.bind(reduce_grid(p, reduce_config(p, cfg)), dependent=True)
         esize = DTYPES[p.dtype][1]
 
         def encode_args(rows: int, box_rows: int) -> tuple:
@@ -338,4 +471,11 @@ class Sm90Launch:
         a_ptr, b_ptr = a.data_ptr(), b.data_ptr()
         a_map = self._a_maps.get(a_ptr) or self._map(self._a_maps, self._a_args, a_ptr)
         b_map = self._b_maps.get(b_ptr) or self._map(self._b_maps, self._b_args, b_ptr)
-        self._launch((c, a_map, b_map, c if bias is None else bias, *self._tail), stream)
+        if self._reduce is None:
+            self._launch((c, a_map, b_map, c if bias is None else bias, *self._tail), stream)
+            return
+        import torch
+
+        ws = torch.empty(self._workspace, dtype=torch.float32, device=c.device)
+        self._launch((ws, a_map, b_map, ws, *self._tail), stream)
+        self._reduce((c, ws, ws if bias is None else bias, *self._reduce_tail), stream)

@@ -47,12 +47,18 @@
 ///   cluster walk the same pairs, so their streams stay in step; the cluster barrier follows
 ///   the last tile. PERSISTENT 0 compiles the one-tile code, whose SASS the persistent path
 ///   leaves unchanged.
+/// Split-K (SPLIT_K > 1; plain CTAs only): for shapes with too few tiles to fill the GPU (decode:
+///   M <= 128), the grid is (tiles, SPLIT_K) and CTA (t, y) sums k tiles [y per, (y + 1) per),
+///   per = ceil(k tiles / SPLIT_K), into fp32 slice y of a workspace (c points at it; Out is
+///   float, no bias): C is then their ordered sum (+ bias), rounded once, by
+///   matmul_splitk_reduce.cu. An empty range (more splits than k tiles) stores zeros.
+///   SPLIT_K 1 compiles the code without it.
 /// Not yet: multicast of A (clusters along N), a shared-memory / TMA-store epilogue, row-major B
-///   (the op runs the mma.sync kernel for it), small-M (split-K) configs.
+///   (the op runs the mma.sync kernel for it).
 /// Assumes: K % 8 == 0 (16-byte row strides for TMA), A, B 16-byte aligned (launch checks, the
 ///   op copies), C and bias element-aligned; sm_90a.
 // The generated header (included first) defines Element (__half or __nv_bfloat16), Out (the
-// same or float), BLOCK_N, STAGES, HAS_BIAS, PERSISTENT (0 or 1), the macro CLUSTER_M (1 or 2),
+// same or float), BLOCK_N, STAGES, HAS_BIAS, PERSISTENT (0 or 1), SPLIT_K, the macro CLUSTER_M (1 or 2),
 // the dims M, N, K, K8, STAGE and the swizzled shared-memory rings SmemA, SmemB; see
 // spio/kernels/matmul_sm90.py.
 #include "spio/mbarrier.h"
@@ -81,6 +87,10 @@ static_assert(BLOCK_N == 64 || BLOCK_N == 128 || BLOCK_N == 256,
               "matmul_sm90: BLOCK_N must be 64, 128 or 256 (a wgmma N and a TMA box <= 256)");
 static_assert(STAGES >= 2, "matmul_sm90: the ring needs at least 2 slots");
 static_assert(CLUSTER_M == 1 || CLUSTER_M == 2, "matmul_sm90: CLUSTER_M must be 1 or 2");
+
+static_assert(SPLIT_K == 1 || (CLUSTER_M == 1 && !PERSISTENT && !HAS_BIAS &&
+                               spio::detail::is_same_v<Out, float>),
+              "matmul_sm90: split-K runs plain CTAs writing fp32 partials (no bias)");
 
 constexpr int B_ROWS = BLOCK_N / CLUSTER_M;  // rows of the B box this CTA's producer copies
 
@@ -237,7 +247,14 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) SPIO_MATMUL_CLUSTER
     const int work = (tiles_m + CLUSTER_M - 1) / CLUSTER_M * tiles_n;
     const int first = static_cast<int>(blockIdx.x) / CLUSTER_M;
     const int stride = static_cast<int>(gridDim.x) / CLUSTER_M;
-    const int k_tiles = (k + BLOCK_K - 1) / BLOCK_K;
+    int k_tiles = (k + BLOCK_K - 1) / BLOCK_K;
+    int kt0 = 0;  // split-K: this CTA's k tiles are kt0 .. kt0 + k_tiles - 1
+    if constexpr (SPLIT_K > 1) {
+        const int per = (k_tiles + SPLIT_K - 1) / SPLIT_K;
+        kt0 = min(static_cast<int>(blockIdx.y) * per, k_tiles);
+        k_tiles = min(per, k_tiles - kt0);
+        c += static_cast<long long>(blockIdx.y) * m * n;  // slice y of the workspace
+    }
 
     if (threadIdx.x == 0) {
         spio::tma::prefetch(&a_map);
@@ -259,8 +276,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) SPIO_MATMUL_CLUSTER
         if (threadIdx.x == 0) {
             if constexpr (!PERSISTENT) {
                 for (int kt = 0; kt < k_tiles; ++kt) {
-                    load_slot(smem, kt % STAGES, (kt / STAGES) & 1, kt, tile_m, tile_n, rank,
-                              &a_map, &b_map);
+                    load_slot(smem, kt % STAGES, (kt / STAGES) & 1, kt0 + kt, tile_m, tile_n,
+                              rank, &a_map, &b_map);
                 }
             } else {
                 // One stream over the CTA's tiles: slot and phase carry over, so the next

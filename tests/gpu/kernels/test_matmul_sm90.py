@@ -142,3 +142,28 @@ def test_output_not_two_element_aligned(seed):
     _skip_unless_hopper()
     for flags in (FLAG_SETS[0], FLAG_SETS[1]):
         check(_params(flags, 130, 264, 96), k90.MatmulSm90Config(block_n=128, stages=3), seed, 1)
+    # The split-K sum stores element-wise too (its float4 loads read the workspace, not C).
+    check(_params(FLAG_SETS[2], 16, 264, 1024), k90.MatmulSm90Config(split_k=4), seed, 1)
+
+
+@pytest.mark.parametrize("m, n, k", [(16, 4096, 4096), (1, 1000, 2056), (100, 64, 4096)])
+def test_split_k_decode_shapes_same_bits_every_run(m, n, k, seed):
+    """The heuristic's split-K pick at decode shapes (one row of tiles, long K) against fp64,
+    and a second run with other values in the workspace's memory gives the same bits."""
+    _skip_unless_hopper()
+    p = _params(("bfloat16", False, True), m, n, k)
+    cfg = k90.heuristic(p, _device())
+    assert cfg.split_k > 1, cfg
+    check(p, cfg, seed)
+    g = torch.Generator("cuda").manual_seed(seed)
+    a = torch.randn(m, k, generator=g, device="cuda").to(torch.bfloat16)
+    b = torch.randn(n, k, generator=g, device="cuda").to(torch.bfloat16)
+    bias = torch.randn(n, generator=g, device="cuda").to(torch.bfloat16)
+    stream = torch.cuda.current_stream().cuda_stream
+    outs = []
+    for _ in range(2):
+        c = torch.empty(m, n, dtype=torch.bfloat16, device="cuda")
+        k90.launch(p, cfg, c, a, b, bias, stream=stream)
+        outs.append(c)
+        torch.full((cfg.split_k * m * n,), float("nan"), device="cuda")  # dirty the allocator
+    assert torch.equal(outs[0], outs[1]), f"{p} {cfg}: split-K results differ between runs"

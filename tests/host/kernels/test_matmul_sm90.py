@@ -51,14 +51,22 @@ def test_space_fits_shared_memory_and_is_sm90_only():
     assert max(c.stages for c in cfgs if c.block_n == 256) == 4  # 48 KiB a slot
     assert k90.heuristic(_p(), H100) in cfgs
     # Every plain config again as a cluster of two (same shared memory: B's halves share a slot),
-    # and all of those again persistent.
-    once = [c for c in cfgs if not c.persistent]
+    # and all of those again persistent; then the split-K ones.
+    split = [c for c in cfgs if c.split_k > 1]
+    assert split == [
+        k90.MatmulSm90Config(n, s, split_k=k)
+        for k in (2, 4, 8)
+        for n in k90.SPLIT_BLOCK_NS
+        for s in k90.SPLIT_STAGE_COUNTS
+        if k90.MatmulSm90Config(n, s).smem() <= H100.max_smem_per_block_optin
+    ]
+    once = [c for c in cfgs if not c.persistent and c.split_k == 1]
     plain = [c for c in once if c.cluster_m == 1]
     assert [c for c in once if c.cluster_m == 2] == [
         k90.MatmulSm90Config(c.block_n, c.stages, cluster_m=2) for c in plain
     ]
     assert [c for c in cfgs if c.persistent] == [replace(c, persistent=True) for c in once]
-    assert cfgs == once + [replace(c, persistent=True) for c in once]
+    assert cfgs == once + [replace(c, persistent=True) for c in once] + split
     assert k90.DEF.compiled(MatmulParams(300, 70, 16, b_transposed=True)) == _p()
     assert k90.configs(_p(b_transposed=False), H100) == []
     assert k90.configs(_p(), known_device("A100")) == []
@@ -72,6 +80,12 @@ def test_space_fits_shared_memory_and_is_sm90_only():
     for bad in (1, 0, "yes", None):
         with pytest.raises(ValueError, match="persistent must be a bool"):
             k90.MatmulSm90Config(persistent=bad)
+    for bad in (3, 16, True, 0):
+        with pytest.raises(ValueError, match="split_k must be one of"):
+            k90.MatmulSm90Config(split_k=bad)
+    for other in ({"cluster_m": 2}, {"persistent": True}):
+        with pytest.raises(ValueError, match="split_k > 1 runs plain CTAs"):
+            k90.MatmulSm90Config(split_k=2, **other)
 
 
 @pytest.mark.parametrize(
@@ -82,6 +96,29 @@ def test_heuristic_never_picks_a_cluster_nor_persistent(m, n, k):
     configs have not run on a GPU."""
     cfg = k90.heuristic(MatmulParams(m, n, k, b_transposed=True), H100)
     assert cfg.cluster_m == 1 and not cfg.persistent
+
+
+@pytest.mark.parametrize(
+    "m, n, k, split_k",
+    [
+        (16, 4096, 4096, 4),  # 32 tiles x 4 <= 132 SMs, 16 k tiles each
+        (1, 4096, 11008, 4),  # 8 would be 256 CTAs
+        (128, 4096, 4096, 4),  # still one row of tiles
+        (129, 4096, 4096, 1),  # two rows: no split
+        (16, 64, 4096, 8),  # one tile: the most splits of >= 8 k tiles
+        (16, 4096, 1024, 2),  # 16 k tiles: two parts of 8
+        (16, 4096, 960, 1),  # 15 k tiles: too short to split
+        (16, 11008, 4096, 1),  # 86 tiles: 2 x 86 > 132
+    ],
+)
+def test_heuristic_splits_k_for_one_row_of_tiles(m, n, k, split_k):
+    p = MatmulParams(m, n, k, b_transposed=True)
+    cfg = k90.heuristic(p, H100)
+    assert cfg.split_k == split_k, cfg
+    tiles_m, tiles_n = cfg.tiles(p)
+    assert k90.grid(p, cfg, H100) == (tiles_m * tiles_n, split_k, 1)
+    if split_k > 1:
+        assert cfg.label().endswith(f" k{split_k}") and cfg.block_n == (64 if n <= 64 else 128)
 
 
 @pytest.mark.parametrize("tiles_m", [1, 2, 3, 8, 9])
@@ -131,6 +168,23 @@ def test_persistent_grid_is_min_of_tiles_and_resident_ctas(m, n, cluster_m, bloc
     work, stride = tiles // cluster_m, ctas // cluster_m
     walked = sorted(t for first in range(stride) for t in range(first, work, stride))
     assert walked == list(range(work))
+
+
+@pytest.mark.parametrize("flags", FLAGS, ids=str)
+def test_split_sum_compiles_without_local_memory(flags):
+    """Every variant of the split-K sum (each split_k, float4 and scalar) for each dtype flag."""
+    for n in (64, 70):
+        p = replace(_p(*flags), n=n)
+        for rcfg in k90.reduce_configs(p, H100):
+            assert rcfg.vec == (4 if n % 4 == 0 else 1)
+            spec = k90.reduce_spec(p, rcfg, H100)
+            res = kernel_resources(compile_spec(spec, H100.arch))["matmul_splitk_reduce"]
+            assert res.local_bytes == 0, f"{rcfg}: {res}"
+    assert k90.reduce_config(replace(_p(), n=64), k90.MatmulSm90Config(split_k=8)) == (
+        k90.SplitReduceConfig(8, 4)
+    )
+    assert k90.reduce_grid(MatmulParams(16, 4096, 64), k90.SplitReduceConfig(4, 4)) == (64, 1, 1)
+    assert k90.reduce_grid(MatmulParams(3, 70, 64), k90.SplitReduceConfig(4, 1)) == (1, 1, 1)
 
 
 @pytest.mark.parametrize("flags", FLAGS, ids=str)
@@ -222,7 +276,7 @@ def _plain_variants() -> list[tuple[str, MatmulParams, k90.MatmulSm90Config]]:
     for flags in FLAGS:
         p = _p(*flags)
         for cfg in k90.configs(p, H100):
-            if cfg.cluster_m == 1 and not cfg.persistent:
+            if cfg.cluster_m == 1 and not cfg.persistent and cfg.split_k == 1:
                 out.append((f"{p.dtype}->{p.out_dtype} bias={p.has_bias} {cfg.label()}", p, cfg))
     return out
 
@@ -424,3 +478,43 @@ def test_launch_names_a_misaligned_operand():
     c = torch.empty(16, 8, dtype=torch.float16)
     with pytest.raises(ValueError, match=r"a must start 16-byte aligned.*a\.clone\(\)"):
         k90.launch(p, cfg, c, a, b, device=H100)
+
+
+def test_split_launch_writes_partials_then_sums_them(monkeypatch):
+    """With split_k > 1, Sm90Launch runs the main kernel on a (split_k, M, N) fp32 workspace
+    (its bias slot unused) over a (tiles, split_k) grid, then the sum as a dependent launch
+    (PDL) reading that workspace into C with the bias; a plain config refuses a sum kernel."""
+    import torch
+
+    from spio.cuda import driver
+
+    monkeypatch.setattr(driver, "tensor_map_encode_tiled", lambda *args: bytes(128))
+    p = MatmulParams(16, 200, 4096, "float16", "float16", b_transposed=True, has_bias=True)
+    cfg = k90.MatmulSm90Config(block_n=128, stages=6, split_k=4)
+    launched: list = []
+
+    class Kernel:
+        def __init__(self, name, grid, dependent):
+            self.name, self.grid, self.dependent = name, grid, dependent
+
+        def bind(self, grid, dependent=False):
+            assert (grid, dependent) == (self.grid, self.dependent), self.name
+            return lambda args, stream: launched.append((self.name, args, stream))
+
+    rcfg = k90.reduce_config(p, cfg)
+    assert rcfg == k90.SplitReduceConfig(4, 4)  # N % 4 == 0: float4 (N = 202 below: scalar)
+    main = Kernel("main", (2, 4, 1), False)
+    run = k90.Sm90Launch(main, p, cfg, H100, Kernel("sum", k90.reduce_grid(p, rcfg), True))
+    c, bias = torch.empty(16, 200, dtype=torch.float16), object()
+    run(c, _FakeTensor(0x10000), _FakeTensor(0x20000), bias, 5)
+    (name1, args1, s1), (name2, args2, s2) = launched
+    ws = args1[0]
+    assert (name1, name2, s1, s2) == ("main", "sum", 5, 5)
+    assert ws.dtype == torch.float32 and ws.shape == (4 * 16 * 200,) and args1[3] is ws
+    assert args1[4:] == (16, 200, 4096, cfg.raster)
+    assert args2[0] is c and args2[1] is ws and args2[2] is bias and args2[3:] == (200, 3200)
+    with pytest.raises(ValueError, match="needs the split-K sum's kernel exactly when"):
+        k90.Sm90Launch(main, p, cfg, H100)
+    with pytest.raises(ValueError, match="needs the split-K sum's kernel exactly when"):
+        k90.Sm90Launch(main, p, k90.MatmulSm90Config(), H100, Kernel("sum", (1, 1, 1), True))
+    assert k90.reduce_config(replace(p, n=202), cfg) == k90.SplitReduceConfig(4, 1)
