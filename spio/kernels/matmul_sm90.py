@@ -328,17 +328,8 @@ def heuristic(p: MatmulParams, dev: Any) -> MatmulSm90Config:
     """128 x 256 tiles with 4 slots, which the H100 timed within 0.92-1.00 of the best config at
     every shape with M >= 1024 (`benchmarks/bench_matmul_sm90.py`, docs/ops/matmul.md); 128 x 128
     with 6 slots when 256-wide tiles would leave more than half the SMs idle (decode shapes:
-    0.71 -> 1.00 at 16 x 4096 x 4096); 64-wide tiles for N <= 64. One row of tiles (M <= 128,
-    decode) with K long enough is split over K (`split_k`) in as many parts of >= 8 k tiles as
-    keep the CTAs within one per SM (reasoned from the tile counts; see docs/ops/matmul.md for
-    what the H100 measured)."""
-    block_n = 64 if p.n <= 64 else 128
-    tm, tn = MatmulSm90Config(block_n=block_n).tiles(p)
-    k_tiles = -(-p.k // BLOCK_K)
-    if tm == 1:
-        for split_k in reversed(SPLIT_KS[1:]):
-            if tn * split_k <= dev.sm_count and k_tiles >= 8 * split_k:
-                return MatmulSm90Config(block_n=block_n, stages=6, split_k=split_k)
+    0.71 -> 1.00 at 16 x 4096 x 4096); 64-wide tiles for N <= 64. Never split-K: see
+    `split_choice`."""
     if p.n <= 64:
         return MatmulSm90Config(block_n=64, stages=4)
     tm, tn = MatmulSm90Config(block_n=256).tiles(p)
@@ -371,6 +362,22 @@ def reduce_configs(p: MatmulParams, dev: Any) -> list[SplitReduceConfig]:
 def reduce_heuristic(p: MatmulParams, dev: Any) -> SplitReduceConfig:
     """Unused by the op (the sum's config follows the main kernel's: `reduce_config`)."""
     return reduce_configs(p, dev)[0]
+
+
+def split_choice(p: MatmulParams, dev: Any) -> MatmulSm90Config | None:
+    """The split-K config for one row of tiles (M <= 128, decode) with K long enough: as many
+    parts of >= 8 k tiles as keep the CTAs within one per SM, 6 slots; None otherwise. Not what
+    the op runs (`heuristic` never splits): on the H100 it brought the kernel to cuBLAS's time at
+    16 x 4096 x 4096 (L2 flushed: 0.72 -> 0.96-1.00; graph replay, B in L2: 0.35 -> 0.61), but
+    the op as called measured slower with it (docs/ops/matmul.md), which is not yet explained."""
+    block_n = 64 if p.n <= 64 else 128
+    tm, tn = MatmulSm90Config(block_n=block_n).tiles(p)
+    k_tiles = -(-p.k // BLOCK_K)
+    if tm == 1:
+        for split_k in reversed(SPLIT_KS[1:]):
+            if tn * split_k <= dev.sm_count and k_tiles >= 8 * split_k:
+                return MatmulSm90Config(block_n=block_n, stages=6, split_k=split_k)
+    return None
 
 
 # The split-K sum: derived from the main kernel's config (reduce_config), never selected alone.

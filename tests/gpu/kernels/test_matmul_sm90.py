@@ -148,12 +148,12 @@ def test_output_not_two_element_aligned(seed):
 
 @pytest.mark.parametrize("m, n, k", [(16, 4096, 4096), (1, 1000, 2056), (100, 64, 4096)])
 def test_split_k_decode_shapes_same_bits_every_run(m, n, k, seed):
-    """The heuristic's split-K pick at decode shapes (one row of tiles, long K) against fp64,
-    and a second run with other values in the workspace's memory gives the same bits."""
+    """`split_choice`'s split-K config at decode shapes (one row of tiles, long K) against
+    fp64, and a second run with other values in the workspace's memory gives the same bits."""
     _skip_unless_hopper()
     p = _params(("bfloat16", False, True), m, n, k)
-    cfg = k90.heuristic(p, _device())
-    assert cfg.split_k > 1, cfg
+    cfg = k90.split_choice(p, _device())
+    assert cfg is not None and cfg.split_k > 1, cfg
     check(p, cfg, seed)
     g = torch.Generator("cuda").manual_seed(seed)
     a = torch.randn(m, k, generator=g, device="cuda").to(torch.bfloat16)

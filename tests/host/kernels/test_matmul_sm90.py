@@ -111,9 +111,10 @@ def test_heuristic_never_picks_a_cluster_nor_persistent(m, n, k):
         (16, 11008, 4096, 1),  # 86 tiles: 2 x 86 > 132
     ],
 )
-def test_heuristic_splits_k_for_one_row_of_tiles(m, n, k, split_k):
+def test_split_choice_for_one_row_of_tiles(m, n, k, split_k):
     p = MatmulParams(m, n, k, b_transposed=True)
-    cfg = k90.heuristic(p, H100)
+    assert k90.heuristic(p, H100).split_k == 1  # the op never splits (yet)
+    cfg = k90.split_choice(p, H100) or k90.MatmulSm90Config()
     assert cfg.split_k == split_k, cfg
     tiles_m, tiles_n = cfg.tiles(p)
     assert k90.grid(p, cfg, H100) == (tiles_m * tiles_n, split_k, 1)
