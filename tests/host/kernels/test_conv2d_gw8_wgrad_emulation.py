@@ -216,15 +216,20 @@ def _cases(p: Conv2dGw8Params, dev, seed: int) -> list[Conv2dGw8WgradConfig]:
     return list(dict.fromkeys(sample(cfgs, 3, seed=seed) + sample(narrow, 2, seed=seed)))
 
 
-@pytest.mark.parametrize("p", SHAPES, ids=str)
-def test_wgrad_skips_give_the_exact_gradient(p, seed):
-    dev = known_device("H100")
+def _inputs(p, seed: int):
+    """Random fp64 x and dy of p (NHWC numpy arrays) and the reference dw, db."""
     g = torch.Generator().manual_seed(seed)
     x = torch.randn(p.n, p.c, p.h, p.w, generator=g, dtype=torch.float64)
     dy = torch.randn(p.n, p.c, p.p, p.q, generator=g, dtype=torch.float64)
     want_w = ref.wgrad(x, dy, (p.r, p.s), p.padding, p.stride).numpy()
     want_b = ref.bias_grad(dy).numpy()
-    xs, dys = x.permute(0, 2, 3, 1).numpy(), dy.permute(0, 2, 3, 1).numpy()
+    return x.permute(0, 2, 3, 1).numpy(), dy.permute(0, 2, 3, 1).numpy(), want_w, want_b
+
+
+@pytest.mark.parametrize("p", SHAPES, ids=str)
+def test_wgrad_skips_give_the_exact_gradient(p, seed):
+    dev = known_device("H100")
+    xs, dys, want_w, want_b = _inputs(p, seed)
     for cfg in _cases(p, dev, seed):
         dw, db, mmas = emulate_wgrad(xs, dys, p, cfg, dev)
         where = f"{p} {cfg} seed={seed}"
@@ -299,12 +304,7 @@ def test_chunked_row_walk_gives_the_exact_gradient(p, seed):
     """The chunked walk of long tasks (every task chunked wherever it has enough rows:
     max_task_rows 0), with the TALL_SHAPES' whole-task walk beside it."""
     dev = known_device("H100")
-    g = torch.Generator().manual_seed(seed)
-    x = torch.randn(p.n, p.c, p.h, p.w, generator=g, dtype=torch.float64)
-    dy = torch.randn(p.n, p.c, p.p, p.q, generator=g, dtype=torch.float64)
-    want_w = ref.wgrad(x, dy, (p.r, p.s), p.padding, p.stride).numpy()
-    want_b = ref.bias_grad(dy).numpy()
-    xs, dys = x.permute(0, 2, 3, 1).numpy(), dy.permute(0, 2, 3, 1).numpy()
+    xs, dys, want_w, want_b = _inputs(p, seed)
     cfgs = wg.configs(p, dev)
     tall = [c for c in cfgs if wt.task_rows(p, c) > wg.MAX_TASK_ROWS]
     for cfg in dict.fromkeys(sample(cfgs, 2, seed=seed) + sample(tall, 2, seed=seed)):
