@@ -147,7 +147,8 @@ KNOBS: tuple[Knob, ...] = (
         "pdl",
         bool,
         True,
-        "0 launches the second passes (layernorm_2d and conv2d_gw8 wgrad reductions) without "
+        "0 launches the second passes (layernorm_2d and conv2d_gw8 wgrad reductions, the matmul "
+        "split-K sum) without "
         "programmatic dependent launch on sm_90+; read when a kernel is loaded.",
     ),
     Knob(

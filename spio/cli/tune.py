@@ -205,7 +205,7 @@ def cmd_eval(a: argparse.Namespace) -> int:
             _usage_error("eval", "--model scores one family's model: name one --kernel")
         try:
             fixed = PerfModel.load(Path(a.model))
-        except (OSError, ValueError, ModelFormatError) as e:
+        except (OSError, EOFError, ValueError, ModelFormatError) as e:
             _usage_error("eval", f"--model {a.model}: cannot load it ({e})")
         if fixed.kernel != kernels[0]:
             _usage_error("eval", f"--model {a.model} is a {fixed.kernel} model, not {kernels[0]}")
@@ -217,6 +217,12 @@ def cmd_eval(a: argparse.Namespace) -> int:
             print(f"{k}: no samples (run `spio tune collect --kernel {k}` on a GPU first)")
         for device_name, samples in sorted(by_device.items()):
             dev = _device_for(device_name, "eval")
+            if fixed is not None and fixed.arch != dev.arch:
+                _usage_error(
+                    "eval",
+                    f"--model {a.model} was trained on {fixed.arch}; the {device_name} "
+                    f"samples are {dev.arch} (a model serves GPUs of its own arch only)",
+                )
             try:
                 print(evaluate(KERNELS[k], samples, dev, folds=a.folds, model=fixed))
             except ValueError as e:  # too few layers to hold one out
@@ -293,7 +299,8 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument(
         "--model",
         help="a trained model file (e.g. another GPU's, spio/tune/models/*.json.gz) that ranks "
-        "every shape instead of the folds' models: what that GPU's model would pick here",
+        "every shape instead of the folds' models (--folds is then unused): what that model "
+        "would pick on this data's GPU",
     )
     e.set_defaults(func=cmd_eval)
     s = sub.add_parser("select", help="ranked configs for a layer (no GPU needed)")

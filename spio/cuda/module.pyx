@@ -128,7 +128,7 @@ cdef class Function:
         dynamic shared memory; grid and block are ints or tuples of up to 3 ints.
 
         pdl=True launches with cuLaunchKernelEx and the attribute
-        CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION = 1 (programmatic dependent
+        CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION set to 1 (programmatic dependent
         launch, compute capability 9.0+): this kernel may start before the previous kernel in
         the stream has finished, as soon as all that kernel's CTAs have executed
         `griddepcontrol.launch_dependents` or exited. The kernel must therefore execute

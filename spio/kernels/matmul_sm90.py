@@ -401,10 +401,13 @@ def bound(p: MatmulParams, cfg: MatmulSm90Config, dev: Any, cache: Any = None) -
 
     cache = cache if cache is not None else default_function_cache()
     # raster is a launch argument: one loaded variant serves every value.
-    kernel = cache.get(DEF, p.variant(), replace(cfg, raster=1), dev)
+    variant = p.variant()
     reduce = None
     if cfg.split_k > 1:
-        reduce = cache.get(REDUCE_DEF, p.variant(), reduce_config(p, cfg), dev)
+        reduce = cache.get(REDUCE_DEF, variant, reduce_config(p, cfg), dev)
+        # Its partials are fp32 without the bias whatever p's output: one variant serves all.
+        variant = replace(variant, out_dtype="float32", has_bias=False)
+    kernel = cache.get(DEF, variant, replace(cfg, raster=1), dev)
     return Sm90Launch(kernel, p, cfg, dev, reduce)
 
 
@@ -421,8 +424,10 @@ class Sm90Launch:
     dict lookup.
 
     Split-K (cfg.split_k > 1, `reduce` the loaded sum): each call takes a workspace of split_k
-    x M x N floats from PyTorch's allocator on C's stream, the main kernel writes its partials
-    there and the sum (a dependent launch: PDL on sm_90) writes C."""
+    x M x N floats from PyTorch's allocator (recorded on the launch stream when that is not the
+    current one, so it is not reused before the kernels are done), the main kernel writes its
+    partials there and the sum (a dependent launch: PDL on sm_90) writes C. `stream` is a raw
+    handle (an int)."""
 
     MAP_CACHE = 64
     __slots__ = ("_launch", "_tail", "_a_args", "_b_args", "_a_maps", "_b_maps", "_lock",
@@ -484,5 +489,8 @@ class Sm90Launch:
         import torch
 
         ws = torch.empty(self._workspace, dtype=torch.float32, device=c.device)
+        if stream != torch.cuda.current_stream(c.device).cuda_stream:
+            # Freed when this returns: the allocator must not hand it out before `stream` is done.
+            ws.record_stream(torch.cuda.ExternalStream(stream, device=c.device))
         self._launch((ws, a_map, b_map, ws, *self._tail), stream)
         self._reduce((c, ws, ws if bias is None else bias, *self._reduce_tail), stream)

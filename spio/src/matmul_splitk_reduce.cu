@@ -3,16 +3,19 @@
 /// for e < total = M·N, in fp32, slices in ascending order, the bias last, rounded once: the
 /// order depends only on SPLIT_K, so the bits do not depend on the launch or the run.
 ///
-/// Tiling: one thread per VEC consecutive elements of C (VEC = 4 when N % 4 == 0 and C is
-///   4-element aligned, which the host checks; else 1), THREADS per CTA, a 1-D grid over M·N.
-///   Each thread issues its SPLIT_K loads (float4 or float) before the adds.
+/// Tiling: one thread per VEC consecutive elements of C (VEC = 4 when N % 4 == 0: a slice then
+///   starts 16-byte aligned in the fresh workspace and e..e+3 share a row; else 1), THREADS per
+///   CTA, a 1-D grid over M·N. Each thread issues its SPLIT_K loads (float4 or float) before the
+///   adds, and stores C one element at a time (C needs only element alignment).
 /// Traffic: reads SPLIT_K·M·N·4 B (mostly from L2: the main kernel wrote it just before), writes
 ///   M·N·sizeof(Out) B. Bound: latency at decode sizes (a few µs), memory beyond.
-/// Launch: on sm_90 the host launches it with programmatic dependent launch (PDL), so it may
-///   start while the main kernel still runs; `griddepcontrol.wait` (first statement) holds every
-///   thread until that grid has completed and its partials are visible. Partials are read with
-///   ld.global.cg (__ldcg): the non-coherent path assumes the data never changes while the kernel
-///   lives, which an overlapping producer breaks.
+/// Launch: on sm_90 the host launches it with programmatic dependent launch (PDL; the main
+///   kernel never triggers early, so at most the launch latency is hidden); `griddepcontrol.wait`
+///   (first statement) holds every thread until that grid has completed and its partials are
+///   visible. Partials are read with ld.global.cg (__ldcg): the non-coherent path assumes the
+///   data never changes while the kernel lives. This kernel must not trigger its own dependents
+///   early: the workspace is freed when the host call returns, and only the implicit trigger at
+///   exit keeps a later dependent launch off it.
 // The generated header defines Out (__half, __nv_bfloat16 or float), Element (the bias's type),
 // SPLIT_K, VEC, HAS_BIAS and THREADS; see spio/kernels/matmul_sm90.py.
 #include "spio/vector.h"

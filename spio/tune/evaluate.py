@@ -68,7 +68,7 @@ class Report:
         if self.fixed_model is not None:
             head = (
                 f"{self.kernel} on {self.device}: {self.shapes} shapes of {self.groups} layers, "
-                f"{self.samples} samples, ranked by {self.fixed_model} (trained on none of them)"
+                f"{self.samples} samples, ranked by {self.fixed_model}"
             )
         else:
             head = (
@@ -218,7 +218,7 @@ def evaluate(
     if not samples:
         raise ValueError(f"evaluate: no samples for {kdef.name}")
     groups = {group_key(kdef, s, split) for s in samples}
-    if len(groups) < 2:
+    if len(groups) < 2 and model is None:
         what = "layers" if split == "layer" else "shapes"
         raise ValueError(f"evaluate: {kdef.name} needs samples of at least 2 {what}, got 1")
     folds = 1 if model is not None else min(folds, len(groups))
@@ -279,5 +279,13 @@ def evaluate(
         len(full),
         _percentiles(full) if full else None,
         _percentiles(tuned) if tuned else None,
-        None if model is None else f"the {model.device} model",
+        None if model is None else _provenance(model, samples[0].device),
     )
+
+
+def _provenance(model: PerfModel, device: str) -> str:
+    """How a fixed model relates to samples measured on `device`: another GPU's model never saw
+    them; this GPU's may have (its training data is not known here)."""
+    if model.device != device:
+        return f"the {model.device} model (trained on another GPU's samples)"
+    return f"the {model.device} model (this GPU's: it may have trained on these samples)"

@@ -26,6 +26,7 @@ import subprocess
 import sys
 from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -507,7 +508,17 @@ def test_split_launch_writes_partials_then_sums_them(monkeypatch):
     main = Kernel("main", (2, 4, 1), False)
     run = k90.Sm90Launch(main, p, cfg, H100, Kernel("sum", k90.reduce_grid(p, rcfg), True))
     c, bias = torch.empty(16, 200, dtype=torch.float16), object()
+    # Stream 5 is the current one; on another, the workspace is recorded on the launch stream.
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: SimpleNamespace(
+        cuda_stream=5))  # fmt: skip
+    monkeypatch.setattr(torch.cuda, "ExternalStream", lambda handle, device=None: ("ext", handle))
+    recorded: list = []
+    monkeypatch.setattr(torch.Tensor, "record_stream", lambda t, s: recorded.append(s))
     run(c, _FakeTensor(0x10000), _FakeTensor(0x20000), bias, 5)
+    assert recorded == []
+    run(c, _FakeTensor(0x10000), _FakeTensor(0x20000), bias, 9)
+    assert recorded == [("ext", 9)]
+    launched = launched[:2]
     (name1, args1, s1), (name2, args2, s2) = launched
     ws = args1[0]
     assert (name1, name2, s1, s2) == ("main", "sum", 5, 5)
@@ -519,3 +530,23 @@ def test_split_launch_writes_partials_then_sums_them(monkeypatch):
     with pytest.raises(ValueError, match="needs the split-K sum's kernel exactly when"):
         k90.Sm90Launch(main, p, k90.MatmulSm90Config(), H100, Kernel("sum", (1, 1, 1), True))
     assert k90.reduce_config(replace(p, n=202), cfg) == k90.SplitReduceConfig(4, 1)
+
+
+def test_split_main_kernel_is_one_variant_for_every_output_and_bias():
+    """The split main kernel writes fp32 partials without the bias whatever p's output type and
+    bias, so `bound` loads one variant for all of them; the sum's variant keeps p's."""
+    keys: list = []
+
+    class Cache:
+        def get(self, kdef, params, cfg, dev):
+            keys.append((kdef.name, params, cfg))
+            return SimpleNamespace(bind=lambda grid, dependent=False: None)
+
+    cfg = k90.MatmulSm90Config(block_n=128, stages=6, split_k=4)
+    for out, bias in (("float16", False), ("float32", True)):
+        k90.bound(MatmulParams(16, 256, 4096, "float16", out, True, bias), cfg, H100, Cache())
+    mains = {params for name, params, _ in keys if name == "matmul_sm90"}
+    sums = {params for name, params, _ in keys if name == "matmul_splitk_reduce"}
+    assert mains == {MatmulParams(1, 1, 8, "float16", "float32", True, False)}
+    assert len(sums) == 2
+    assert all(c == replace(cfg, raster=1) for name, _, c in keys if name == "matmul_sm90")

@@ -186,5 +186,11 @@ def test_a_fixed_model_ranks_every_shape_and_trains_nothing(monkeypatch):
     report = ev.evaluate(kdef, samples, None, model=Fixed())  # type: ignore[arg-type]
     assert report.shapes == 6 and report.groups == 3
     assert report.regret_max == max((15.0 + n) / (10.0 + n) for n in (1, 8))
-    assert report.fixed_model == "the H100 model"
-    assert "ranked by the H100 model (trained on none of them)" in str(report)
+    assert report.fixed_model == "the H100 model (trained on another GPU's samples)"
+    assert "ranked by the H100 model (trained on another GPU's samples)" in str(report)
+    Fixed.device = "H200"  # this GPU's own model: it may have seen these shapes
+    one_layer = [s for s in samples if s.params["c"] == 16]
+    report = ev.evaluate(kdef, one_layer, None, model=Fixed())  # type: ignore[arg-type]
+    assert report.groups == 1 and "(this GPU's: it may have trained on these samples)" in str(
+        report
+    )
