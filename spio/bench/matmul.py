@@ -93,10 +93,11 @@ def measure(label, m, n, k, b_transposed, dtype_name, calls) -> dict:
     err = ((got.float() - ref).abs().max() / ref.abs().max().clamp_min(1e-30)).item()
     sync = torch.cuda.synchronize
     with override(assert_no_compile=True):
-        spio_called = time_calls(spio_op, sync, calls=calls, batches=BATCHES).as_called.median
+        spio_timing = time_calls(spio_op, sync, calls=calls, batches=BATCHES)
         spio_kernel = graph_time_us(spio_op, calls=calls, device=dev).median
-    torch_called = time_calls(torch_op, sync, calls=calls, batches=BATCHES).as_called.median
+    torch_timing = time_calls(torch_op, sync, calls=calls, batches=BATCHES)
     torch_kernel = graph_time_us(torch_op, calls=calls, device=dev).median
+    spio_called, torch_called = spio_timing.as_called.median, torch_timing.as_called.median
     flops = 2 * m * n * k
     return {
         "shape": label,
@@ -109,6 +110,10 @@ def measure(label, m, n, k, b_transposed, dtype_name, calls) -> dict:
         "kernel_ratio": torch_kernel / spio_kernel,
         "spio_us": spio_called,
         "cublas_us": torch_called,
+        # The host's time to issue the calls (as called minus it: the GPU's tail): tells a
+        # host-bound call from a GPU-bound one.
+        "spio_host_us": spio_timing.host.median,
+        "cublas_host_us": torch_timing.host.median,
         "rel_err_vs_cublas": err,
         "kernel": f"{family} {_describe(cfg)}",
     }
