@@ -55,6 +55,8 @@ while [ $# -gt 0 ]; do
           tests/gpu/kernels/test_matmul_sm90.py 2>&1 | tee "$OUT/test-hopper.log" | tail -30
       python3 benchmarks/bench_matmul_sm90.py --quick --csv "$OUT/matmul-sm90.csv" 2>&1 \
           | tee "$OUT/matmul-sm90.log"
+      # The op at decode shapes, plain vs split-K, PDL on/off: host and as-called time per call.
+      python3 benchmarks/matmul_split_ab.py 2>&1 | tee "$OUT/matmul-split-ab.log"
       ;;
     tune-conv)
       shift; minutes="$1"
