@@ -13,6 +13,7 @@ import threading
 from dataclasses import dataclass, replace
 from typing import Any
 
+from spio.kernels import matmul_splitk_reduce as splitk_sum
 from spio.kernels.kernel_def import KernelDef, KernelSpec
 from spio.kernels.matmul import stats
 from spio.kernels.matmul_params import MatmulParams
@@ -23,11 +24,10 @@ THREADS = 384  # producer warpgroup + two consumer warpgroups
 BLOCK_NS = (64, 128, 256)
 STAGE_COUNTS = (2, 3, 4, 5, 6, 8)
 CLUSTER_MS = (1, 2)  # CTAs of a cluster along M sharing (multicasting) one B tile
-SPLIT_KS = (1, 2, 4, 8)  # CTAs per tile along K (split-K: fp32 partials + an ordered sum)
+SPLIT_KS = (1, *splitk_sum.SPLITS)  # CTAs per tile along K (split-K: fp32 partials + a sum)
 # The split-K configs `configs` lists: few tiles want narrow ones, and deep rings per split.
 SPLIT_BLOCK_NS = (64, 128)
 SPLIT_STAGE_COUNTS = (4, 6, 8)
-REDUCE_THREADS = 256
 SWIZZLE_ALIGN = 1024  # the kernel aligns the ring to the 128-byte swizzle's 1024-byte atom
 # Registers a thread may use per block_n, what `ctas_per_sm` counts on: 80 keeps two CTAs of
 # 64-wide tiles on an SM, 168 is __launch_bounds__(384, 1)'s cap (NVRTC 13.0 uses 58-63 / 90-95 /
@@ -163,7 +163,8 @@ def spec(p: MatmulParams, cfg: MatmulSm90Config, dev: Any = None) -> KernelSpec:
     independent of m, n, k and raster. CLUSTER_M is a macro (the kernel's __cluster_dims__ is
     preprocessed on it); PERSISTENT a constant (0: the one-tile-per-CTA code, unchanged by the
     persistent one). With split_k > 1 the kernel writes fp32 partials without the bias (Out
-    float, HAS_BIAS 0); `reduce_spec`'s kernel applies p's output type and bias."""
+    float, HAS_BIAS 0); the sum (`spio.kernels.matmul_splitk_reduce`) applies p's output type
+    and bias."""
     from spio.generators import Constant, Macro, Type, dtype
 
     del dev
@@ -204,52 +205,6 @@ def spec(p: MatmulParams, cfg: MatmulSm90Config, dev: Any = None) -> KernelSpec:
         smem=cfg.smem(),
         arch_suffix="a",
     )
-
-
-@dataclass(frozen=True, slots=True)
-class SplitReduceConfig:
-    """The split-K sum's variant: `split_k` slices, `vec` elements per thread (4 when N % 4 ==
-    0: `reduce_config`)."""
-
-    split_k: int = 2
-    vec: int = 1
-
-
-def reduce_config(p: MatmulParams, cfg: MatmulSm90Config) -> SplitReduceConfig:
-    """The sum's config for a split-K launch of cfg: float4 loads when every 4-element run of C
-    stays in one row (N % 4 == 0; the workspace is a fresh allocation, 16-byte aligned, and the
-    kernel writes C one element at a time)."""
-    return SplitReduceConfig(cfg.split_k, 4 if p.n % 4 == 0 else 1)
-
-
-def reduce_spec(p: MatmulParams, cfg: SplitReduceConfig, dev: Any = None) -> KernelSpec:
-    """The ordered sum of split-K partials into C (+ bias): `spio/src/matmul_splitk_reduce.cu`."""
-    from spio.generators import Constant, Type, dtype
-
-    del dev
-    types = {"float16": dtype.half, "bfloat16": dtype.bfloat16, "float32": dtype.float}
-    return KernelSpec(
-        source="matmul_splitk_reduce.cu",
-        entry="matmul_splitk_reduce",
-        signature="pppil",  # c, workspace, bias, n, total
-        specs={
-            "Out": Type(types[p.out_dtype]),
-            "Element": Type(types[p.dtype]),
-            "SPLIT_K": Constant(cfg.split_k),
-            "VEC": Constant(cfg.vec),
-            "HAS_BIAS": Constant(int(p.has_bias)),
-            "THREADS": Constant(REDUCE_THREADS),
-        },
-        title=f"matmul split-K sum {cfg.split_k} -> {p.out_dtype} bias={p.has_bias} vec {cfg.vec}",
-        block=(REDUCE_THREADS, 1, 1),
-        smem=0,
-    )
-
-
-def reduce_grid(p: MatmulParams, cfg: SplitReduceConfig) -> tuple[int, int, int]:
-    """One thread per cfg.vec elements of C."""
-    per_cta = REDUCE_THREADS * cfg.vec
-    return (-(-(p.m * p.n) // per_cta), 1, 1)
 
 
 def smem_tiles(cfg: MatmulSm90Config) -> dict[str, Any]:
@@ -352,18 +307,6 @@ DEF = KernelDef(
 )
 
 
-def reduce_configs(p: MatmulParams, dev: Any) -> list[SplitReduceConfig]:
-    """Every variant of the sum p can run: each split_k > 1, vec as `reduce_config` sets it."""
-    del dev
-    vec = 4 if p.n % 4 == 0 else 1
-    return [SplitReduceConfig(k, vec) for k in SPLIT_KS[1:]]
-
-
-def reduce_heuristic(p: MatmulParams, dev: Any) -> SplitReduceConfig:
-    """Unused by the op (the sum's config follows the main kernel's: `reduce_config`)."""
-    return reduce_configs(p, dev)[0]
-
-
 def split_choice(p: MatmulParams, dev: Any) -> MatmulSm90Config | None:
     """The split-K config for one row of tiles (M <= 128, decode) with K long enough: as many
     parts of >= 8 k tiles as keep the CTAs within one per SM, 6 slots; None otherwise. Not what
@@ -380,19 +323,6 @@ def split_choice(p: MatmulParams, dev: Any) -> MatmulSm90Config | None:
     return None
 
 
-# The split-K sum: derived from the main kernel's config (reduce_config), never selected alone.
-REDUCE_DEF = KernelDef(
-    name="matmul_splitk_reduce",
-    params_type=MatmulParams,
-    config_type=SplitReduceConfig,
-    configs=reduce_configs,
-    spec=reduce_spec,
-    heuristic=reduce_heuristic,
-    stats=stats,
-    compiled_params=MatmulParams.variant,
-)
-
-
 def bound(p: MatmulParams, cfg: MatmulSm90Config, dev: Any, cache: Any = None) -> Sm90Launch:
     """The variant of (p, cfg) (and with split_k > 1 its sum's) loaded through `cache`
     (default: the process's shared function cache) and bound to p's problem: what the op's plan
@@ -404,7 +334,7 @@ def bound(p: MatmulParams, cfg: MatmulSm90Config, dev: Any, cache: Any = None) -
     variant = p.variant()
     reduce = None
     if cfg.split_k > 1:
-        reduce = cache.get(REDUCE_DEF, variant, reduce_config(p, cfg), dev)
+        reduce = cache.get(splitk_sum.DEF, variant, splitk_sum.config_for(p, cfg.split_k), dev)
         # Its partials are fp32 without the bias whatever p's output: one variant serves all.
         variant = replace(variant, out_dtype="float32", has_bias=False)
     kernel = cache.get(DEF, variant, replace(cfg, raster=1), dev)
@@ -449,7 +379,8 @@ class Sm90Launch:
         self._reduce_tail = (p.n, p.m * p.n)
         self._workspace = (cfg.split_k * p.m * p.n,)
         if reduce is not None:
-            self._reduce = reduce.bind(reduce_grid(p, reduce_config(p, cfg)), dependent=True)
+            sum_grid = splitk_sum.grid(p, splitk_sum.config_for(p, cfg.split_k))
+            self._reduce = reduce.bind(sum_grid, dependent=True)
         esize = DTYPES[p.dtype][1]
 
         def encode_args(rows: int, box_rows: int) -> tuple:

@@ -34,6 +34,7 @@ from spio.compiler import kernel_resources, nvrtc_version
 from spio.compiler.locate import find_tool
 from spio.cuda import known_device
 from spio.kernels import matmul_sm90 as k90
+from spio.kernels import matmul_splitk_reduce as sk
 from spio.kernels.loader import compile_spec
 from spio.kernels.matmul_params import MatmulParams
 
@@ -177,16 +178,14 @@ def test_split_sum_compiles_without_local_memory(flags):
     """Every variant of the split-K sum (each split_k, float4 and scalar) for each dtype flag."""
     for n in (64, 70):
         p = replace(_p(*flags), n=n)
-        for rcfg in k90.reduce_configs(p, H100):
+        for rcfg in sk.configs(p, H100):
             assert rcfg.vec == (4 if n % 4 == 0 else 1)
-            spec = k90.reduce_spec(p, rcfg, H100)
+            spec = sk.spec(p, rcfg, H100)
             res = kernel_resources(compile_spec(spec, H100.arch))["matmul_splitk_reduce"]
             assert res.local_bytes == 0, f"{rcfg}: {res}"
-    assert k90.reduce_config(replace(_p(), n=64), k90.MatmulSm90Config(split_k=8)) == (
-        k90.SplitReduceConfig(8, 4)
-    )
-    assert k90.reduce_grid(MatmulParams(16, 4096, 64), k90.SplitReduceConfig(4, 4)) == (64, 1, 1)
-    assert k90.reduce_grid(MatmulParams(3, 70, 64), k90.SplitReduceConfig(4, 1)) == (1, 1, 1)
+    assert sk.config_for(replace(_p(), n=64), 8) == sk.SplitSumConfig(8, 4)
+    assert sk.grid(MatmulParams(16, 4096, 64), sk.SplitSumConfig(4, 4)) == (64, 1, 1)
+    assert sk.grid(MatmulParams(3, 70, 64), sk.SplitSumConfig(4, 1)) == (1, 1, 1)
 
 
 @pytest.mark.parametrize("flags", FLAGS, ids=str)
@@ -503,10 +502,10 @@ def test_split_launch_writes_partials_then_sums_them(monkeypatch):
             assert (grid, dependent) == (self.grid, self.dependent), self.name
             return lambda args, stream: launched.append((self.name, args, stream))
 
-    rcfg = k90.reduce_config(p, cfg)
-    assert rcfg == k90.SplitReduceConfig(4, 4)  # N % 4 == 0: float4 (N = 202 below: scalar)
+    rcfg = sk.config_for(p, cfg.split_k)
+    assert rcfg == sk.SplitSumConfig(4, 4)  # N % 4 == 0: float4 (N = 202 below: scalar)
     main = Kernel("main", (2, 4, 1), False)
-    run = k90.Sm90Launch(main, p, cfg, H100, Kernel("sum", k90.reduce_grid(p, rcfg), True))
+    run = k90.Sm90Launch(main, p, cfg, H100, Kernel("sum", sk.grid(p, rcfg), True))
     c, bias = torch.empty(16, 200, dtype=torch.float16), object()
     # Stream 5 is the current one; on another, the workspace is recorded on the launch stream.
     monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: SimpleNamespace(
@@ -529,7 +528,7 @@ def test_split_launch_writes_partials_then_sums_them(monkeypatch):
         k90.Sm90Launch(main, p, cfg, H100)
     with pytest.raises(ValueError, match="needs the split-K sum's kernel exactly when"):
         k90.Sm90Launch(main, p, k90.MatmulSm90Config(), H100, Kernel("sum", (1, 1, 1), True))
-    assert k90.reduce_config(replace(p, n=202), cfg) == k90.SplitReduceConfig(4, 1)
+    assert sk.config_for(replace(p, n=202), cfg.split_k) == sk.SplitSumConfig(4, 1)
 
 
 def test_split_main_kernel_is_one_variant_for_every_output_and_bias():
