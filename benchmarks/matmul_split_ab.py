@@ -2,21 +2,20 @@
 
     python benchmarks/matmul_split_ab.py [--calls 50] [--batches 5]
 
-The twelfth session measured the op as called at 16 x 4096 x 4096 at 69.3 µs a call with the
-split-K config against 14.6 µs replayed from a CUDA graph, where the plain config's calls cost
-their graph time + ~7 µs (docs/ops/matmul.md, "Split-K for decode shapes"). This script settles
-it on one GPU in one run: for each shape, `spio.functional.matmul` (B as (N, K)) is timed as
-called (back-to-back eager calls: the host's time to make them and the time until the GPU has
-run them, `spio.bench.host_timing.time_calls`) and replayed from a CUDA graph
-(`graph_time_us`), running the plain heuristic config or `matmul_sm90.split_choice`'s, each with
-SPIO_PDL on and off (the split sum is the only PDL launch here), next to torch.matmul. Needs an
-sm_90 GPU. The op runs the plain config unless this script swaps `kernel_choice`.
+For each shape, `spio.functional.matmul` (B as (N, K)) is timed as called (back-to-back eager
+calls: the host's time to make them and the time until the GPU has run them,
+`spio.bench.host_timing.time_calls`) and replayed from a CUDA graph (`graph_time_us`), running the
+plain config (the heuristic's tiles without the split) or `matmul_sm90.split_choice`'s (what the
+heuristic picks at these shapes), each with SPIO_PDL on and off (the split sum is the only PDL
+launch here), next to torch.matmul. Needs an sm_90 GPU. docs/ops/matmul.md ("Split-K for decode
+shapes") has the measurements.
 """
 
 from __future__ import annotations
 
 import argparse
 import functools
+from dataclasses import replace
 
 SHAPES = ((16, 4096, 4096), (1, 4096, 4096), (64, 4096, 4096), (16, 4096, 11008))  # M, N, K
 
@@ -54,10 +53,14 @@ def main(argv: list[str] | None = None) -> int:
     from spio.settings import override
 
     mm = importlib.import_module("spio.functional.matmul")
-    plain_choice = mm.kernel_choice
+    op_choice = mm.kernel_choice  # the heuristic: split-K at these shapes
+
+    def plain_kernel_choice(p, dev):
+        family, cfg = op_choice(p, dev)
+        return (family, replace(cfg, split_k=1)) if family == "sm90" else (family, cfg)
 
     def split_kernel_choice(p, dev):
-        family, cfg = plain_choice(p, dev)
+        family, cfg = op_choice(p, dev)
         split = k90.split_choice(p, dev) if family == "sm90" else None
         return (family, split) if split is not None else (family, cfg)
 
@@ -70,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
         spio_op = functools.partial(sf.matmul, a, b, b_transposed=True)
         row.update({f"torch_{key}": v for key, v in _time(torch_op, args.calls,
                                                           args.batches).items()})  # fmt: skip
-        for name, choice in (("plain", plain_choice), ("split", split_kernel_choice)):
+        for name, choice in (("plain", plain_kernel_choice), ("split", split_kernel_choice)):
             for pdl in (True, False):
                 mm.kernel_choice = choice
                 _plans.clear()
@@ -79,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
                     with override(pdl=pdl):
                         times = _time(spio_op, args.calls, args.batches)
                 finally:
-                    mm.kernel_choice = plain_choice
+                    mm.kernel_choice = op_choice
                     _plans.clear()
                     default_function_cache().clear()
                 tag = f"{name}{'' if pdl else '_nopdl'}"

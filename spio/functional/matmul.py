@@ -199,7 +199,7 @@ class _Plan:
 
     __slots__ = (
         "launch", "size", "out_dtype", "device", "index", "a_contig", "b_contig", "bias_contig",
-        "pad_n", "b_transposed", "has_bias",
+        "pad_n", "b_transposed", "has_bias", "workspace",
     )  # fmt: skip
 
     def __init__(self, a, b, bias, out_dtype: torch.dtype, b_transposed: bool) -> None:
@@ -219,12 +219,14 @@ class _Plan:
         # Rows of a row-major B must start 16-byte aligned: its columns are padded to 8.
         self.pad_n = 0 if b_transposed else (-n) % 8
         self.launch: Any
+        self.workspace = None
         # On the tensors' GPU: an autotune measures there, and the kernel is loaded into that
         # GPU's context (the function cache files it under dev's ordinal).
         with torch.cuda.device(a.device):
             family, cfg = kernel_choice(p, dev)
             if family == "sm90":
                 self.launch = k90.bound(p, cfg, dev)
+                self.workspace = self.launch.workspace
             else:
                 kernel = default_function_cache().get(mm.DEF, mm.DEF.compiled(p), cfg, dev)
                 ldb = k if b_transposed else n + self.pad_n
@@ -248,7 +250,11 @@ class _Plan:
         if bias is not None and (not self.bias_contig or bias.data_ptr() & 15):
             bias = bias.contiguous() if not self.bias_contig else bias.clone()
         out = _empty(self.size, dtype=self.out_dtype, device=self.device)
-        self.launch(out, a, b, bias, raw_stream(self.index))
+        if self.workspace is None:
+            self.launch(out, a, b, bias, raw_stream(self.index))
+        else:  # split-K (sm90): fp32 partials, allocated for the current stream as `out` is
+            ws = _empty(self.workspace, dtype=torch.float32, device=self.device)
+            self.launch(out, a, b, bias, raw_stream(self.index), ws)
         return out
 
 

@@ -280,11 +280,14 @@ def launch(
 
 
 def heuristic(p: MatmulParams, dev: Any) -> MatmulSm90Config:
-    """128 x 256 tiles with 4 slots, which the H100 timed within 0.92-1.00 of the best config at
-    every shape with M >= 1024 (`benchmarks/bench_matmul_sm90.py`, docs/ops/matmul.md); 128 x 128
-    with 6 slots when 256-wide tiles would leave more than half the SMs idle (decode shapes:
-    0.71 -> 1.00 at 16 x 4096 x 4096); 64-wide tiles for N <= 64. Never split-K: see
-    `split_choice`."""
+    """`split_choice`'s config for decode shapes (one row of tiles, K long enough), else 128 x
+    256 tiles with 4 slots, which the H100 timed within 0.92-1.00 of the best config at every
+    shape with M >= 1024 (`benchmarks/bench_matmul_sm90.py`, docs/ops/matmul.md); 128 x 128 with
+    6 slots when 256-wide tiles would leave more than half the SMs idle (0.71 -> 1.00 at 16 x
+    4096 x 4096 before split-K); 64-wide tiles for N <= 64."""
+    split = split_choice(p, dev)
+    if split is not None:
+        return split
     if p.n <= 64:
         return MatmulSm90Config(block_n=64, stages=4)
     tm, tn = MatmulSm90Config(block_n=256).tiles(p)
@@ -309,10 +312,10 @@ DEF = KernelDef(
 
 def split_choice(p: MatmulParams, dev: Any) -> MatmulSm90Config | None:
     """The split-K config for one row of tiles (M <= 128, decode) with K long enough: as many
-    parts of >= 8 k tiles as keep the CTAs within one per SM, 6 slots; None otherwise. Not what
-    the op runs (`heuristic` never splits): on the H100 it brought the kernel to cuBLAS's time at
-    16 x 4096 x 4096 (L2 flushed: 0.72 -> 0.96-1.00; graph replay, B in L2: 0.35 -> 0.61), but
-    the op as called measured slower with it (docs/ops/matmul.md), which is not yet explained."""
+    parts of >= 8 k tiles as keep the CTAs within one per SM, 6 slots; None otherwise. On the
+    H100 it brought the kernel to cuBLAS's time at 16 x 4096 x 4096 (L2 flushed: 0.72 -> 0.96-
+    1.00; graph replay, B in L2: 0.35 -> 0.61); its second launch and workspace cost the op as
+    called a few µs of host time (docs/ops/matmul.md, "Split-K for decode shapes")."""
     block_n = 64 if p.n <= 64 else 128
     tm, tn = MatmulSm90Config(block_n=block_n).tiles(p)
     k_tiles = -(-p.k // BLOCK_K)
@@ -354,10 +357,12 @@ class Sm90Launch:
     dict lookup.
 
     Split-K (cfg.split_k > 1, `reduce` the loaded sum): each call takes a workspace of split_k
-    x M x N floats from PyTorch's allocator (recorded on the launch stream when that is not the
-    current one, so it is not reused before the kernels are done), the main kernel writes its
-    partials there and the sum (a dependent launch: PDL on sm_90) writes C. `stream` is a raw
-    handle (an int)."""
+    x M x N floats (`workspace`, the shape): the caller's `workspace` tensor (fp32, contiguous,
+    16-byte aligned, allocated for the launch stream: the op's plan passes one from PyTorch's
+    allocator on the current stream), else one from PyTorch's allocator (recorded on the launch
+    stream when that is not the current one, so it is not reused before the kernels are done).
+    The main kernel writes its partials there and the sum (a dependent launch: PDL on sm_90)
+    writes C. `stream` is a raw handle (an int)."""
 
     MAP_CACHE = 64
     __slots__ = ("_launch", "_tail", "_a_args", "_b_args", "_a_maps", "_b_maps", "_lock",
@@ -410,18 +415,27 @@ class Sm90Launch:
                 maps[address] = raw
         return raw
 
-    def __call__(self, c: Any, a: Any, b: Any, bias: Any, stream: int) -> None:
+    @property
+    def workspace(self) -> tuple[int, ...] | None:
+        """The shape of the fp32 workspace a split-K call takes (None for a plain config)."""
+        return self._workspace if self._reduce is not None else None
+
+    def __call__(
+        self, c: Any, a: Any, b: Any, bias: Any, stream: int, workspace: Any = None
+    ) -> None:
         a_ptr, b_ptr = a.data_ptr(), b.data_ptr()
         a_map = self._a_maps.get(a_ptr) or self._map(self._a_maps, self._a_args, a_ptr)
         b_map = self._b_maps.get(b_ptr) or self._map(self._b_maps, self._b_args, b_ptr)
         if self._reduce is None:
             self._launch((c, a_map, b_map, c if bias is None else bias, *self._tail), stream)
             return
-        import torch
+        ws = workspace
+        if ws is None:
+            import torch
 
-        ws = torch.empty(self._workspace, dtype=torch.float32, device=c.device)
-        if stream != torch.cuda.current_stream(c.device).cuda_stream:
-            # Freed when this returns: the allocator must not hand it out before `stream` is done.
-            ws.record_stream(torch.cuda.ExternalStream(stream, device=c.device))
+            ws = torch.empty(self._workspace, dtype=torch.float32, device=c.device)
+            if stream != torch.cuda.current_stream(c.device).cuda_stream:
+                # Freed when this returns: the allocator must not reuse it before `stream` is done.
+                ws.record_stream(torch.cuda.ExternalStream(stream, device=c.device))
         self._launch((ws, a_map, b_map, ws, *self._tail), stream)
         self._reduce((c, ws, ws if bias is None else bias, *self._reduce_tail), stream)

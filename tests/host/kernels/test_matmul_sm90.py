@@ -27,6 +27,7 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
+from unittest.mock import ANY
 
 import pytest
 
@@ -115,9 +116,12 @@ def test_heuristic_never_picks_a_cluster_nor_persistent(m, n, k):
 )
 def test_split_choice_for_one_row_of_tiles(m, n, k, split_k):
     p = MatmulParams(m, n, k, b_transposed=True)
-    assert k90.heuristic(p, H100).split_k == 1  # the op never splits (yet)
     cfg = k90.split_choice(p, H100) or k90.MatmulSm90Config()
     assert cfg.split_k == split_k, cfg
+    if split_k > 1:  # what the op runs
+        assert k90.heuristic(p, H100) == cfg
+    else:
+        assert k90.heuristic(p, H100).split_k == 1
     tiles_m, tiles_n = cfg.tiles(p)
     assert k90.grid(p, cfg, H100) == (tiles_m * tiles_n, split_k, 1)
     if split_k > 1:
@@ -517,13 +521,23 @@ def test_split_launch_writes_partials_then_sums_them(monkeypatch):
     assert recorded == []
     run(c, _FakeTensor(0x10000), _FakeTensor(0x20000), bias, 9)
     assert recorded == [("ext", 9)]
-    launched = launched[:2]
+    del launched[2:]
     (name1, args1, s1), (name2, args2, s2) = launched
     ws = args1[0]
     assert (name1, name2, s1, s2) == ("main", "sum", 5, 5)
     assert ws.dtype == torch.float32 and ws.shape == (4 * 16 * 200,) and args1[3] is ws
     assert args1[4:] == (16, 200, 4096, cfg.raster)
     assert args2[0] is c and args2[1] is ws and args2[2] is bias and args2[3:] == (200, 3200)
+    # The caller's workspace (the op's plan passes one): used as is, no stream query.
+    assert run.workspace == (4 * 16 * 200,)
+    given = torch.empty(run.workspace, dtype=torch.float32)
+    monkeypatch.setattr(torch.cuda, "current_stream", None)
+    launched.clear()
+    run(c, _FakeTensor(0x10000), _FakeTensor(0x20000), bias, 9, given)
+    assert [(n, a[0], a[1]) for n, a, _ in launched] == [("main", given, ANY), ("sum", c, given)]
+    assert recorded == [("ext", 9)]
+    plain = k90.Sm90Launch(Kernel("main", (2, 1, 1), False), p, replace(cfg, split_k=1), H100)
+    assert plain.workspace is None
     with pytest.raises(ValueError, match="needs the split-K sum's kernel exactly when"):
         k90.Sm90Launch(main, p, cfg, H100)
     with pytest.raises(ValueError, match="needs the split-K sum's kernel exactly when"):
