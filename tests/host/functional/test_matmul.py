@@ -230,3 +230,51 @@ def test_plan_loads_its_kernel_on_the_tensors_gpu(monkeypatch, b_transposed):
     fm._Plan(a, b, None, torch.float16, b_transposed)
     want = "matmul_sm90" if b_transposed else "matmul"
     assert loads == [(want, str(a.device))]
+
+
+def test_split_plan_passes_its_workspace(monkeypatch):
+    """At a decode shape on an H100 the plan runs split-K (`matmul_sm90.heuristic`): it loads the
+    main kernel and the sum, and each call allocates the fp32 (split_k x M x N) workspace as it
+    allocates the output (on the current stream) and hands it to the launch with that stream."""
+    import contextlib
+    import importlib
+
+    from spio.cuda import driver, known_device
+    from spio.kernels import loader
+
+    fm = importlib.import_module("spio.functional.matmul")
+    loads, launched, allocated = [], [], []
+
+    class Kernel:
+        def __init__(self, name):
+            self.name = name
+
+        def bind(self, grid, **kw):
+            return lambda args, stream: launched.append((self.name, args, stream))
+
+    class Cache:
+        def get(self, kdef, params, cfg, dev):
+            loads.append(kdef.name)
+            return Kernel(kdef.name)
+
+    def empty(size, dtype, device):
+        allocated.append((tuple(size), dtype))
+        return torch.empty(size, dtype=dtype, device="meta")
+
+    monkeypatch.setattr(loader, "default_function_cache", lambda: Cache())
+    monkeypatch.setattr(fm, "device_attributes", lambda index: known_device("H100"))
+    monkeypatch.setattr(driver, "tensor_map_encode_tiled", lambda *args: bytes(128))
+    monkeypatch.setattr(fm, "_empty", empty)
+    monkeypatch.setattr(fm, "raw_stream", lambda index: 7)
+    monkeypatch.setattr(torch.cuda, "device", lambda d: contextlib.nullcontext())
+    a = torch.empty(16, 1024, dtype=torch.float16, device="meta")
+    b = torch.empty(256, 1024, dtype=torch.float16, device="meta")
+    plan = fm._Plan(a, b, None, torch.float16, True)
+    assert sorted(loads) == ["matmul_sm90", "matmul_splitk_reduce"]
+    assert plan.workspace == (2 * 16 * 256,)  # 16 k tiles: 2 splits of 8
+    out = plan.forward(a, b, None)
+    assert allocated == [((16, 256), torch.float16), ((2 * 16 * 256,), torch.float32)]
+    (main, main_args, s1), (total, sum_args, s2) = launched
+    assert (main, total, s1, s2) == ("matmul_sm90", "matmul_splitk_reduce", 7, 7)
+    assert main_args[0] is sum_args[1] and sum_args[0] is out
+    assert main_args[0].shape == (2 * 16 * 256,) and main_args[0].dtype == torch.float32
