@@ -209,6 +209,15 @@ SPIO_DEVICE void mma_slot(float (&d)[ACC], const Smem& smem, int s, int rows, bo
     spio::warpgroup::commit_group();
 }
 
+/// The persistent stream's next ring position: slot s + 1, or slot 0 with the phase flipped
+/// after the last slot. The producer and the consumers walk the same sequence.
+SPIO_DEVICE void next_slot(int& s, unsigned& phase) {
+    if (++s == STAGES) {
+        s = 0;
+        phase ^= 1;
+    }
+}
+
 /// A consumer warpgroup frees slot s if `when`: one arrival on this CTA's `empty` barrier, or
 /// with a cluster thread r of the warpgroup arrives on the barrier of the CTA of rank r.
 SPIO_DEVICE void release_slot(const Smem& smem, int s, bool when) {
@@ -289,10 +298,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) SPIO_MATMUL_CLUSTER
                     tile_of(w, tiles_m, tiles_n, raster, rank, tm, tn);
                     for (int kt = 0; kt < k_tiles; ++kt) {
                         load_slot(smem, s, phase, kt, tm, tn, rank, &a_map, &b_map);
-                        if (++s == STAGES) {
-                            s = 0;
-                            phase ^= 1;
-                        }
+                        next_slot(s, phase);
                     }
                 }
             }
@@ -340,10 +346,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) SPIO_MATMUL_CLUSTER
                 spio::warpgroup::wait_group<1>();  // the previous slot's batch has completed
                 release_slot(smem, prev, kt > 0);
                 prev = s;
-                if (++s == STAGES) {
-                    s = 0;
-                    phase ^= 1;
-                }
+                next_slot(s, phase);
             }
             spio::warpgroup::wait_group<0>();
             release_slot(smem, prev, true);  // the tile's last slot: its batch has completed
