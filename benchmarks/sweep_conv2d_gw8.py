@@ -15,6 +15,7 @@ Use it to compare two versions of a kernel source on the same GPU (the JIT recom
     python benchmarks/sweep_conv2d_gw8.py --points "56,56,3,256,2"   # stride 2, input 56x56
     python benchmarks/sweep_conv2d_gw8.py --csv sweep.csv      # every timing, for plotting
     python benchmarks/sweep_conv2d_gw8.py --kernel wgrad --idle-warps --points "440,14,3,128,2"
+    python benchmarks/sweep_conv2d_gw8.py --kernel fprop,dgrad --cp-async   # without TMA rows
 """
 
 from __future__ import annotations
@@ -180,6 +181,11 @@ def main(argv: list[str] | None = None) -> int:
         help="fprop/dgrad: the kernel's longest unrolled row step (default: the module's, 12)",
     )
     ap.add_argument(
+        "--cp-async",
+        action="store_true",
+        help="fprop/dgrad: load input rows with cp.async even on sm_90 (the kernel before TMA rows)",
+    )
+    ap.add_argument(
         "--idle-warps",
         action="store_true",
         help="wgrad: also the 2- and 4-warp CTAs with idle warps at odd group counts",
@@ -201,6 +207,10 @@ def main(argv: list[str] | None = None) -> int:
         from spio.kernels.conv2d_gw8 import fprop
 
         fprop.MAX_STEP_ROWS = a.max_step_rows
+    if a.cp_async:
+        from spio.kernels.conv2d_gw8 import fprop
+
+        fprop.TMA_ROWS = False
 
     every = []
     for which in passes:

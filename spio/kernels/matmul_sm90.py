@@ -9,7 +9,6 @@ other GPUs run the mma.sync kernel (`spio.kernels.matmul`).
 
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -349,12 +348,9 @@ class Sm90Launch:
     C = A @ B^T (+ bias) on tensors `launch` would accept (contiguous, 16-byte aligned); the op
     checks them through its call signature instead of on every call.
 
-    A tensor map holds its tensor's address, so each call needs the maps of its A and B. Both
-    are encoded once per address (validated once here, then one driver call each) and kept:
-    weights keep their address, and PyTorch's caching allocator hands activations the same few
-    blocks, so a steady loop encodes nothing. At most MAP_CACHE addresses per operand are kept
-    (the oldest dropped first). A miss takes a lock (plans are shared by threads); a hit is one
-    dict lookup.
+    A tensor map holds its tensor's address, so each call needs the maps of its A and B: one
+    `spio.cuda.tensor_map.MapCache` per operand (encoded once per address, at most MAP_CACHE
+    addresses kept), so a steady loop encodes nothing and a hit is one dict lookup.
 
     Split-K (cfg.split_k > 1, `reduce` the loaded sum): each call takes a workspace of split_k
     x M x N floats (`workspace`, the shape): the caller's `workspace` tensor (fp32, contiguous,
@@ -365,13 +361,13 @@ class Sm90Launch:
     writes C. `stream` is a raw handle (an int)."""
 
     MAP_CACHE = 64
-    __slots__ = ("_launch", "_tail", "_a_args", "_b_args", "_a_maps", "_b_maps", "_lock",
-                 "_reduce", "_reduce_tail", "_workspace")  # fmt: skip
+    __slots__ = ("_launch", "_tail", "_a_maps", "_b_maps", "_reduce", "_reduce_tail",
+                 "_workspace")  # fmt: skip
 
     def __init__(
         self, kernel: Any, p: MatmulParams, cfg: MatmulSm90Config, dev: Any, reduce: Any = None
     ) -> None:
-        from spio.cuda.tensor_map import DTYPES, L2_PROMOTIONS, SWIZZLES, check_tiled
+        from spio.cuda.tensor_map import MapCache
 
         if (cfg.split_k > 1) != (reduce is not None):
             raise ValueError(
@@ -386,34 +382,14 @@ class Sm90Launch:
         if reduce is not None:
             sum_grid = splitk_sum.grid(p, splitk_sum.config_for(p, cfg.split_k))
             self._reduce = reduce.bind(sum_grid, dependent=True)
-        esize = DTYPES[p.dtype][1]
 
-        def encode_args(rows: int, box_rows: int) -> tuple:
-            # What `spio.cuda.tensor_map.tiled` passes the driver, less the address.
-            check_tiled(16, p.dtype, (rows, p.k), (p.k, 1), (box_rows, BLOCK_K), 128)
-            return (
-                DTYPES[p.dtype][0], (p.k, rows), (p.k * esize,), (BLOCK_K, box_rows), (1, 1), 0,
-                SWIZZLES[128], L2_PROMOTIONS[128], 0,
-            )  # fmt: skip
+        def maps(rows: int, box_rows: int) -> MapCache:
+            return MapCache(p.dtype, (rows, p.k), (p.k, 1), (box_rows, BLOCK_K), swizzle=128,
+                            limit=self.MAP_CACHE)  # fmt: skip
 
-        self._a_args = encode_args(p.m, BLOCK_M)
+        self._a_maps = maps(p.m, BLOCK_M)
         # With a cluster each CTA copies 1 / cluster_m of the B tile (multicast to both).
-        self._b_args = encode_args(p.n, cfg.block_n // cfg.cluster_m)
-        self._a_maps: dict[int, bytes] = {}
-        self._b_maps: dict[int, bytes] = {}
-        self._lock = threading.Lock()
-
-    def _map(self, maps: dict[int, bytes], args: tuple, address: int) -> bytes:
-        from spio.cuda import driver
-
-        with self._lock:
-            raw = maps.get(address)
-            if raw is None:
-                if len(maps) >= self.MAP_CACHE:
-                    del maps[next(iter(maps))]
-                raw = driver.tensor_map_encode_tiled(args[0], address, *args[1:])
-                maps[address] = raw
-        return raw
+        self._b_maps = maps(p.n, cfg.block_n // cfg.cluster_m)
 
     @property
     def workspace(self) -> tuple[int, ...] | None:
@@ -423,9 +399,8 @@ class Sm90Launch:
     def __call__(
         self, c: Any, a: Any, b: Any, bias: Any, stream: int, workspace: Any = None
     ) -> None:
-        a_ptr, b_ptr = a.data_ptr(), b.data_ptr()
-        a_map = self._a_maps.get(a_ptr) or self._map(self._a_maps, self._a_args, a_ptr)
-        b_map = self._b_maps.get(b_ptr) or self._map(self._b_maps, self._b_args, b_ptr)
+        a_map = self._a_maps.get(a.data_ptr())
+        b_map = self._b_maps.get(b.data_ptr())
         if self._reduce is None:
             self._launch((c, a_map, b_map, c if bias is None else bias, *self._tail), stream)
             return

@@ -52,6 +52,21 @@ IN_FLIGHT_BYTES = 48 * 1024
 # sm_90 for 3x3 to 7x7 variants (64-128 registers in all).
 REG_OVERHEAD = 48
 MAX_CTAS_PER_SM = 32
+# Input rows through the tensor memory accelerator on sm_90+ (`tma_rows`): one
+# cp.async.bulk.tensor per row, issued by one thread, instead of a cp.async per 16 bytes from
+# every thread. A sweep may set this module attribute to False to time the cp.async kernel
+# (`sweep_conv2d_gw8.py --cp-async`; the disk cache keys on the generated header).
+TMA_ROWS = True
+# ... for CTAs of at least TMA_MIN_WARPS warps (boxes of >= 32 bytes per pixel) and filters of
+# at most TMA_MAX_TAPS taps. Every config timed both ways on an H100 (docs/ops/conv2d_gw8.md,
+# "Fourteenth session"), cp.async / TMA time per config, median per (warps, block_q) family:
+# 3x3 with 2-8 warps 1.04-1.29x at 56x56 and larger maps (stride 1 and 2), 0.97-1.07x at 28x28,
+# 0.93-0.95x at 14x14, the best config of each space 0.97-1.26x; 1-warp CTAs (16-byte boxes)
+# 0.81-1.04x, mostly below 0.93; 7x7 0.93-0.98x with 2-8 warps.
+TMA_MIN_WARPS = 2
+TMA_MAX_TAPS = 9
+# The batch row of the last image (n * H + h) is a 32-bit TMA coordinate, and N <= 65535.
+TMA_MAX_H = 2**31 // 65536
 
 
 def images(cfg: Conv2dGw8Config) -> int:
@@ -88,6 +103,37 @@ def tile_h(p: Conv2dGw8Params, cfg: Conv2dGw8Config) -> int:
     return (cfg.block_p - 1) * p.stride_h + p.r
 
 
+def tma_rows(p: Conv2dGw8Params, cfg: Conv2dGw8Config, dev: Any) -> bool:
+    """Whether the variant loads its input rows with TMA (the kernel's TMA_ROWS): on sm_90+, for
+    CTAs of TMA_MIN_WARPS warps or more, filters of at most TMA_MAX_TAPS taps, and tiles of one
+    image (not block_q 8's two) whose input is not dilated along W (the dgrad of a stride-2 layer
+    interleaves zero columns, which a TMA box cannot). Off when the module's TMA_ROWS is False;
+    where it is off the kernel is the cp.async one, instruction for instruction."""
+    return (
+        TMA_ROWS
+        and cfg.warps >= TMA_MIN_WARPS
+        and p.r * p.s <= TMA_MAX_TAPS
+        and dev is not None
+        and tuple(dev.compute_capability) >= (9, 0)
+        and p.dilate_w == 1
+        and images(cfg) == 1
+        and p.h <= TMA_MAX_H
+    )
+
+
+def tma_swizzle(cfg: Conv2dGw8Config) -> int:
+    """The TMA swizzle span (bytes) of a TMA_ROWS input row: one pixel's WARPS x 16 bytes (none
+    for one warp), so the 8 pixels a fragment reads from one warp's group sit in 8 bank groups."""
+    return 16 * cfg.warps if cfg.warps > 1 else 0
+
+
+def stage_w(p: Conv2dGw8Params, cfg: Conv2dGw8Config, dev: Any) -> int:
+    """Pixels per shared-memory input stage and image: TILE_W, rounded up to 8 for TMA_ROWS (so
+    each stage starts on a swizzle period of 8 pixels x WARPS x 16 bytes)."""
+    tw = tile_w(p, cfg)
+    return -(-tw // 8) * 8 if tma_rows(p, cfg, dev) else tw
+
+
 def out_plane(cfg: Conv2dGw8Config) -> int:
     """16-byte chunks per warp plane of the staged output row: the 16 * m_tiles staged columns
     plus 8 / WARPS padding, so the 16-byte reads of 8 consecutive threads (g fastest) land in 8
@@ -95,13 +141,23 @@ def out_plane(cfg: Conv2dGw8Config) -> int:
     return 16 * m_tiles(cfg) + (8 // cfg.warps if cfg.warps < 8 else 1)
 
 
-def smem_bytes(p: Conv2dGw8Params, cfg: Conv2dGw8Config) -> int:
+def smem_bytes(p: Conv2dGw8Params, cfg: Conv2dGw8Config, dev: Any = None) -> int:
     """Dynamic shared memory: STAGES input rows of (BLOCK_Q + S - 1) pixels x WARPS groups x 16 B,
     two staged output rows of WARPS padded planes, and the CTA's weights (WARPS x 8 x 8 x R x S
-    fp16/bf16)."""
-    rows_in = cfg.stages * row_bytes(p, cfg)
+    fp16/bf16). TMA_ROWS (`tma_rows`) rounds each row up to 8 pixels and adds the slack that
+    aligns the rows to the swizzle's period (`row_align`) and one mbarrier per stage."""
     weights = cfg.warps * GROUP_WIDTH * GROUP_WIDTH * p.r * p.s * 2
-    return rows_in + 2 * cfg.warps * out_plane(cfg) * 16 + weights
+    out = 2 * cfg.warps * out_plane(cfg) * 16 + weights
+    if tma_rows(p, cfg, dev):
+        rows_in = cfg.stages * cfg.warps * stage_w(p, cfg, dev) * 16
+        return row_align(p, cfg, dev) + rows_in + out + 8 * cfg.stages
+    return cfg.stages * row_bytes(p, cfg) + out
+
+
+def row_align(p: Conv2dGw8Params, cfg: Conv2dGw8Config, dev: Any) -> int:
+    """Alignment (bytes) of the shared-memory input rows: the swizzle's period for TMA_ROWS (8
+    pixels of WARPS x 16 bytes: TMA swizzles by shared-memory address bits), else 16."""
+    return 128 * cfg.warps if tma_rows(p, cfg, dev) else 16
 
 
 def live_regs(p: Conv2dGw8Params, cfg: Conv2dGw8Config) -> int:
@@ -141,7 +197,7 @@ def configs(p: Conv2dGw8Params, dev: Any) -> list[Conv2dGw8Config]:
                     cfg = Conv2dGw8Config(
                         block_p=block_p, block_q=block_q, warps=warps, stages=stages
                     )
-                    if smem_bytes(p, cfg) > dev.max_smem_per_block_optin:
+                    if smem_bytes(p, cfg, dev) > dev.max_smem_per_block_optin:
                         continue
                     if live_regs(p, cfg) > MAX_LIVE_REGS:
                         continue
@@ -161,7 +217,7 @@ def resident_ctas(p: Conv2dGw8Params, cfg: Conv2dGw8Config, dev: Any) -> int:
         g[0] * g[1],
         live_regs(p, cfg) + REG_OVERHEAD,
         cfg.warps,
-        smem_bytes(p, cfg),
+        smem_bytes(p, cfg, dev),
         dev,
         MAX_CTAS_PER_SM,
     )
@@ -222,6 +278,8 @@ def spec(
     from spio.generators.dim import Dim
     from spio.generators.dtype import bfloat16, half, uint4, uint32
     from spio.generators.dtype import float as f32
+    from spio.generators.macro import Macro
+    from spio.generators.swizzle import Xor
     from spio.generators.tensor import Tensor
     from spio.generators.type_alias import Type
 
@@ -233,6 +291,19 @@ def spec(
     GB, PB, QB = C / (GROUP_WIDTH * cfg.warps), P / cfg.block_p, Q / cfg.block_q
     tw = tile_w(p, cfg)
     g = p.groups
+    tma = tma_rows(p, cfg, dev)
+    if tma:
+        # A TMA row lands pixel-major, WARPS x 16 bytes per pixel, swizzled so that the 8 pixels
+        # a fragment reads of one group sit in 8 bank groups: group index ^ (pixel >> shift) %
+        # WARPS with 8 pixels per swizzle period (TMA's 32/64/128-byte swizzle).
+        bits = cfg.warps.bit_length() - 1
+        smem_input = Tensor(
+            (STAGE(cfg.stages), W(stage_w(p, cfg, dev)), C8(cfg.warps), CP(4)),
+            uint32,
+            swizzle=Xor(W, C8, bits, 3 - bits) if bits else None,
+        )
+    else:
+        smem_input = Tensor((STAGE(cfg.stages), C8(cfg.warps), W(images(cfg) * tw), CP(4)), uint32)
     specs = {
         "H": H,
         "W": W,
@@ -257,7 +328,7 @@ def spec(
         "Output": Tensor((P(p.p), Q(p.q), C8(g), CP(4)), uint32),
         "Weight": Tensor(p.weight_dims(C8(g), KO(8), CI(8), R(p.r), S(p.s)), welem),
         "Bias": Tensor((C8(g), KO(8)), welem),
-        "SmemInput": Tensor((STAGE(cfg.stages), C8(cfg.warps), W(images(cfg) * tw), CP(4)), uint32),
+        "SmemInput": smem_input,
         "SmemOutput": Tensor(
             (OUTBUF(2), C8(cfg.warps), Q(16 * m_tiles(cfg)), CP(4)),
             uint32,
@@ -301,16 +372,21 @@ def spec(
         # Shared-memory column of fragment rows 8-15 relative to rows 0-7: the next 8 output
         # columns' (8 stride apart; 16 columns apart when PHASED), or the second image's region.
         "A_HI": Constant(tw if images(cfg) == 2 else 8 * p.stride_w * (2 if phased(p, cfg) else 1)),
+        # Input rows by TMA (a macro: it adds the kernel's tensor-map parameter), the box's bytes
+        # and the rows' shared-memory alignment.
+        "TMA_ROWS": Macro(tma),
+        "ROW_BOX_BYTES": Constant(cfg.warps * GROUP_WIDTH * tw * 2),
+        "ROW_ALIGN": Constant(row_align(p, cfg, dev)),
     }
     shape = p.with_batch(1)
     return KernelSpec(
         source=SOURCE,
         entry=ENTRY,
-        signature="ppppi",
+        signature="ppppit" if tma else "ppppi",
         specs=specs,
         title=f"conv2d_gw8_{'dgrad' if transposed else 'fprop'} {shape} {cfg}",
         block=(32 * cfg.warps, 1, 1),
-        smem=smem_bytes(p, cfg),
+        smem=smem_bytes(p, cfg, dev),
     )
 
 
@@ -338,10 +414,11 @@ def features(p: Conv2dGw8Params, cfg: Conv2dGw8Config, dev: Any) -> dict[str, fl
         "block_q": cfg.block_q,
         "warps": cfg.warps,
         "idle_warps": idle_warps(p.groups, cfg.warps) / (group_blocks(p, cfg) * cfg.warps),
+        "tma_rows": float(tma_rows(p, cfg, dev)),
         "stages": cfg.stages,
         "blocks": blocks,
         "waves": blocks / max(1, dev.sm_count),
-        "smem_bytes": smem_bytes(p, cfg),
+        "smem_bytes": smem_bytes(p, cfg, dev),
         "live_regs": live_regs(p, cfg),
         "halo_ratio": halo,
         "q_waste": tiles_q * cfg.block_q / p.q,
@@ -369,20 +446,46 @@ def examples() -> list[Conv2dGw8Params]:
     ]
 
 
+def row_maps(kernel: Any, p: Conv2dGw8Params, cfg: Conv2dGw8Config) -> Any:
+    """The tensor maps a TMA_ROWS variant (`kernel`, loaded for the fprop problem `p`) reads its
+    input through, one per input address (`spio.cuda.tensor_map.MapCache`); None for a cp.async
+    variant. The input (N, H, W, C) is a 3-D tensor (N x H rows, W, C) copied in boxes of one row
+    x TILE_W pixels x the CTA's WARPS x 8 channels (out of the tensor: zeros, i.e. the padding
+    columns and a ragged last group block's channels)."""
+    spec = getattr(kernel, "spec", None)
+    if spec is None or not spec.signature.endswith("t"):
+        return None
+    from spio.cuda.tensor_map import MapCache
+
+    return MapCache(
+        p.dtype,
+        (p.n * p.h, p.w, p.c),
+        (p.w * p.c, p.c, 1),
+        (1, tile_w(p, cfg), cfg.warps * GROUP_WIDTH),
+        swizzle=tma_swizzle(cfg),
+    )
+
+
 class FpropLaunch:
     """A loaded fprop variant bound to one layer, its batch included: `launch(out, x, weight,
     bias, stream)` runs out (N, C, P, Q) <- conv(x, weight) + bias on NHWC memory. The grid is
     computed once; a call only packs the arguments and launches (the ops keep one per call
-    signature)."""
+    signature). A TMA_ROWS variant also takes x's tensor map (`row_maps`: encoded once per
+    address)."""
 
-    __slots__ = ("_launch", "_n")
+    __slots__ = ("_launch", "_n", "_maps")
 
     def __init__(self, kernel: Any, p: Conv2dGw8Params, cfg: Conv2dGw8Config) -> None:
         self._launch = kernel.bind(grid(p, cfg))
         self._n = p.n
+        self._maps = row_maps(kernel, p, cfg)
 
     def __call__(self, out: Any, x: Any, weight: Any, bias: Any, stream: int) -> None:
-        self._launch((out, x, weight, weight if bias is None else bias, self._n), stream)
+        b = weight if bias is None else bias
+        if self._maps is None:
+            self._launch((out, x, weight, b, self._n), stream)
+        else:
+            self._launch((out, x, weight, b, self._n, self._maps.get(x.data_ptr())), stream)
 
 
 def launch(
@@ -434,16 +537,23 @@ class DgradLaunch:
     """A loaded dgrad variant bound to one layer, its batch included: `launch(grad_input,
     grad_output, weight, stream)` runs grad_input <- conv(grad_output, transpose_weight(weight))
     with the forward `weight` (C, 8, R, S) as is: the kernel reads it transposed and rotated (see
-    `transpose_weight` in spio.kernels.conv2d_gw8.reference for the same map on the host)."""
+    `transpose_weight` in spio.kernels.conv2d_gw8.reference for the same map on the host). A
+    TMA_ROWS variant also takes grad_output's tensor map (`row_maps`)."""
 
-    __slots__ = ("_launch", "_n")
+    __slots__ = ("_launch", "_n", "_maps")
 
     def __init__(self, kernel: Any, p: Conv2dGw8Params, cfg: Conv2dGw8Config) -> None:
-        self._launch = kernel.bind(grid(p.dgrad_as_fprop(), cfg))
+        q = p.dgrad_as_fprop()
+        self._launch = kernel.bind(grid(q, cfg))
         self._n = p.n
+        self._maps = row_maps(kernel, q, cfg)
 
     def __call__(self, grad_input: Any, grad_output: Any, weight: Any, stream: int) -> None:
-        self._launch((grad_input, grad_output, weight, weight, self._n), stream)
+        if self._maps is None:
+            self._launch((grad_input, grad_output, weight, weight, self._n), stream)
+        else:
+            dy_map = self._maps.get(grad_output.data_ptr())
+            self._launch((grad_input, grad_output, weight, weight, self._n, dy_map), stream)
 
 
 def dgrad_launch(

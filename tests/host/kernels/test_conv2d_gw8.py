@@ -304,7 +304,8 @@ def _jobs(limit: int | None) -> list[tuple]:
 def _compile(kdef, p, cfg, arch: str) -> bytes:
     from spio.kernels.loader import compile_spec
 
-    return compile_spec(kdef.spec(p, cfg, _dev("H100")), arch)
+    # The device of the arch: on sm_90 fprop/dgrad load their input rows with TMA (tma_rows).
+    return compile_spec(kdef.spec(p, cfg, known_device(arch)), arch)
 
 
 def _assert_no_local_memory(image: bytes, what: str) -> None:
