@@ -183,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--cp-async",
         action="store_true",
-        help="fprop/dgrad: load input rows with cp.async even on sm_90 (the kernel before TMA rows)",
+        help="fprop/dgrad: input rows by cp.async even on sm_90 (the kernel before TMA rows)",
     )
     ap.add_argument(
         "--idle-warps",
