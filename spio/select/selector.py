@@ -2,7 +2,8 @@
 and persisted on disk.
 
 Order: this process's cache → a persisted autotune winner → with `SPIO_AUTOTUNE=1` (or
-`Selector.autotune`) the model's top-k configs measured on the real shape, the fastest persisted
+`Selector.autotune`) k of the model's best-ranked configs (`spio.tune.rank.autotune_candidates`)
+measured on the real shape, the fastest persisted
 → a persisted model or heuristic pick of the same *basis* (`spio.select.basis`) → the
 performance model's top-1 pick (`spio.tune`), persisted → the family's documented heuristic
 (logged once per family and GPU), persisted. A new process thus answers a shape seen before from
@@ -25,7 +26,7 @@ from spio.settings import settings
 if TYPE_CHECKING:
     from spio.kernels.kernel_def import KernelDef
 
-TOP_K = 5
+TOP_K = 5  # configs autotune measures (spio.tune.evaluate.AUTOTUNE_K mirrors it)
 
 
 class Selector:
@@ -79,7 +80,9 @@ class Selector:
         return [(first, None)] + [(c, None) for c in rest]
 
     def autotune(self, kdef: KernelDef, params: Any, device: Any, k: int = TOP_K) -> Any:
-        """Measures the top-k configs on the current GPU, persists and returns the fastest."""
+        """Measures k of the best-ranked configs (`spio.tune.rank.autotune_candidates`: the
+        model's top 2 and configs that differ where those agree) on the current GPU, persists and
+        returns the fastest."""
         best = self._measure_best(kdef, params, device, k)
         with self._lock:
             self._chosen[(kdef.name, params, device.name)] = best
@@ -139,12 +142,12 @@ class Selector:
         )
 
     def _measure_best(self, kdef: KernelDef, params: Any, device: Any, k: int) -> Any:
-        from spio.tune.rank import measure
+        from spio.tune.rank import autotune_candidates, measure
 
-        candidates = [c for c, _ in self.ranked(kdef, params, device)[:k]]
+        candidates = autotune_candidates([c for c, _ in self.ranked(kdef, params, device)], k)
         timed = measure(kdef, params, candidates)
         if not timed:
-            raise ValueError(f"{kdef.name}: none of the top-{k} configs ran for {params}")
+            raise ValueError(f"{kdef.name}: none of the {k} autotune candidates ran for {params}")
         best, us = timed[0]
         self.store.save_winner(kdef, params, device, best)
         logger().info(

@@ -15,8 +15,9 @@ That regret is only as honest as the measured set: a shape with a few sampled co
 perfect. So shapes whose every config of the family's current space (`configs(params, device)`)
 was measured are also reported apart (`complete`): there the model ranks the whole space, as
 the selector does, and the regret is against the true best of the space; beside it, the regret
-of `SPIO_AUTOTUNE`'s choice (the fastest measured of the model's top `AUTOTUNE_K`, as
-`Selector.autotune` measures them), so the data says what autotuning buys.
+of `SPIO_AUTOTUNE`'s choice (the fastest measured of the `AUTOTUNE_K` candidates that
+`Selector.autotune` measures, `spio.tune.rank.autotune_candidates`), so the data says what
+autotuning buys.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from spio.kernels.kernel_def import KernelDef
 from spio.tune.dataset import Sample
 from spio.tune.features import features, from_dict, to_dict
 from spio.tune.model import PerfModel
+from spio.tune.rank import autotune_candidates
 
 Split = Literal["layer", "params"]
 SPLITS: tuple[Split, ...] = ("layer", "params")
@@ -59,7 +61,7 @@ class Report:
     # regret against the space's best (median, p90, max); None when there are none.
     complete: int = 0
     complete_regret: tuple[float, float, float] | None = None
-    autotune_regret: tuple[float, float, float] | None = None  # top AUTOTUNE_K measured
+    autotune_regret: tuple[float, float, float] | None = None  # AUTOTUNE_K candidates measured
     # Set when one given model ranked every shape (no folds, nothing trained): where it came from.
     fixed_model: str | None = None
 
@@ -91,7 +93,7 @@ class Report:
         if self.autotune_regret is not None:
             med, p90, worst = self.autotune_regret
             text += (
-                f"\n  with SPIO_AUTOTUNE (fastest of the top {AUTOTUNE_K} measured), same shapes: "
+                f"\n  with SPIO_AUTOTUNE (fastest of its {AUTOTUNE_K} candidates), same shapes: "
                 f"median {med:.3f}x, p90 {p90:.3f}x, max {worst:.3f}x"
             )
         return text
@@ -263,7 +265,10 @@ def evaluate(
                 guess = ranker.predict_us([rows[i] for i in space])
                 ranked = sorted(range(len(space)), key=lambda j: (guess[j], j))
                 full.append(times[ranked[0]] / min(times))
-                tuned.append(min(times[j] for j in ranked[:AUTOTUNE_K]) / min(times))
+                configs = [from_dict(kdef.config_type, samples[i].config) for i in space]
+                at = {c: j for j, c in enumerate(configs)}
+                tried = autotune_candidates([configs[j] for j in ranked], AUTOTUNE_K)
+                tuned.append(min(times[at[c]] for c in tried) / min(times))
     median, p90, worst = _percentiles(regrets)
     return Report(
         kdef.name,

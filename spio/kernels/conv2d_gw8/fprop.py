@@ -141,6 +141,28 @@ def out_plane(cfg: Conv2dGw8Config) -> int:
     return 16 * m_tiles(cfg) + (8 // cfg.warps if cfg.warps < 8 else 1)
 
 
+@functools.lru_cache(maxsize=1024)
+def sector_waste(c: int, warps: int) -> float:
+    """32-byte sectors that one CTA's channel slice of a pixel touches (16 B per warp; the last
+    group block's slice is shorter when it has idle warps), averaged over the pixels and the group
+    blocks, over the fewest that slice could touch. x, y, dy and dx are NHWC with 2 * C bytes per
+    pixel: when that is a multiple of 32 every slice starts on a sector and this is 1; at an odd
+    group count every other pixel starts mid-sector, and a slice shares its edge sectors with the
+    neighbouring group block's (C72 with 2 warps: 1.4). Such layers (the dgrad of C40 and C72 at
+    112x112 stride 2) prefer other tiles than their even-group neighbours, which the model could
+    not tell apart before (docs/tuning.md, "Fourteenth session")."""
+    pixel = 2 * c  # fp16 / bf16
+    chunk = 16 * warps
+    touched = ideal = 0
+    for b in range(-(-(c // GROUP_WIDTH) // warps)):
+        size = min(chunk, pixel - b * chunk)
+        ideal += 2 * -(-size // 32)
+        for start in (0, pixel % 32):  # two pixels: the first aligned, the next maybe not
+            first = start + b * chunk
+            touched += (first + size - 1) // 32 - first // 32 + 1
+    return touched / ideal
+
+
 def smem_bytes(p: Conv2dGw8Params, cfg: Conv2dGw8Config, dev: Any = None) -> int:
     """Dynamic shared memory: STAGES input rows of (BLOCK_Q + S - 1) pixels x WARPS groups x 16 B,
     two staged output rows of WARPS padded planes, and the CTA's weights (WARPS x 8 x 8 x R x S
@@ -425,6 +447,7 @@ def features(p: Conv2dGw8Params, cfg: Conv2dGw8Config, dev: Any) -> dict[str, fl
         "bytes": st.bytes_moved,
         "flops": st.flops,
         "sm_count": dev.sm_count,
+        "sector_waste": sector_waste(p.c, cfg.warps),
     }
 
 

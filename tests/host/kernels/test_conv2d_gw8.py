@@ -25,6 +25,7 @@ from spio.kernels.conv2d_gw8.params import (
     Conv2dGw8Params,
     Conv2dGw8ReduceConfig,
     Conv2dGw8WgradConfig,
+    warps_allowed,
 )
 from spio.testing import sample
 
@@ -251,6 +252,30 @@ def test_stats_and_features():
         feats = kdef.features(p, cfg, dev)
         assert feats and all(isinstance(v, (int, float)) for v in feats.values()), kdef.name
         assert list(feats) == list(kdef.features(p, kdef.configs(p, dev)[0], dev))
+
+
+def test_sector_waste_counts_the_sectors_each_group_blocks_slice_touches():
+    """`sector_waste` (a fprop/dgrad feature) against the byte ranges themselves: over 64 NHWC
+    pixels, the 32-byte sectors each group block's 16 B-per-warp channel slice touches, over the
+    fewest it could."""
+    dev = _dev("H100")
+    for c in range(8, 400, 8):
+        for warps in (1, 2, 4, 8):
+            if not warps_allowed(c // 8, warps):
+                continue
+            touched = ideal = 0
+            for pixel in range(64):
+                for lo in range(0, 2 * c, 16 * warps):
+                    first, end = pixel * 2 * c + lo, pixel * 2 * c + min(lo + 16 * warps, 2 * c)
+                    touched += len({b // 32 for b in range(first, end)})
+                    ideal += math.ceil((end - first) / 32)
+            assert fp.sector_waste(c, warps) == touched / ideal, (c, warps)
+    assert fp.sector_waste(72, 2) == 1.4  # every other pixel starts mid-sector
+    assert {fp.sector_waste(c, 1) for c in range(8, 400, 8)} == {1.0}  # 16 B never straddles
+    p = Conv2dGw8Params(n=64, c=72, h=112, w=112, stride_h=2, stride_w=2)
+    cfg = Conv2dGw8Config(block_p=2, block_q=64, warps=2, stages=2)
+    for kdef in (fp.FPROP, fp.DGRAD):
+        assert kdef.features(p, cfg, dev)["sector_waste"] == 1.4
 
 
 def test_spec_does_not_depend_on_batch():

@@ -148,7 +148,7 @@ def test_regret_against_the_whole_space(monkeypatch):
     assert report.shapes == 4 and report.complete == 3
     assert report.complete_regret == (2.0, 2.0, 2.0)
     assert "against the whole space (3 shapes" in str(report)
-    # Autotune measures the model's top 5, config 0 (the best, ranked third) among them.
+    # Autotune's candidates start with the model's top 2: config 0 (the best) is second.
     assert report.autotune_regret == (1.0, 1.0, 1.0)
     assert "with SPIO_AUTOTUNE" in str(report)
 

@@ -321,3 +321,53 @@ def test_model_ranking_is_the_shipped_models_and_none_without_one():
     a100 = known_device("A100")
     assert find_model(kdef.name, a100.name, a100.arch) is None
     assert model_ranking(kdef, p, a100) is None
+
+
+def test_autotune_candidates_keep_the_top_two_and_differ_where_they_agree():
+    from dataclasses import dataclass
+
+    from spio.tune.rank import AUTOTUNE_TOP, autotune_candidates
+
+    @dataclass(frozen=True)
+    class C:
+        tile: int
+        warps: int
+        stages: int
+
+    ranked = [C(64, 8, 4), C(64, 8, 8), C(64, 8, 3), C(32, 8, 4), C(64, 4, 4), C(16, 2, 2)]
+    assert AUTOTUNE_TOP == 2
+    # The top two share tile 64 and 8 warps: the best-ranked of another tile, then of other
+    # warps (stages differ already), then the next best-ranked.
+    assert autotune_candidates(ranked, 5) == [ranked[0], ranked[1], ranked[3], ranked[4], ranked[2]]
+    assert autotune_candidates(ranked, 4) == [ranked[0], ranked[1], ranked[3], ranked[4]]
+    assert autotune_candidates(ranked, 1) == [ranked[0]]
+    assert autotune_candidates(ranked[:3], 5) == ranked[:3]  # k or fewer: all of them
+    assert autotune_candidates([], 5) == []
+    # When the top two differ in every field, it is the plain top k.
+    spread = [C(64, 8, 4), C(32, 4, 3), C(64, 8, 8), C(16, 2, 2)]
+    assert autotune_candidates(spread, 3) == spread[:3]
+    # Configs without fields to compare: the plain top k.
+    assert autotune_candidates(["a", "b", "c", "d"], 3) == ["a", "b", "c"]
+
+
+def test_autotune_measures_its_candidates(tmp_path: Path, monkeypatch):
+    import spio.tune.rank as rank_module
+    from spio.select import TOP_K, Selector
+    from spio.settings import override
+    from spio.tune.rank import autotune_candidates
+
+    measured = []
+
+    def measure(kdef, params, configs):
+        measured.append(list(configs))
+        return [(c, float(i)) for i, c in enumerate(reversed(configs))]  # the last is fastest
+
+    ranked = [Cfg(64, 4), Cfg(64, 2), Cfg(64, 1), Cfg(64, 8), Cfg(32, 4), Cfg(16, 1)]
+    monkeypatch.setattr(rank_module, "measure", measure)
+    with override(cache_dir=tmp_path):
+        sel = Selector(store_dir=tmp_path / "sel")
+        monkeypatch.setattr(sel, "ranked", lambda *a: [(c, 1.0) for c in ranked])
+        want = autotune_candidates(ranked, TOP_K)
+        assert want == [Cfg(64, 4), Cfg(64, 2), Cfg(32, 4), Cfg(64, 1), Cfg(64, 8)]
+        assert sel.autotune(KDEF, P(5000, 64), Dev()) == Cfg(64, 8)
+    assert measured == [want]
