@@ -66,7 +66,8 @@ def _direct(
 ) -> None:
     """fprop and dgrad launched directly on a config the op may not pick: `pick` "phased" (the
     dgrad of a stride-2 layer with its M tiles paired by column parity, the dilation's zero
-    columns never loaded) or "ragged" (a CTA whose last group block has idle warps)."""
+    columns never loaded), "ragged" (a CTA whose last group block has idle warps) or "tma" (input
+    rows by TMA on sm_90; fprop only where no dgrad config has them, as at stride 2)."""
     from spio.cuda import device_attributes
     from spio.kernels.conv2d_gw8 import fprop as fp
     from spio.kernels.conv2d_gw8 import wgrad as wg
@@ -80,35 +81,49 @@ def _direct(
     dev = device_attributes(torch.cuda.current_device())
     stream = torch.cuda.current_stream().cuda_stream
     cache = default_function_cache()
-    ok = {
-        "phased": lambda cfg: fp.phased(p.dgrad_as_fprop(), cfg),
-        "ragged": lambda cfg: p.groups % cfg.warps != 0,
+    ok, ok_fprop = {
+        "phased": (lambda cfg: fp.phased(p.dgrad_as_fprop(), cfg), None),
+        "ragged": (lambda cfg: p.groups % cfg.warps != 0, lambda cfg: p.groups % cfg.warps != 0),
+        "tma": (
+            lambda cfg: fp.tma_rows(p.dgrad_as_fprop(), cfg, dev),
+            lambda cfg: fp.tma_rows(p, cfg, dev),
+        ),
     }[pick]
     x = torch.randn(n, c, h, w, device="cuda", dtype=dtype).to(memory_format=torch.channels_last)
     wt = torch.randn(c, 8, k, k, device="cuda", dtype=dtype) * 0.2
     b = torch.randn(c, device="cuda", dtype=dtype)
     dy = torch.randn(n, c, p.p, p.q, device="cuda", dtype=dtype)
     dy = dy.to(memory_format=torch.channels_last)
-    if pick == "ragged":
-        cfg = next(cf for cf in fp.configs(p, dev) if ok(cf))
-        y = torch.full((n, c, p.p, p.q), float("nan"), device="cuda", dtype=dtype)
-        y = y.to(memory_format=torch.channels_last)
-        fp.launch(cache.get(fp.FPROP, p.variant(), cfg, dev), p, cfg, y, x, wt, b, stream)
-        want = F.conv2d(
-            x.double(), wt.double(), b.double(), stride=stride, padding=k // 2, groups=c // 8
-        )
-        _check(f"fprop {pick} {n}x{c}x{h}x{w} k{k} s{stride} {cfg}", y, want, 2e-2)
+
+    def first(configs, want):
+        """The first config `want` accepts; for "tma" the first of each warp count (each
+        swizzle: 32, 64 and 128 bytes)."""
+        found = {}
+        for cf in configs:
+            if want(cf):
+                found.setdefault(cf.warps if pick == "tma" else 0, cf)
+        return list(found.values())
+
+    if ok_fprop is not None:
+        for cfg in first(fp.configs(p, dev), ok_fprop):
+            y = torch.full((n, c, p.p, p.q), float("nan"), device="cuda", dtype=dtype)
+            y = y.to(memory_format=torch.channels_last)
+            fp.launch(cache.get(fp.FPROP, p.variant(), cfg, dev), p, cfg, y, x, wt, b, stream)
+            want = F.conv2d(
+                x.double(), wt.double(), b.double(), stride=stride, padding=k // 2, groups=c // 8
+            )
+            _check(f"fprop {pick} {n}x{c}x{h}x{w} k{k} s{stride} {cfg}", y, want, 2e-2)
     if pick == "ragged":  # wgrad's idle-warp CTAs (outside its default space until timed)
         _wgrad_direct(p, next(cf for cf in wg.configs(p, dev, with_idle_warps=True) if ok(cf)),
                       x, dy, dev, stream, cache)  # fmt: skip
-    cfg = next(cf for cf in fp.dgrad_configs(p, dev) if ok(cf))
-    dx = torch.full((n, c, h, w), float("nan"), device="cuda", dtype=dtype)
-    dx = dx.to(memory_format=torch.channels_last)
-    fp.dgrad_launch(cache.get(fp.DGRAD, p.variant(), cfg, dev), p, cfg, dx, dy, wt, stream)
-    want = torch.nn.grad.conv2d_input(
-        (n, c, h, w), wt.double(), dy.double(), stride=stride, padding=k // 2, groups=c // 8
-    )
-    _check(f"dgrad {pick} {n}x{c}x{h}x{w} k{k} s{stride} {cfg}", dx, want, 2e-2)
+    for cfg in first(fp.dgrad_configs(p, dev), ok):
+        dx = torch.full((n, c, h, w), float("nan"), device="cuda", dtype=dtype)
+        dx = dx.to(memory_format=torch.channels_last)
+        fp.dgrad_launch(cache.get(fp.DGRAD, p.variant(), cfg, dev), p, cfg, dx, dy, wt, stream)
+        want = torch.nn.grad.conv2d_input(
+            (n, c, h, w), wt.double(), dy.double(), stride=stride, padding=k // 2, groups=c // 8
+        )
+        _check(f"dgrad {pick} {n}x{c}x{h}x{w} k{k} s{stride} {cfg}", dx, want, 2e-2)
 
 
 def _wgrad_direct(p, cfg, x, dy, dev, stream, cache) -> None:
@@ -158,6 +173,9 @@ def main() -> None:
     _direct(1, 8, 5, 40, 5, torch.bfloat16, 2, "phased")
     _direct(2, 56, 9, 11, 3, torch.float16, 1, "ragged")  # 7 groups: idle warps
     _direct(1, 104, 7, 34, 3, torch.bfloat16, 2, "ragged")  # 13 groups, stride 2
+    if torch.cuda.get_device_capability() >= (9, 0):
+        _direct(2, 64, 9, 13, 3, torch.float16, 1, "tma")  # 2, 4 and 8 warps
+        _direct(1, 48, 11, 9, 3, torch.bfloat16, 2, "tma")  # stride 2: fprop only
     layernorm(2, 96, 5, 3, torch.float16)
     layernorm(1, 768, 3, 3, torch.bfloat16)
     matmul(17, 40, 64, torch.float16)
