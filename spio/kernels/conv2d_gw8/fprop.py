@@ -421,31 +421,42 @@ def stats(p: Conv2dGw8Params) -> KernelStats:
     return KernelStats(bytes_moved=act + wts, flops=flops)
 
 
+@functools.lru_cache(maxsize=256)
+def _layer_terms(p: Conv2dGw8Params) -> tuple[dict[str, float], int, int, int, int]:
+    """The features' layer-only terms, computed once per layer (selection evaluates `features`
+    for every config of a new shape): the layer's own features, output rows and columns (P and
+    Q are properties), the fewest bytes moved and the FLOPs."""
+    st = stats(p)
+    return p.features(), p.p, p.q, st.bytes_moved, st.flops
+
+
 def features(p: Conv2dGw8Params, cfg: Conv2dGw8Config, dev: Any) -> dict[str, float]:
-    """Numeric description of (params, config, device) for the performance model."""
+    """Numeric description of (params, config, device) for the performance model. Names, order
+    and values are pinned by tests/host/tune/data/feature_digests.json."""
+    layer, out_p, out_q, bytes_moved, flops = _layer_terms(p)
     g = grid(p, cfg)
     blocks = g[0] * g[1]
-    st = stats(p)
+    tma = tma_rows(p, cfg, dev)
     # Input pixels a CTA's tile streams per output pixel: TILE_H x TILE_W (rows and columns of
     # the dilated input at dgrad), (BLOCK_P + R - 1) x (BLOCK_Q + S - 1) at stride 1.
     halo = (tile_h(p, cfg) * tile_w(p, cfg)) / (cfg.block_p * cfg.block_q)
-    tiles_q = math.ceil(p.q / cfg.block_q)
+    tiles_q = -(-out_q // cfg.block_q)
     return {
-        **p.features(),
+        **layer,
         "block_p": cfg.block_p,
         "block_q": cfg.block_q,
         "warps": cfg.warps,
         "idle_warps": idle_warps(p.groups, cfg.warps) / (group_blocks(p, cfg) * cfg.warps),
-        "tma_rows": float(tma_rows(p, cfg, dev)),
+        "tma_rows": float(tma),
         "stages": cfg.stages,
         "blocks": blocks,
         "waves": blocks / max(1, dev.sm_count),
         "smem_bytes": smem_bytes(p, cfg, dev),
         "live_regs": live_regs(p, cfg),
         "halo_ratio": halo,
-        "q_waste": tiles_q * cfg.block_q / p.q,
-        "bytes": st.bytes_moved,
-        "flops": st.flops,
+        "q_waste": tiles_q * cfg.block_q / out_q,
+        "bytes": bytes_moved,
+        "flops": flops,
         "sm_count": dev.sm_count,
         "sector_waste": sector_waste(p.c, cfg.warps),
     }
