@@ -349,7 +349,7 @@ class Sm90Launch:
     checks them through its call signature instead of on every call.
 
     A tensor map holds its tensor's address, so each call needs the maps of its A and B: one
-    `spio.cuda.tensor_map.MapCache` per operand (encoded once per address, at most MAP_CACHE
+    `spio.kernels.map_cache.MapCache` per operand (encoded once per address, at most MAP_CACHE
     addresses kept), so a steady loop encodes nothing and a hit is one dict lookup.
 
     Split-K (cfg.split_k > 1, `reduce` the loaded sum): each call takes a workspace of split_k
@@ -367,7 +367,7 @@ class Sm90Launch:
     def __init__(
         self, kernel: Any, p: MatmulParams, cfg: MatmulSm90Config, dev: Any, reduce: Any = None
     ) -> None:
-        from spio.cuda.tensor_map import MapCache
+        from spio.kernels.map_cache import MapCache
 
         if (cfg.split_k > 1) != (reduce is not None):
             raise ValueError(

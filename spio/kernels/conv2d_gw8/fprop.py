@@ -482,14 +482,14 @@ def examples() -> list[Conv2dGw8Params]:
 
 def row_maps(kernel: Any, p: Conv2dGw8Params, cfg: Conv2dGw8Config) -> Any:
     """The tensor maps a TMA_ROWS variant (`kernel`, loaded for the fprop problem `p`) reads its
-    input through, one per input address (`spio.cuda.tensor_map.MapCache`); None for a cp.async
+    input through, one per input address (`spio.kernels.map_cache.MapCache`); None for a cp.async
     variant. The input (N, H, W, C) is a 3-D tensor (N x H rows, W, C) copied in boxes of one row
     x TILE_W pixels x the CTA's WARPS x 8 channels (out of the tensor: zeros, i.e. the padding
     columns and a ragged last group block's channels)."""
     spec = getattr(kernel, "spec", None)
     if spec is None or not spec.signature.endswith("t"):
         return None
-    from spio.cuda.tensor_map import MapCache
+    from spio.kernels.map_cache import MapCache
 
     return MapCache(
         p.dtype,

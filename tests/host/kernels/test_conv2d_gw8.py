@@ -8,6 +8,7 @@ import csv
 import functools
 import math
 import zlib
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -381,7 +382,8 @@ def test_heuristic_configs_of_real_layers_compile_without_spills(kdef):
 def test_every_config_compiles(arch):
     from spio.kernels.loader import compile_specs
 
-    images = compile_specs([kdef.spec(p, cfg, _dev("H100")) for kdef, p, cfg in _jobs(None)], arch)
+    dev = known_device(arch)  # on sm_90 fprop/dgrad load their input rows with TMA (tma_rows)
+    images = compile_specs([kdef.spec(p, cfg, dev) for kdef, p, cfg in _jobs(None)], arch)
     assert all(img[:4] == b"\x7fELF" for img in images)
 
 
@@ -418,3 +420,89 @@ def test_wgrad_launch_rejects_unaligned_partial():
     buf = torch.empty(wg.num_slices(p, cfg, dev) * 8 * 8 * 9 + 1)
     with pytest.raises(ValueError, match="16-byte aligned"):
         wg.launch(None, p, cfg, dev, buf[1:], buf, buf, buf, 0)
+
+
+def test_tma_rows_rule_and_variants():
+    """Which fprop/dgrad variants load their input rows by TMA (`tma_rows`): sm_90, 3x3, 2+ warps,
+    one-image tiles, not dilated along W. Those take the tensor map (signature 't'), a shared
+    memory layout swizzled by pixel (TMA's WARPS*16-byte swizzle) whose stages are whole swizzle
+    periods, and the alignment slack and one barrier per stage; the rest are unchanged."""
+    h100, a100 = _dev("H100"), _dev("A100")
+    p = Conv2dGw8Params(n=4, c=64, h=56, w=56, r=3, s=3, pad_h=1, pad_w=1, has_bias=True)
+    cfg = Conv2dGw8Config(block_p=8, block_q=32, warps=8, stages=4)
+    assert fp.tma_rows(p, cfg, h100)
+    assert not fp.tma_rows(p, cfg, a100)  # no TMA before sm_90
+    assert not fp.tma_rows(p, cfg, None)
+    assert not fp.tma_rows(p, replace(cfg, warps=1), h100)  # a 16-byte box streams worse
+    assert not fp.tma_rows(replace(p, r=7, s=7, pad_h=3, pad_w=3), cfg, h100)  # 7x7 lost
+    small = Conv2dGw8Params(n=4, c=64, h=7, w=7, r=3, s=3, pad_h=1, pad_w=1)
+    assert not fp.tma_rows(small, replace(cfg, block_p=7, block_q=8), h100)  # two images
+    strided = replace(p, stride_h=2, stride_w=2)
+    assert fp.tma_rows(strided, cfg, h100)  # the forward of a stride-2 layer: rows as they are
+    assert not fp.tma_rows(strided.dgrad_as_fprop(), cfg, h100)  # dy dilated along W
+    spec = fp.FPROP.spec(p, cfg, h100)
+    assert spec.signature == "ppppit" and fp.FPROP.spec(p, cfg, a100).signature == "ppppi"
+    stage_w = fp.stage_w(p, cfg, h100)
+    assert stage_w % 8 == 0 and stage_w >= fp.tile_w(p, cfg) == 34
+    assert fp.smem_bytes(p, cfg, h100) == (
+        128 * 8 + cfg.stages * 8 * stage_w * 16 + fp.smem_bytes(p, cfg) - cfg.stages * 8 * 34 * 16
+        + 8 * cfg.stages
+    )  # fmt: skip
+    assert fp.tma_swizzle(cfg) == 128 and fp.tma_swizzle(replace(cfg, warps=2)) == 32
+    assert fp.features(p, cfg, h100)["tma_rows"] == 1.0
+    assert fp.features(p, replace(cfg, warps=1), h100)["tma_rows"] == 0.0
+
+
+def test_tma_launch_passes_the_input_map(monkeypatch):
+    """FpropLaunch / DgradLaunch of a TMA-rows variant pass the input's tensor map (x as (N*H
+    rows, W, C), a box of one row x TILE_W pixels x the CTA's channels, swizzled by WARPS*16 B),
+    encoded once per address; a cp.async variant launches without one."""
+    from spio.cuda import driver, tensor_map
+
+    encoded: list[tuple] = []
+    monkeypatch.setattr(driver, "tensor_map_encode_tiled",
+                        lambda *a: encoded.append(a) or bytes([len(encoded)]) * 128)  # fmt: skip
+    h100 = _dev("H100")
+    p = Conv2dGw8Params(n=3, c=64, h=20, w=30, r=3, s=3, pad_h=1, pad_w=1, dtype="bfloat16")
+    cfg = Conv2dGw8Config(block_p=8, block_q=16, warps=4, stages=3)
+
+    class Tensor:
+        def __init__(self, address: int) -> None:
+            self.address = address
+
+        def data_ptr(self) -> int:
+            return self.address
+
+    class Kernel:
+        def __init__(self, spec) -> None:
+            self.spec = spec
+            self.launched: list = []
+
+        def bind(self, grid):
+            return lambda args, stream: self.launched.append(args)
+
+    fk = Kernel(fp.FPROP.spec(p, cfg, h100))
+    run = fp.FpropLaunch(fk, p, cfg)
+    out, x, w = object(), Tensor(0x10000), object()
+    run(out, x, w, None, 0)
+    run(out, x, w, None, 0)
+    assert len(encoded) == 1 and fk.launched[0] == (out, x, w, w, 3, bytes([1]) * 128)
+    want: list[tuple] = []
+    monkeypatch.setattr(driver, "tensor_map_encode_tiled", lambda *a: want.append(a) or bytes(128))
+    tensor_map.tiled(0x10000, "bfloat16", (3 * 20, 30, 64), (30 * 64, 64, 1), (1, 18, 32),
+                     swizzle=64)  # fmt: skip
+    assert encoded == want
+
+    strided = replace(p, stride_h=2, stride_w=1)  # dgrad: dy (3, 64, 10, 30) dilated along H
+    dk = Kernel(fp.DGRAD.spec(strided, cfg, h100))
+    assert dk.spec.signature.endswith("t")
+    monkeypatch.setattr(driver, "tensor_map_encode_tiled",
+                        lambda *a: encoded.append(a) or bytes(128))  # fmt: skip
+    fp.DgradLaunch(dk, strided, cfg)(object(), Tensor(0x20000), w, 0)
+    q = strided.dgrad_as_fprop()
+    assert encoded[-1][2] == (64, 30, 3 * q.h) and q.h == 10
+
+    one_warp = replace(cfg, warps=1)
+    ck = Kernel(fp.FPROP.spec(p, one_warp, h100))
+    fp.FpropLaunch(ck, p, one_warp)(out, x, w, None, 0)
+    assert ck.launched == [(out, x, w, w, 3)]
