@@ -166,10 +166,27 @@ def tiled(
     check_tiled(address, dtype, shape, strides, box, swizzle, l2_promotion)
     from spio.cuda import driver
 
+    args = driver_args(dtype, shape, strides, box, swizzle, l2_promotion, oob_nan)
+    raw = driver.tensor_map_encode_tiled(args[0], address, *args[1:])
+    return TensorMap(raw, dtype, tuple(shape), tuple(box), swizzle)
+
+
+def driver_args(
+    dtype: str,
+    shape: Sequence[int],
+    strides: Sequence[int],
+    box: Sequence[int],
+    swizzle: int = 0,
+    l2_promotion: int = 128,
+    oob_nan: bool = False,
+) -> tuple:
+    """What `tiled` passes `driver.tensor_map_encode_tiled`, less the address (which goes second):
+    the data type, then dims, byte strides and box innermost first, element strides of 1, no
+    interleave, the swizzle, L2 promotion and out-of-bounds fill. Arguments as `tiled`'s, already
+    validated (`check_tiled`)."""
     esize = DTYPES[dtype][1]
-    raw = driver.tensor_map_encode_tiled(
+    return (
         DTYPES[dtype][0],
-        address,
         tuple(reversed(tuple(shape))),
         tuple(s * esize for s in reversed(tuple(strides)[:-1])),
         tuple(reversed(tuple(box))),
@@ -179,4 +196,3 @@ def tiled(
         L2_PROMOTIONS[l2_promotion],
         1 if oob_nan else 0,
     )
-    return TensorMap(raw, dtype, tuple(shape), tuple(box), swizzle)

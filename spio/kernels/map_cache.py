@@ -10,7 +10,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Sequence
 
-from spio.cuda.tensor_map import DTYPES, L2_PROMOTIONS, SWIZZLES, check_tiled
+from spio.cuda.tensor_map import check_tiled, driver_args
 
 
 class MapCache:
@@ -40,19 +40,7 @@ class MapCache:
         limit: int = 64,
     ) -> None:
         check_tiled(16, dtype, shape, strides, box, swizzle, l2_promotion)
-        esize = DTYPES[dtype][1]
-        # What `tiled` passes the driver, less the address.
-        self._args = (
-            DTYPES[dtype][0],
-            tuple(reversed(tuple(shape))),
-            tuple(s * esize for s in reversed(tuple(strides)[:-1])),
-            tuple(reversed(tuple(box))),
-            (1,) * len(shape),
-            0,
-            SWIZZLES[swizzle],
-            L2_PROMOTIONS[l2_promotion],
-            0,
-        )
+        self._args = driver_args(dtype, shape, strides, box, swizzle, l2_promotion)
         self._maps: dict[int, bytes] = {}
         self._lock = threading.Lock()
         self._limit = limit
