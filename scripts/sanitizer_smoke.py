@@ -95,13 +95,15 @@ def _direct(
     dy = torch.randn(n, c, p.p, p.q, device="cuda", dtype=dtype)
     dy = dy.to(memory_format=torch.channels_last)
 
-    def first(configs, want):
+    def first(configs, want, required=True):
         """The first config `want` accepts; for "tma" the first of each warp count (each
-        swizzle: 32, 64 and 128 bytes)."""
+        swizzle: 32, 64 and 128 bytes). None is an error unless not `required`."""
         found = {}
         for cf in configs:
             if want(cf):
                 found.setdefault(cf.warps if pick == "tma" else 0, cf)
+        if required and not found:
+            raise SystemExit(f"sanitizer smoke: no {pick} config for {p}")
         return list(found.values())
 
     if ok_fprop is not None:
@@ -116,7 +118,8 @@ def _direct(
     if pick == "ragged":  # wgrad's idle-warp CTAs (outside its default space until timed)
         _wgrad_direct(p, next(cf for cf in wg.configs(p, dev, with_idle_warps=True) if ok(cf)),
                       x, dy, dev, stream, cache)  # fmt: skip
-    for cfg in first(fp.dgrad_configs(p, dev), ok):
+    # The dgrad of a stride-2 layer is dilated along W: no TMA-rows config there.
+    for cfg in first(fp.dgrad_configs(p, dev), ok, required=pick != "tma" or stride == 1):
         dx = torch.full((n, c, h, w), float("nan"), device="cuda", dtype=dtype)
         dx = dx.to(memory_format=torch.channels_last)
         fp.dgrad_launch(cache.get(fp.DGRAD, p.variant(), cfg, dev), p, cfg, dx, dy, wt, stream)

@@ -91,14 +91,16 @@ class _Point:
 
         [(cfg, kern)] = self._kernels("fprop")
         y = torch.empty_like(self.x)
-        return (lambda: fp.launch(kern, self.p, cfg, y, self.x, self.w, self.b, self.stream)), y
+        run = fp.FpropLaunch(kern, self.p, cfg)  # what the op launches, bound once
+        return (lambda: run(y, self.x, self.w, self.b, self.stream)), y
 
     def spio_dgrad(self):
         from spio.kernels.conv2d_gw8 import fprop as fp
 
         [(cfg, kern)] = self._kernels("dgrad")
         dx = torch.empty_like(self.x)
-        return (lambda: fp.dgrad_launch(kern, self.p, cfg, dx, self.dy, self.w, self.stream)), dx
+        run = fp.DgradLaunch(kern, self.p, cfg)
+        return (lambda: run(dx, self.dy, self.w, self.stream)), dx
 
     def spio_wgrad(self):
         from spio.kernels.conv2d_gw8 import wgrad as wg

@@ -234,7 +234,7 @@ def evaluate(
         tested = folds_by_group(kdef, samples, folds, split)
     regrets: list[float] = []
     full: list[float] = []  # regret against the whole space, on the complete shapes
-    tuned: list[float] = []  # the same with autotune's top-k measured
+    tuned: list[float] = []  # the same with autotune's candidates measured
     hits = 0
     kwargs = {} if rounds is None else {"rounds": rounds}
     for f in range(folds):

@@ -46,10 +46,11 @@ def autotune_candidates(ranked: Sequence[Any], k: int) -> list[Any]:
 
     The model's plain top k is often one tile at several pipeline depths or one warp count, so
     when the model misjudges that family every candidate misses together. On the held-out
-    complete shapes of every family (5 folds by layer, mean over 4-10 training seeds), the
-    fastest of these candidates has a worst regret no higher than the plain top 5's:
-    conv2d_gw8_fprop 1.089 -> 1.072, layernorm_2d_fwd 1.115 -> 1.054, matmul 1.162 -> 1.139,
-    the others equal or lower (docs/tuning.md, "Fourteenth session"). A config that is not a
+    complete shapes of every family (H100 samples, 5 folds by layer, mean over 4-10 training
+    seeds), the fastest of these candidates had a worst regret within 0.001 of the plain top 5's
+    or lower: conv2d_gw8_fprop 1.089 -> 1.072, layernorm_2d_fwd 1.115 -> 1.054, matmul 1.162 ->
+    1.139 (on the H200's few complete shapes wgrad's max and matmul's p90 rose; docs/tuning.md,
+    "Fourteenth session"). A config that is not a
     dataclass has no fields to tell apart: the plain top k."""
     chosen = list(ranked[: min(k, AUTOTUNE_TOP)])
     if chosen and dataclasses.is_dataclass(chosen[0]):

@@ -534,7 +534,8 @@ def launch(
 ) -> None:
     """Runs a loaded fprop variant once (`FpropLaunch`): out (N, C, P, Q) <- conv(x, weight) +
     bias, NHWC memory. `kernel` is a LoadedKernel for (p, cfg) (any batch size: the batch is
-    the grid's y)."""
+    the grid's y). A TMA-rows variant encodes x's tensor map on every call: for tests, where the
+    ops bind one FpropLaunch per call signature."""
     FpropLaunch(kernel, p, cfg)(out, x, weight, bias, stream)
 
 
@@ -599,7 +600,8 @@ def dgrad_launch(
     weight: Any,
     stream: int,
 ) -> None:
-    """Runs a loaded dgrad variant once (`DgradLaunch`)."""
+    """Runs a loaded dgrad variant once (`DgradLaunch`; a TMA-rows variant encodes dy's tensor
+    map on every call: for tests, where the ops bind one DgradLaunch per call signature)."""
     DgradLaunch(kernel, p, cfg)(grad_input, grad_output, weight, stream)
 
 

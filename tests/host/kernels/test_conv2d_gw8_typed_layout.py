@@ -209,3 +209,41 @@ def test_reduce_index(tmp_path):
     got = _run(tmp_path, specs, "\n".join(lines))
     assert got == [3 * 32 + 17, rd.reduce_grid(p, cfg)[0], 4 * 32, 2 * 32 + 5]
     assert rd.reduce_grid(p, cfg)[0] == -(-(16 * 8 * 2 * 3 + 16) // 32)
+
+
+@pytest.mark.parametrize("warps", [2, 4, 8])
+def test_fprop_tma_rows_layout_is_what_tma_writes(tmp_path, warps):
+    """A TMA_ROWS variant's input stage, subscripted as the kernel reads a fragment
+    (smem_input[STAGE][C8] then [W][CP]), addresses exactly the byte where TMA's WARPS*16-byte
+    swizzle puts group g of pixel j of the box: byte b = stage offset + j * WARPS * 16 + 16 g + 4 t,
+    with bits [4, 4 + log2 WARPS) XORed by bits [7, 7 + log2 WARPS) of b (CUTLASS's Swizzle<B, 4,
+    3>), the stage starting on a multiple of the 128 * WARPS-byte period."""
+    from spio.cuda import known_device
+
+    h100 = known_device("H100")
+    p = Conv2dGw8Params(n=2, c=64, h=9, w=30, r=3, s=3, pad_h=1, pad_w=1)
+    cfg = Conv2dGw8Config(block_p=4, block_q=16, warps=warps, stages=3)
+    assert fp.tma_rows(p, cfg, h100)
+    specs = fp.spec(p, cfg, h100).specs
+    width = fp.stage_w(p, cfg, h100)
+    assert width % 8 == 0 and width >= fp.tile_w(p, cfg)
+    stage_bytes = width * warps * 16
+    assert stage_bytes % (128 * warps) == 0
+    lines = [
+        "static unsigned s_in[SmemInput::storage_size()];",
+        "const SmemInput smem_input(s_in);",
+        _print("SmemInput::storage_size()"),
+    ]
+    expected = [cfg.stages * stage_bytes // 4]
+    bits = warps.bit_length() - 1
+    for stage in range(cfg.stages):
+        for g in range(warps):
+            for j in range(width):
+                for t in range(4):
+                    lines.append(
+                        _print(f"smem_input[STAGE({stage})][C8({g})][W({j})][CP({t})].get() - s_in")
+                    )
+                    b = stage * stage_bytes + j * warps * 16 + 16 * g + 4 * t
+                    b ^= ((b >> 7) & ((1 << bits) - 1)) << 4
+                    expected.append(b // 4)
+    assert _run(tmp_path, specs, "\n".join(lines)) == expected
