@@ -15,7 +15,7 @@ Use it to compare two versions of a kernel source on the same GPU (the JIT recom
     python benchmarks/sweep_conv2d_gw8.py --points "56,56,3,256,2"   # stride 2, input 56x56
     python benchmarks/sweep_conv2d_gw8.py --csv sweep.csv      # every timing, for plotting
     python benchmarks/sweep_conv2d_gw8.py --kernel wgrad --idle-warps --points "440,14,3,128,2"
-    python benchmarks/sweep_conv2d_gw8.py --kernel fprop,dgrad --cp-async   # without TMA rows
+    python benchmarks/sweep_conv2d_gw8.py --cp-async   # every pass without TMA rows
 """
 
 from __future__ import annotations
@@ -183,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--cp-async",
         action="store_true",
-        help="fprop/dgrad: input rows by cp.async even on sm_90 (the kernel before TMA rows)",
+        help="every pass: x (and dy) rows by cp.async even on sm_90 (the kernels before TMA rows)",
     )
     ap.add_argument(
         "--idle-warps",
@@ -208,9 +208,10 @@ def main(argv: list[str] | None = None) -> int:
 
         fprop.MAX_STEP_ROWS = a.max_step_rows
     if a.cp_async:
-        from spio.kernels.conv2d_gw8 import fprop
+        from spio.kernels.conv2d_gw8 import fprop, wgrad_tiling
 
         fprop.TMA_ROWS = False
+        wgrad_tiling.TMA_ROWS = False
 
     every = []
     for which in passes:

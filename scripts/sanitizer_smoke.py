@@ -67,7 +67,8 @@ def _direct(
     """fprop and dgrad launched directly on a config the op may not pick: `pick` "phased" (the
     dgrad of a stride-2 layer with its M tiles paired by column parity, the dilation's zero
     columns never loaded), "ragged" (a CTA whose last group block has idle warps) or "tma" (input
-    rows by TMA on sm_90; fprop only where no dgrad config has them, as at stride 2)."""
+    rows by TMA on sm_90; fprop only where no dgrad config has them, as at stride 2; wgrad's x
+    and dy rows too, 2, 4 and 8 warps)."""
     from spio.cuda import device_attributes
     from spio.kernels.conv2d_gw8 import fprop as fp
     from spio.kernels.conv2d_gw8 import wgrad as wg
@@ -117,7 +118,11 @@ def _direct(
             _check(f"fprop {pick} {n}x{c}x{h}x{w} k{k} s{stride} {cfg}", y, want, 2e-2)
     if pick == "ragged":  # wgrad's idle-warp CTAs (outside its default space until timed)
         _wgrad_direct(p, next(cf for cf in wg.configs(p, dev, with_idle_warps=True) if ok(cf)),
-                      x, dy, dev, stream, cache)  # fmt: skip
+                      x, dy, dev, stream, cache, pick)  # fmt: skip
+    if pick == "tma":  # wgrad's x and dy rows by TMA, 8 warps included (WIDE_WARP_CHOICES)
+        wide = wg.configs(p, dev, warp_choices=wg.WIDE_WARP_CHOICES)
+        for cfg in first(wide, lambda cf: wg.tma_rows(p, cf, dev)):
+            _wgrad_direct(p, cfg, x, dy, dev, stream, cache, pick)
     # The dgrad of a stride-2 layer is dilated along W: no TMA-rows config there.
     for cfg in first(fp.dgrad_configs(p, dev), ok, required=pick != "tma" or stride == 1):
         dx = torch.full((n, c, h, w), float("nan"), device="cuda", dtype=dtype)
@@ -129,7 +134,7 @@ def _direct(
         _check(f"dgrad {pick} {n}x{c}x{h}x{w} k{k} s{stride} {cfg}", dx, want, 2e-2)
 
 
-def _wgrad_direct(p, cfg, x, dy, dev, stream, cache) -> None:
+def _wgrad_direct(p, cfg, x, dy, dev, stream, cache, pick) -> None:
     """The weight gradient of one wgrad config and the op's reduction, into NaN-poisoned
     partials, against fp64."""
     from spio.kernels.conv2d_gw8 import wgrad as wg
@@ -149,8 +154,8 @@ def _wgrad_direct(p, cfg, x, dy, dev, stream, cache) -> None:
         x.double(), (p.c, 8, p.r, p.s), dy.double(), stride=(p.stride_h, p.stride_w),
         padding=(p.pad_h, p.pad_w), groups=p.c // 8,
     )  # fmt: skip
-    _check(f"wgrad ragged {p.n}x{p.c}x{p.h}x{p.w} {cfg}", dw, want, 5e-2)
-    _check(f"wgrad ragged bias {cfg}", db, dy.double().sum((0, 2, 3)), 5e-2)
+    _check(f"wgrad {pick} {p.n}x{p.c}x{p.h}x{p.w} s{p.stride_h} {cfg}", dw, want, 5e-2)
+    _check(f"wgrad {pick} bias {cfg}", db, dy.double().sum((0, 2, 3)), 5e-2)
 
 
 def matmul(m: int, n: int, k: int, dtype: torch.dtype) -> None:

@@ -49,6 +49,22 @@
 /// Pipeline: STAGES rows of x (and the matching dy row) in flight via cp.async, zero-filled
 ///   outside the image; one __syncthreads per input row. The rows of a CTA's tasks form one
 ///   stream, so the pipeline does not drain between tasks.
+///   TMA_ROWS (sm_90+, CTAs of 2+ warps, at most 9 taps): instead one thread copies each x row
+///   and dy row with the tensor memory accelerator (`in_map`: x as (N*H rows, W, C), a box of
+///   one row x TILE_W pixels x the CTA's WARPS*8 channels; `grad_map`: dy as (N*P rows, Q, C),
+///   one row x BLOCK_Q pixels; zeros outside the tensor: the padding columns, dy's columns past
+///   Q, a ragged group block's channels). Stream position k's x stage has an mbarrier that both
+///   of its copies complete; the threads wait on it where they waited for their cp.async
+///   groups, then take the same __syncthreads (which still frees the stage and dy slot the next
+///   copies overwrite). Rows that are not copied (padding, dy rows past OUT_P) complete the
+///   barrier on the thread's arrival alone.
+/// Shared memory: x (STAGE, C8, W) and dy (DYROW, C8, Q), 16-byte pixels: each warp reads its
+///   group's plane, 8 consecutive pixels per ldmatrix matrix, so no bank conflicts (at SW = 2
+///   every other pixel: two wavefronts). TMA_ROWS: (STAGE, W, C8) and (DYROW, Q, C8) as the
+///   boxes land, group g of pixel j at slot g ^ (j >> (3 - log2 WARPS)) % WARPS (TMA's
+///   WARPS*16-byte swizzle), so the 8 pixels of a matrix are again in 8 bank groups; a stage
+///   holds TILE_W rounded up to 8 pixels, and the rings start on the swizzle's period (ROW_ALIGN
+///   = 128 * WARPS bytes).
 /// Launch: triggers its dependents at entry (sm_90+), so the reduction, launched with PDL, is
 ///   scheduled while this grid runs and waits in griddepcontrol.wait for its completion.
 /// Assumes: NHWC x and dy, C % 8 == 0, 16-byte aligned pointers (partial included); partials laid
@@ -58,7 +74,13 @@
 #include "spio/async_copy.h"
 #include "spio/cta.h"
 #include "spio/ldmatrix.h"
+#include "spio/mbarrier.h"
 #include "spio/mma.h"
+#include "spio/tma.h"
+
+#if TMA_ROWS && !SPIO_TMA
+#error "conv2d_gw8_wgrad.cu: TMA_ROWS needs sm_90 or later"
+#endif
 
 namespace {
 
@@ -95,7 +117,13 @@ static_assert(CHUNKED_ROWS + STAGES - 1 <= TILE_H, "a chunked row's copy ahead l
 extern "C" __global__ void __launch_bounds__(WARPS * 32)
     conv2d_gw8_wgrad(float* __restrict__ partial_ptr, float* __restrict__ bias_partial_ptr,
                      const uint4* __restrict__ in_ptr, const uint4* __restrict__ grad_ptr,
-                     int num_tasks, int tasks_per_split) {
+                     int num_tasks, int tasks_per_split
+#if TMA_ROWS
+                     ,
+                     const __grid_constant__ spio::tma::Descriptor in_map,
+                     const __grid_constant__ spio::tma::Descriptor grad_map
+#endif
+    ) {
     // PDL trigger (sm_90+): the reduction may be scheduled now; its griddepcontrol.wait holds it
     // until this grid has completed and its partials are visible.
 #if __CUDA_ARCH__ >= 900
@@ -103,8 +131,16 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
 #endif
     // ---- setup --------------------------------------------------------------------------------
     extern __shared__ uint4 smem_raw[];
-    const SmemInput smem_input(smem_raw);                         // (STAGE, C8, W, ...) uint4
-    const SmemGrad smem_grad(smem_raw + SmemInput::storage_size());  // (DYROW, C8, Q) uint4
+    // TMA_ROWS: the rings start on the swizzle's period (the host adds the slack). The pointer
+    // stays smem_raw plus an offset, so the compiler keeps shared-memory loads.
+    const unsigned ring_pad =
+        TMA_ROWS ? (ROW_ALIGN - spio::smem_address(smem_raw) % ROW_ALIGN) % ROW_ALIGN : 0;
+    uint4* const smem_rings =
+        reinterpret_cast<uint4*>(reinterpret_cast<unsigned char*>(smem_raw) + ring_pad);
+    // (STAGE, C8, W) uint4; TMA_ROWS (STAGE, W, C8), swizzled
+    const SmemInput smem_input(smem_rings);
+    // (DYROW, C8, Q) uint4; TMA_ROWS (DYROW, Q, C8), swizzled
+    const SmemGrad smem_grad(smem_rings + SmemInput::storage_size());
     const int lane = spio::lane_id();
     const C8 warp_group(spio::warp_id());
     const BlockIdx block(blockIdx.x);
@@ -141,6 +177,8 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
     // more than 2^32 uint4: wgrad.check_tensor_size).
     const unsigned x_row = static_cast<unsigned>(input[H(1)].get() - input.get());
     const unsigned dy_row = static_cast<unsigned>(grad[P(1)].get() - grad.get());
+    // TMA_ROWS: x and dy are the tasks' first rows as TMA coordinates instead, image * IN_H + h0
+    // and image * OUT_P + p0 (h0 may be negative: a padding row is never copied).
     struct Task {
         unsigned x;   // row 0 of the task (image row h0) from in_ptr, in uint4
         unsigned dy;  // dy row p0 of the task's image from grad_ptr, in uint4
@@ -151,11 +189,17 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
         const int image = t / P_CHUNKS;
         const int p0 = (t - image * P_CHUNKS) * BLOCK_P;
         const int h0 = p0 * STRIDE_H - PAD_H;
-        return Task{static_cast<unsigned>(image) * static_cast<unsigned>(Input::storage_size()) +
-                        static_cast<unsigned>(h0) * x_row,
-                    static_cast<unsigned>(image) * static_cast<unsigned>(Grad::storage_size()) +
-                        static_cast<unsigned>(p0) * dy_row,
-                    p0, h0};
+        if constexpr (TMA_ROWS) {
+            return Task{static_cast<unsigned>(image * IN_H + h0),
+                        static_cast<unsigned>(image * OUT_P + p0), p0, h0};
+        } else {
+            return Task{
+                static_cast<unsigned>(image) * static_cast<unsigned>(Input::storage_size()) +
+                    static_cast<unsigned>(h0) * x_row,
+                static_cast<unsigned>(image) * static_cast<unsigned>(Grad::storage_size()) +
+                    static_cast<unsigned>(p0) * dy_row,
+                p0, h0};
+        }
     };
     // Whether task row i is an x row inside the image (else padding: neither copied nor
     // multiplied), and dy row o of a task one inside OUT_P (else a ragged last chunk's). Each
@@ -221,12 +265,44 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
     const unsigned x_stage = smem_bytes(smem_input[STAGE(1)].get(), smem_input.get());
     const unsigned dy_slot = smem_bytes(smem_grad[DYROW(1)].get(), smem_grad.get());
 
+    // TMA_ROWS: one barrier per x stage (stream position k: row_full + 8 (k % STAGES)), past
+    // both the rings and the partial's staging below.
+    constexpr unsigned RING_BYTES =
+        (SmemInput::storage_size() + SmemGrad::storage_size()) * sizeof(uint4);
+    constexpr unsigned PARTIAL_BYTES = SmemPartial::storage_size() * sizeof(float);
+    const unsigned row_full = spio::smem_address(smem_rings) +
+                              (RING_BYTES > PARTIAL_BYTES ? RING_BYTES : PARTIAL_BYTES);
+
     // Task row i into the x stage at offset xs (tile column j = image column SW q0 - PAD_W + j)
     // and, for i = SH o, dy row p0 + o into the dy slot at offset ds (tile column j = output
     // column q0 + j). Zero-filled outside. A padding row's stage and a dy row past OUT_P are
     // never read (multiply_row skips them), so they are not copied at all; the commit after this
-    // call stays unconditional.
-    auto load_row = [&](const Task& task, int i, unsigned xs, unsigned ds) {
+    // call stays unconditional. TMA_ROWS: thread 0 copies both rows, completing barrier `bar`
+    // (its arrival alone when neither row is copied).
+    auto load_row = [&](const Task& task, int i, unsigned xs, unsigned ds, unsigned bar) {
+#if TMA_ROWS
+        if (threadIdx.x == 0) {
+            const bool x_copy = x_row_inside(task, i);
+            const bool dy_copy = i % STRIDE_H == 0 && dy_row_inside(task, i / STRIDE_H);
+            if (x_copy || dy_copy) {
+                spio::mbarrier::arrive_expect_tx(
+                    bar, (x_copy ? X_BOX_BYTES : 0) + (dy_copy ? DY_BOX_BYTES : 0));
+            } else {
+                spio::mbarrier::arrive(bar);
+            }
+            if (x_copy) {
+                spio::tma::load_3d(spio::smem_address(smem_input.get()) + xs, &in_map,
+                                   group0.get() * 8, q0 * STRIDE_W - PAD_W,
+                                   static_cast<int>(task.x) + i, bar);
+            }
+            if (dy_copy) {
+                spio::tma::load_3d(spio::smem_address(smem_grad.get()) + ds, &grad_map,
+                                   group0.get() * 8, q0, static_cast<int>(task.dy) + i / STRIDE_H,
+                                   bar);
+            }
+        }
+#else
+        (void)bar;
         if (x_row_inside(task, i)) {
             const unsigned row = task.x + static_cast<unsigned>(i) * x_row;
 #pragma unroll
@@ -245,6 +321,7 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
                 }
             }
         }
+#endif
     };
 
     // Task row i (u: i - u is a multiple of STEP_ROWS, so i - r and u - r have one parity) in the
@@ -257,9 +334,28 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
     // zeros, so the sums (and their order) are those of the full loop.
     // ldmatrix rows, as addresses in stage 0 / slot 0 of this warp's plane: lanes
     // 0-7 give tile columns SW l of filter column 2j, lanes 8-15 those of 2j + 1 (16-31 unused);
-    // for dy, lanes 0-7 give columns l.
+    // for dy, lanes 0-7 give columns l. x_col(j, qc): the x matrix of s pair j in column chunk
+    // qc. TMA_ROWS keeps a lane address per pair (the swizzle does not commute with the pair's
+    // 2j pixels); a chunk's SW 8 qc pixels are a multiple of the swizzle's 8-pixel period, so a
+    // plain offset in either layout.
+#if TMA_ROWS
+    unsigned x_lane[S_PAIRS];
+#pragma unroll
+    for (int j = 0; j < S_PAIRS; ++j) {
+        x_lane[j] = spio::smem_address(
+            smem_input[warp_group][W(STRIDE_W * (lane % 8) + (lane / 8) % 2 + 2 * j)].get());
+    }
+    auto x_col = [&](int j, int qc) {
+        return x_lane[j] + smem_bytes(smem_input[W(STRIDE_W * 8 * qc)].get(), smem_input.get());
+    };
+#else
     const unsigned x_lane = spio::smem_address(
         smem_input[warp_group][W(STRIDE_W * (lane % 8) + (lane / 8) % 2)].get());
+    auto x_col = [&](int j, int qc) {
+        return x_lane +
+               smem_bytes(smem_input[W(STRIDE_W * 8 * qc + 2 * j)].get(), smem_input.get());
+    };
+#endif
     const unsigned dy_lane = spio::smem_address(smem_grad[warp_group][Q(lane % 8)].get());
     const int q_chunks = min(BLOCK_Q / 8, (OUT_Q - q0 + 7) / 8);
     auto multiply_row = [&](const Task& task, int i, int u, unsigned xs,
@@ -285,10 +381,7 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
         for (int qc = 0; qc < q_chunks; ++qc) {
             unsigned a[S_PAIRS][2];
 #pragma unroll
-            for (int j = 0; j < S_PAIRS; ++j) {
-                const uint4* col = smem_input[W(STRIDE_W * 8 * qc + 2 * j)].get();
-                spio::ldmatrix_x2_trans(a[j], x_lane + xs + smem_bytes(col, smem_input.get()));
-            }
+            for (int j = 0; j < S_PAIRS; ++j) spio::ldmatrix_x2_trans(a[j], x_col(j, qc) + xs);
 #pragma unroll
             for (int r = 0; r < KERNEL_R; ++r) {
                 // dy row (i - r) / SH of the task, when SH divides i - r
@@ -315,18 +408,30 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
     // ---- main loop: every row of this split's tasks, STAGES - 1 rows ahead ----------------------
     // Ring state at stream position k: the x stage of k and of k - 1 (the one refilled at k, with
     // position k + STAGES - 1), the dy slots of k, k - 1, ..., k - R (the last refilled at k).
+    // TMA_ROWS: the barriers of k and of k - 1 (bar, bar_free), and the parity of k's phase.
     unsigned xs = 0;
     unsigned xs_free = (STAGES - 1) * x_stage;
+    unsigned bar = row_full;
+    unsigned bar_free = row_full + 8 * (STAGES - 1);
+    unsigned phase = 0;
     unsigned ds[KERNEL_R + 1];
 #pragma unroll
     for (int r = 0; r <= KERNEL_R; ++r) ds[r] = (DY_ROWS - r) % DY_ROWS * dy_slot;
+#if TMA_ROWS
+    if (threadIdx.x == 0) {  // the barriers, before the first copy
+        for (int s = 0; s < STAGES; ++s) spio::mbarrier::init(row_full + 8 * s, 1);
+        spio::mbarrier::fence_init();
+    }
+#endif
 #pragma unroll
     for (int k = 0; k < STAGES - 1; ++k) {
         if (first + k / TILE_H < last) {
-            load_row(task_at(first + k / TILE_H), k % TILE_H, k * x_stage, k * dy_slot);
+            load_row(task_at(first + k / TILE_H), k % TILE_H, k * x_stage, k * dy_slot,
+                     row_full + 8 * k);
         }
-        spio::cp_async_commit();
+        if (!TMA_ROWS) spio::cp_async_commit();
     }
+    if (TMA_ROWS) __syncthreads();  // the barriers are initialised before anyone waits on them
     // The accumulators start at zero only now, after the pipeline fill's copies (an asm volatile
     // zero stays behind them): ptxas would otherwise zero them first, and at 5x3 taps and 4
     // warps their 44 registers live through the fill pushed one address to the stack.
@@ -343,16 +448,26 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
     // stream) is copied. In the chunked rows ia stays in task t; in the unrolled tail i, ia and
     // dt are compile-time constants.
     auto step = [&](int t, const Task& task, int i, int u, bool chunked) {
+#if TMA_ROWS
+        spio::mbarrier::wait(bar, phase);  // row i's copies have landed
+#else
         spio::cp_async_wait<STAGES - 2>();
+#endif
         __syncthreads();  // row i visible; everyone is done with the stage refilled
         const int ia = i + STAGES - 1;
         const int dt = chunked ? 0 : ia / TILE_H;
         if (t + dt < last) load_row(dt == 0 ? task : task_at(t + dt), ia - dt * TILE_H, xs_free,
-                                    ds[KERNEL_R]);
-        spio::cp_async_commit();
+                                    ds[KERNEL_R], bar_free);
+        if (!TMA_ROWS) spio::cp_async_commit();
         multiply_row(task, i, u, xs, ds);
         xs_free = xs;
-        xs = xs + x_stage == STAGES * x_stage ? 0 : xs + x_stage;
+        bar_free = bar;
+        const bool wrap = xs + x_stage == STAGES * x_stage;
+        xs = wrap ? 0 : xs + x_stage;
+        if constexpr (TMA_ROWS) {
+            bar = wrap ? row_full : bar + 8;
+            phase ^= wrap ? 1u : 0u;
+        }
 #pragma unroll
         for (int r = KERNEL_R; r > 0; --r) ds[r] = ds[r - 1];
         ds[0] = ds[0] + dy_slot == DY_ROWS * dy_slot ? 0 : ds[0] + dy_slot;
@@ -368,7 +483,7 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
 #pragma unroll
         for (int i = CHUNKED_ROWS; i < TILE_H; ++i) step(t, task, i, i, false);
     }
-    spio::cp_async_wait<0>();
+    if (!TMA_ROWS) spio::cp_async_wait<0>();  // TMA_ROWS: every copy was waited for in its step
     __syncthreads();  // every warp is done with the pipeline's shared memory: reuse it below
 
     // ---- epilogue: this CTA's partial, laid out like the weight: (C8, KO, CI, R, S), or

@@ -35,11 +35,13 @@
 namespace spio::mbarrier {
 
 /// Initialises the barrier at `bar` (shared memory, 8-byte aligned) for `count` arrivals per
-/// phase. One thread; follow with fence_init() and a CTA barrier.
-SPIO_DEVICE void init(unsigned long long* bar, unsigned count) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_address(bar)), "r"(count)
-                 : "memory");
+/// phase. One thread; follow with fence_init() and a CTA barrier. Each operation here also takes
+/// the barrier as its shared-window address (`unsigned`, spio::smem_address): a kernel that
+/// walks a ring of barriers as offsets converts no pointer per use.
+SPIO_DEVICE void init(unsigned bar, unsigned count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
 }
+SPIO_DEVICE void init(unsigned long long* bar, unsigned count) { init(smem_address(bar), count); }
 
 /// Makes the initialisations visible to the async proxy and the cluster
 /// (fence.mbarrier_init.release.cluster). The initialising thread, after its init() calls.
@@ -48,34 +50,37 @@ SPIO_DEVICE void fence_init() {
 }
 
 /// Arrives on the barrier and adds `bytes` to the transactions its current phase waits for.
-SPIO_DEVICE void arrive_expect_tx(unsigned long long* bar, unsigned bytes) {
+SPIO_DEVICE void arrive_expect_tx(unsigned bar, unsigned bytes) {
     asm volatile(
         "{\n.reg .b64 state;\n"
-        "mbarrier.arrive.expect_tx.shared::cta.b64 state, [%0], %1;\n}\n" ::"r"(
-            smem_address(bar)),
+        "mbarrier.arrive.expect_tx.shared::cta.b64 state, [%0], %1;\n}\n" ::"r"(bar),
         "r"(bytes)
         : "memory");
 }
+SPIO_DEVICE void arrive_expect_tx(unsigned long long* bar, unsigned bytes) {
+    arrive_expect_tx(smem_address(bar), bytes);
+}
 
 /// Arrives on the barrier (no transaction bytes).
-SPIO_DEVICE void arrive(unsigned long long* bar) {
-    asm volatile(
-        "{\n.reg .b64 state;\nmbarrier.arrive.shared::cta.b64 state, [%0];\n}\n" ::"r"(
-            smem_address(bar))
-        : "memory");
+SPIO_DEVICE void arrive(unsigned bar) {
+    asm volatile("{\n.reg .b64 state;\nmbarrier.arrive.shared::cta.b64 state, [%0];\n}\n" ::"r"(
+                     bar)
+                 : "memory");
 }
+SPIO_DEVICE void arrive(unsigned long long* bar) { arrive(smem_address(bar)); }
 
 /// Waits until the barrier's phase of parity `parity` (0 for the first phase) has completed:
 /// its arrivals are in and its transaction bytes have landed.
-SPIO_DEVICE void wait(unsigned long long* bar, unsigned parity) {
+SPIO_DEVICE void wait(unsigned bar, unsigned parity) {
     asm volatile(
         "{\n.reg .pred done;\n"
         "WAIT:\n"
         "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-        "@!done bra WAIT;\n}\n" ::"r"(smem_address(bar)),
+        "@!done bra WAIT;\n}\n" ::"r"(bar),
         "r"(parity)
         : "memory");
 }
+SPIO_DEVICE void wait(unsigned long long* bar, unsigned parity) { wait(smem_address(bar), parity); }
 
 /// Arrives on the barrier at `bar`'s shared-memory offset in the CTA of rank `cta` of this
 /// cluster (spio::cluster::rank; this CTA's own barrier when `cta` is its rank): mapa, then

@@ -55,14 +55,19 @@ SPIO_DEVICE void load_2d(void* smem, const Descriptor* map, int c0, int c1,
         : "memory");
 }
 
-/// The same for a 3-D tensor (c0 innermost).
-SPIO_DEVICE void load_3d(void* smem, const Descriptor* map, int c0, int c1, int c2,
-                         unsigned long long* bar) {
+/// The same for a 3-D tensor (c0 innermost). The overload taking `unsigned` takes shared-window
+/// addresses (spio::smem_address) of the destination and the barrier.
+SPIO_DEVICE void load_3d(unsigned smem, const Descriptor* map, int c0, int c1, int c2,
+                         unsigned bar) {
     asm volatile(
         "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
-        " [%0], [%1, {%2, %3, %4}], [%5];\n" ::"r"(smem_address(smem)),
-        "l"(map), "r"(c0), "r"(c1), "r"(c2), "r"(smem_address(bar))
+        " [%0], [%1, {%2, %3, %4}], [%5];\n" ::"r"(smem),
+        "l"(map), "r"(c0), "r"(c1), "r"(c2), "r"(bar)
         : "memory");
+}
+SPIO_DEVICE void load_3d(void* smem, const Descriptor* map, int c0, int c1, int c2,
+                         unsigned long long* bar) {
+    load_3d(smem_address(smem), map, c0, c1, c2, smem_address(bar));
 }
 
 /// Copies the box at (c0, c1) of `map` into shared memory at `smem` in every CTA of the

@@ -32,12 +32,15 @@ from spio.kernels.conv2d_gw8.wgrad_tiling import BLOCK_P_CHOICES as BLOCK_P_CHOI
 from spio.kernels.conv2d_gw8.wgrad_tiling import block_p_choices as block_p_choices
 from spio.kernels.conv2d_gw8.wgrad_tiling import dy_rows as dy_rows
 from spio.kernels.conv2d_gw8.wgrad_tiling import (
+    TMA_MAX_ROWS,
     grid,
     group_blocks,
     in_flight_bytes,
     partial_bytes,
+    row_align,
     s_pairs,
     task_rows,
+    tma_swizzle,
 )
 from spio.kernels.conv2d_gw8.wgrad_tiling import live_regs as live_regs
 from spio.kernels.conv2d_gw8.wgrad_tiling import num_slices as num_slices
@@ -45,7 +48,9 @@ from spio.kernels.conv2d_gw8.wgrad_tiling import p_chunks as p_chunks
 from spio.kernels.conv2d_gw8.wgrad_tiling import q_tiles as q_tiles
 from spio.kernels.conv2d_gw8.wgrad_tiling import smem_bytes as smem_bytes
 from spio.kernels.conv2d_gw8.wgrad_tiling import split_plan as split_plan
+from spio.kernels.conv2d_gw8.wgrad_tiling import stage_w as stage_w
 from spio.kernels.conv2d_gw8.wgrad_tiling import tile_w as tile_w
+from spio.kernels.conv2d_gw8.wgrad_tiling import tma_rows as tma_rows
 from spio.kernels.kernel_def import KernelDef, KernelSpec, KernelStats
 
 SOURCE = "conv2d_gw8_wgrad.cu"
@@ -133,7 +138,7 @@ def configs(
                             stages=stages,
                             splits_per_sm=splits,
                         )
-                        if smem_bytes(p, cfg) > dev.max_smem_per_block_optin:
+                        if smem_bytes(p, cfg, dev) > dev.max_smem_per_block_optin:
                             continue
                         if live_regs(p, cfg) > MAX_LIVE_REGS:
                             continue
@@ -248,6 +253,8 @@ def spec(p: Conv2dGw8Params, cfg: Conv2dGw8WgradConfig, dev: Any = None) -> Kern
     from spio.generators.dim import Dim
     from spio.generators.dtype import bfloat16, half, uint4
     from spio.generators.dtype import float as f32
+    from spio.generators.macro import Macro
+    from spio.generators.swizzle import Xor
     from spio.generators.tensor import Tensor
     from spio.generators.type_alias import Type
 
@@ -257,6 +264,25 @@ def spec(p: Conv2dGw8Params, cfg: Conv2dGw8WgradConfig, dev: Any = None) -> Kern
     C8 = C / GROUP_WIDTH
     GB, QB = C / (GROUP_WIDTH * cfg.warps), Q / cfg.block_q
     g = p.groups
+    tma = tma_rows(p, cfg, dev)
+    if tma:
+        # TMA rows land pixel-major, WARPS x 16 bytes per pixel, swizzled so that the 8 pixels
+        # an ldmatrix reads of one group sit in 8 bank groups: group ^ (pixel >> shift) % WARPS
+        # with 8 pixels per swizzle period (TMA's 32/64/128-byte swizzle).
+        bits = cfg.warps.bit_length() - 1
+        smem_input = Tensor(
+            (STAGE(cfg.stages), W(stage_w(p, cfg, dev)), C8(cfg.warps)),
+            uint4,
+            swizzle=Xor(W, C8, bits, 3 - bits),
+        )
+        smem_grad = Tensor(
+            (DYROW(dy_rows(p, cfg)), Q(cfg.block_q), C8(cfg.warps)),
+            uint4,
+            swizzle=Xor(Q, C8, bits, 3 - bits),
+        )
+    else:
+        smem_input = Tensor((STAGE(cfg.stages), C8(cfg.warps), W(tile_w(p, cfg))), uint4)
+        smem_grad = Tensor((DYROW(dy_rows(p, cfg)), C8(cfg.warps), Q(cfg.block_q)), uint4)
     specs = {
         "H": H,
         "W": W,
@@ -278,8 +304,8 @@ def spec(p: Conv2dGw8Params, cfg: Conv2dGw8WgradConfig, dev: Any = None) -> Kern
         # The partials in the weight's layout: the reduction sums them flat into dw.
         "Partial": Tensor(p.weight_dims(C8(g), KO(8), CI(8), R(p.r), S(p.s)), f32),
         "BiasPartial": Tensor((C8(g), KO(8)), f32),
-        "SmemInput": Tensor((STAGE(cfg.stages), C8(cfg.warps), W(tile_w(p, cfg))), uint4),
-        "SmemGrad": Tensor((DYROW(dy_rows(p, cfg)), C8(cfg.warps), Q(cfg.block_q)), uint4),
+        "SmemInput": smem_input,
+        "SmemGrad": smem_grad,
         "SmemPartial": Tensor(p.weight_dims(C8(cfg.warps), KO(8), CI(8), R(p.r), S(p.s)), f32),
         "BlockIdx": CompoundIndex(QB(q_tiles(p, cfg)), GB(group_blocks(p, cfg))),
         "GROUPS": Constant(g),
@@ -306,15 +332,21 @@ def spec(p: Conv2dGw8Params, cfg: Conv2dGw8WgradConfig, dev: Any = None) -> Kern
         "P_CHUNKS": Constant(p_chunks(p, cfg)),
         "Q_TILES": Constant(q_tiles(p, cfg)),
         "MAX_TASK_ROWS": Constant(MAX_TASK_ROWS),
+        # Rows by TMA (a macro: it adds the kernel's two tensor-map parameters), the boxes' bytes
+        # and the rings' shared-memory alignment.
+        "TMA_ROWS": Macro(tma),
+        "X_BOX_BYTES": Constant(cfg.warps * 16 * tile_w(p, cfg)),
+        "DY_BOX_BYTES": Constant(cfg.warps * 16 * cfg.block_q),
+        "ROW_ALIGN": Constant(row_align(p, cfg, dev)),
     }
     return KernelSpec(
         source=SOURCE,
         entry="conv2d_gw8_wgrad",
-        signature="ppppii",
+        signature="ppppiitt" if tma else "ppppii",
         specs=specs,
         title=f"conv2d_gw8_wgrad {p.with_batch(1)} {cfg}",
         block=(32 * cfg.warps, 1, 1),
-        smem=smem_bytes(p, cfg),
+        smem=smem_bytes(p, cfg, dev),
     )
 
 
@@ -351,7 +383,8 @@ def features(p: Conv2dGw8Params, cfg: Conv2dGw8WgradConfig, dev: Any) -> dict[st
     out["splits"] = splits
     out["blocks"] = blocks
     out["waves"] = blocks / max(1, sm_count)
-    out["smem_bytes"] = smem_bytes(p, cfg)
+    out["smem_bytes"] = smem_bytes(p, cfg, dev)
+    out["tma_rows"] = float(tma_rows(p, cfg, dev))
     out["live_regs"] = live_regs(p, cfg)
     # x rows a task spans ((BLOCK_P - 1) * stride + R; not task_rows' trimmed count, which the
     # shipped models were not trained on) per dy row, times x columns per dy column.
@@ -374,17 +407,49 @@ def _layer_terms(p: Conv2dGw8Params) -> tuple[dict[str, float], int, int, int]:
     return p.features(), col_bytes, st.bytes_moved, st.flops
 
 
+def row_maps(kernel: Any, p: Conv2dGw8Params, cfg: Conv2dGw8WgradConfig) -> Any:
+    """The tensor maps a TMA_ROWS variant (`kernel`, loaded for the layer `p`, its batch
+    included) reads x and dy through: a pair of `spio.kernels.map_cache.MapCache` (one map per
+    address); None for a cp.async variant. x (N, H, W, C) is a 3-D tensor (N x H rows, W, C)
+    copied in boxes of one row x TILE_W pixels x the CTA's WARPS x 8 channels, dy (N x P rows, Q,
+    C) in boxes of one row x BLOCK_Q pixels x the same channels; out of the tensor: zeros (the
+    padding columns, dy's columns past Q, a ragged last group block's channels)."""
+    if not getattr(getattr(kernel, "spec", None), "signature", "").endswith("t"):
+        return None
+    from spio.kernels.map_cache import MapCache
+
+    rows = p.n * max(p.h, p.p)
+    if rows > TMA_MAX_ROWS:
+        raise ValueError(
+            f"conv2d_gw8 wgrad: {p} has {rows} rows of x or dy over its batch, above the "
+            f"{TMA_MAX_ROWS} a TMA coordinate holds; run the weight gradient over smaller batches "
+            "and sum"
+        )
+    channels = cfg.warps * GROUP_WIDTH
+    swizzle = tma_swizzle(cfg)
+    x_maps = MapCache(
+        p.dtype, (p.n * p.h, p.w, p.c), (p.w * p.c, p.c, 1), (1, tile_w(p, cfg), channels),
+        swizzle=swizzle,
+    )  # fmt: skip
+    dy_maps = MapCache(
+        p.dtype, (p.n * p.p, p.q, p.c), (p.q * p.c, p.c, 1), (1, cfg.block_q, channels),
+        swizzle=swizzle,
+    )  # fmt: skip
+    return x_maps, dy_maps
+
+
 class WgradLaunch:
     """Both passes of the weight gradient bound to one layer, its batch included: `launch(
     grad_weight, grad_bias, workspace, x, grad_output, stream)` writes the fp32 partials of each
     split into `workspace` (`workspace_floats` fp32, 16-byte aligned: the weight partials, then
     the bias partials) and sums them in a fixed order into grad_weight (C, 8, R, S) and
     grad_bias (C,) (None without a bias). The reduction is the dependent launch of the pair
-    (programmatic dependent launch on sm_90+, see `wgrad_reduce.reduce_launch`).
+    (programmatic dependent launch on sm_90+, see `wgrad_reduce.reduce_launch`). A TMA_ROWS
+    variant also takes x's and dy's tensor maps (`row_maps`: encoded once per address).
 
     `reduce_kernel` is the loaded reduction of `reduce_config(p, cfg, dev)`."""
 
-    __slots__ = ("_main", "_reduce", "_tasks", "_tps", "slices", "_bias_offset",
+    __slots__ = ("_main", "_reduce", "_tasks", "_tps", "_maps", "slices", "_bias_offset",
                  "workspace_floats")  # fmt: skip
 
     def __init__(
@@ -396,14 +461,30 @@ class WgradLaunch:
         check_tensor_size(p)
         tasks, tps, _ = split_plan(p, cfg, dev)
         self._main = kernel.bind(grid(p, cfg, dev))
-        self._reduce = reduce_kernel.bind(
-            rd.reduce_grid(p, rd.reduce_config(p, cfg, dev)), dependent=True
+        self._reduce = (
+            None
+            if reduce_kernel is None
+            else reduce_kernel.bind(
+                rd.reduce_grid(p, rd.reduce_config(p, cfg, dev)), dependent=True
+            )
         )
         self._tasks, self._tps = tasks, tps
+        self._maps = row_maps(kernel, p, cfg)
         self.slices = num_slices(p, cfg, dev)
         weight_floats = self.slices * p.c * GROUP_WIDTH * p.r * p.s
         self._bias_offset = 4 * weight_floats  # bytes; a multiple of 256 (C % 8 == 0)
         self.workspace_floats = weight_floats + (self.slices * p.c if p.has_bias else 0)
+
+    def partials(
+        self, partial: Any, bias_partial: Any, x: Any, grad_output: Any, stream: int
+    ) -> None:
+        """The first pass alone: the fp32 partials of each split into `partial` and (with a
+        bias) `bias_partial`."""
+        args = (partial, bias_partial, x, grad_output, self._tasks, self._tps)
+        if self._maps is not None:
+            x_maps, dy_maps = self._maps
+            args += (x_maps.get(x.data_ptr()), dy_maps.get(grad_output.data_ptr()))
+        self._main(args, stream)
 
     def __call__(
         self, grad_weight: Any, grad_bias: Any, workspace: Any, x: Any, grad_output: Any,
@@ -411,7 +492,7 @@ class WgradLaunch:
     ) -> None:  # fmt: skip
         partial = workspace.data_ptr()
         bias_partial = partial + self._bias_offset if grad_bias is not None else partial
-        self._main((partial, bias_partial, x, grad_output, self._tasks, self._tps), stream)
+        self.partials(partial, bias_partial, x, grad_output, stream)
         self._reduce(
             (grad_weight, grad_weight if grad_bias is None else grad_bias, partial, bias_partial,
              self.slices),
@@ -432,17 +513,14 @@ def launch(
 ) -> None:
     """Runs a loaded wgrad variant (the first pass alone); partial (16-byte aligned) has
     num_slices * C*8*R*S floats and bias_partial num_slices * C floats (any pointer when the
-    layer has no bias). `WgradLaunch` runs both passes."""
+    layer has no bias). `WgradLaunch` runs both passes; a TMA-rows variant encodes its tensor
+    maps on every call here (for tests, where the ops bind one WgradLaunch per layer)."""
     if hasattr(partial, "data_ptr") and partial.data_ptr() % 16:
         raise ValueError(
             "conv2d_gw8 wgrad: partial must be 16-byte aligned (the kernel writes it with 16-byte "
             "stores); allocate it fresh with torch.empty"
         )
-    check_tensor_size(p)
-    tasks, tps, _ = split_plan(p, cfg, dev)
-    kernel.launch(
-        grid(p, cfg, dev), (partial, bias_partial, x, grad_output, tasks, tps), stream=stream
-    )
+    WgradLaunch(kernel, None, p, cfg, dev).partials(partial, bias_partial, x, grad_output, stream)
 
 
 # The batch size the ops select a layer's wgrad config for, whatever the real batch: the config

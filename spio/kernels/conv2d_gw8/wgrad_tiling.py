@@ -24,6 +24,19 @@ from spio.kernels.conv2d_gw8.params import (
 BLOCK_P_CHOICES = (4, 8, 16, 32)
 REG_OVERHEAD = 40  # ptxas registers beyond live_regs, measured on sm_90 (72 at 3x3)
 MAX_CTAS_PER_SM = 32
+# x and dy rows through the tensor memory accelerator on sm_90+ (`tma_rows`): one thread copies
+# each row as one box instead of every thread issuing 16-byte cp.async copies, whose stream
+# read at 1.1-1.3 TB/s from DRAM or L2 alike in fprop's probe (docs/ops/conv2d_gw8.md). False:
+# the cp.async kernel everywhere (a sweep's --cp-async).
+TMA_ROWS = True
+# ... for CTAs of at least TMA_MIN_WARPS warps (boxes of >= 32 bytes per pixel: fprop's 16-byte
+# boxes of one warp lost to cp.async), filters of at most TMA_MAX_TAPS taps (fprop's measured
+# rule), boxes of at most TMA_MAX_BOX pixels per row (the tensor map's limit per dimension).
+TMA_MIN_WARPS = 2
+TMA_MAX_TAPS = 9
+TMA_MAX_BOX = 256
+# A row's TMA coordinate is image * H + h, a signed 32-bit integer.
+TMA_MAX_ROWS = 2**31 - 1
 
 
 def s_pairs(p: Conv2dGw8Params) -> int:
@@ -40,12 +53,54 @@ def dy_rows(p: Conv2dGw8Params, cfg: Conv2dGw8WgradConfig) -> int:
     return p.r + cfg.stages - 1
 
 
-def smem_bytes(p: Conv2dGw8Params, cfg: Conv2dGw8WgradConfig) -> int:
+def tma_rows(p: Conv2dGw8Params, cfg: Conv2dGw8WgradConfig, dev: Any) -> bool:
+    """Whether the variant copies its x and dy rows with TMA (the kernel's TMA_ROWS): on sm_90+,
+    for CTAs of TMA_MIN_WARPS warps or more, filters of at most TMA_MAX_TAPS taps and rows of at
+    most TMA_MAX_BOX pixels. Off when TMA_ROWS is False; where it is off the kernel is the
+    cp.async one."""
+    return (
+        TMA_ROWS
+        and cfg.warps >= TMA_MIN_WARPS
+        and p.r * p.s <= TMA_MAX_TAPS
+        and dev is not None
+        and tuple(dev.compute_capability) >= (9, 0)
+        and tile_w(p, cfg) <= TMA_MAX_BOX
+        and cfg.block_q <= TMA_MAX_BOX
+    )
+
+
+def stage_w(p: Conv2dGw8Params, cfg: Conv2dGw8WgradConfig, dev: Any) -> int:
+    """Pixels per shared-memory x stage: TILE_W, rounded up to 8 for TMA_ROWS (each stage starts
+    on a swizzle period of 8 pixels x WARPS x 16 bytes; block_q, a dy slot's width, is a
+    multiple of 8 already)."""
+    tw = tile_w(p, cfg)
+    return -(-tw // 8) * 8 if tma_rows(p, cfg, dev) else tw
+
+
+def tma_swizzle(cfg: Conv2dGw8WgradConfig) -> int:
+    """The TMA swizzle span (bytes) of a TMA_ROWS row: one pixel's WARPS x 16 bytes, so the 8
+    pixels an ldmatrix reads of one warp's group sit in 8 bank groups."""
+    return 16 * cfg.warps
+
+
+def row_align(p: Conv2dGw8Params, cfg: Conv2dGw8WgradConfig, dev: Any) -> int:
+    """Alignment (bytes) of the shared-memory rings: the swizzle's period for TMA_ROWS (8 pixels
+    of WARPS x 16 bytes: TMA swizzles by shared-memory address bits), else 16."""
+    return 128 * cfg.warps if tma_rows(p, cfg, dev) else 16
+
+
+def smem_bytes(p: Conv2dGw8Params, cfg: Conv2dGw8WgradConfig, dev: Any = None) -> int:
     """x ring (STAGES rows) plus dy ring (R + STAGES - 1 rows), 16 B per pixel and group; after
-    the main loop the same memory stages the CTA's fp32 partial (WARPS x 8 x 8 x R x S)."""
-    x = cfg.stages * cfg.warps * tile_w(p, cfg) * 16
+    the main loop the same memory stages the CTA's fp32 partial (WARPS x 8 x 8 x R x S).
+    TMA_ROWS (`tma_rows`, which needs `dev`) rounds x rows up to 8 pixels and adds the slack that
+    aligns the rings to the swizzle's period (`row_align`) and one mbarrier per stage, past
+    both the rings and the partial's staging."""
     dy = dy_rows(p, cfg) * cfg.warps * cfg.block_q * 16
-    return max(x + dy, partial_stage_bytes(p, cfg))
+    x = cfg.stages * cfg.warps * stage_w(p, cfg, dev) * 16
+    body = max(x + dy, partial_stage_bytes(p, cfg))
+    if tma_rows(p, cfg, dev):
+        return row_align(p, cfg, dev) + body + 8 * cfg.stages
+    return body
 
 
 def partial_stage_bytes(p: Conv2dGw8Params, cfg: Conv2dGw8WgradConfig) -> int:
@@ -128,7 +183,7 @@ def resident_ctas(p: Conv2dGw8Params, cfg: Conv2dGw8WgradConfig, dev: Any) -> in
         g[0] * g[1],
         live_regs(p, cfg) + REG_OVERHEAD,
         cfg.warps,
-        smem_bytes(p, cfg),
+        smem_bytes(p, cfg, dev),
         dev,
         MAX_CTAS_PER_SM,
     )

@@ -112,7 +112,7 @@ def check(p: Conv2dGw8Params, cfgs, seed: int) -> None:
     dy = torch.randn(p.n, p.c, p.p, p.q, generator=g, device="cuda").to(dt)
     x = x.contiguous(memory_format=torch.channels_last)
     dy = dy.contiguous(memory_format=torch.channels_last)
-    want_w = ref.wgrad(x.double(), dy.double(), (p.r, p.s), p.padding)
+    want_w = ref.wgrad(x.double(), dy.double(), (p.r, p.s), p.padding, p.stride)
     want_b = ref.bias_grad(dy.double())
     tol = tolerance(dt, depth=p.n * p.p * p.q)
     cache = FunctionCache()
@@ -138,3 +138,43 @@ def test_wgrad_skips(p, seed):
 @pytest.mark.parametrize("p", SHAPES, ids=str)
 def test_wgrad_skips_every_config(p, seed):
     check(p, _cases(p, seed, every=True), seed)
+
+
+# TMA rows (sm_90+: 2+-warp CTAs, 3x3 and smaller): every swizzle (2, 4 and 8 warps: 32, 64 and
+# 128 bytes), splits of several tasks (the row stream crosses tasks and the barriers' phases
+# wrap mid-task), ragged row chunks and column tiles (boxes past W and Q read zeros), padding
+# rows (not copied: their barrier completes on the arrival alone), stride 2, idle warps (a box
+# past C reads zeros).
+TMA_SHAPES = [
+    Conv2dGw8Params(n=40, c=64, h=13, w=21, r=3, s=3, pad_h=1, pad_w=1, has_bias=True),
+    Conv2dGw8Params(
+        n=96,
+        c=32,
+        h=15,
+        w=9,
+        r=3,
+        s=3,
+        pad_h=1,
+        pad_w=1,
+        stride_h=2,
+        stride_w=2,
+        dtype="bfloat16",
+        has_bias=True,
+    ),  # fmt: skip
+    Conv2dGw8Params(n=16, c=56, h=10, w=17, r=3, s=3, pad_h=1, pad_w=1, has_bias=True),
+    Conv2dGw8Params(n=8, c=64, h=5, w=70, r=1, s=3, pad_h=0, pad_w=1, dtype="bfloat16"),
+]
+
+
+@pytest.mark.parametrize("p", TMA_SHAPES, ids=str)
+def test_wgrad_tma_rows(p, seed):
+    dev = _dev()
+    if tuple(dev.compute_capability) < (9, 0):
+        pytest.skip("TMA rows need sm_90")
+    space = wg.configs(p, dev, warp_choices=wg.WIDE_WARP_CHOICES, with_idle_warps=True)
+    tma = [c for c in space if wg.tma_rows(p, c, dev)]
+    assert {c.warps for c in tma} >= {2, 4}, f"{p}: TMA configs of {sorted({c.warps for c in tma})}"
+    several = [c for c in tma if wg.split_plan(p, c, dev)[1] > 1]  # tasks per split
+    cfgs = [next(c for c in tma if c.warps == w) for w in sorted({c.warps for c in tma})]
+    cfgs += sample(several, 3, seed=seed) + sample(tma, _limit(), seed=seed)
+    check(p, list(dict.fromkeys(cfgs)), seed)
