@@ -29,8 +29,6 @@ from spio.kernels.conv2d_gw8.params import (
 # The tiling geometry; `name as name` re-exports what ops, benches and tests reach as
 # spio.kernels.conv2d_gw8.wgrad.<name>.
 from spio.kernels.conv2d_gw8.wgrad_tiling import BLOCK_P_CHOICES as BLOCK_P_CHOICES
-from spio.kernels.conv2d_gw8.wgrad_tiling import block_p_choices as block_p_choices
-from spio.kernels.conv2d_gw8.wgrad_tiling import dy_rows as dy_rows
 from spio.kernels.conv2d_gw8.wgrad_tiling import (
     TMA_MAX_ROWS,
     grid,
@@ -42,6 +40,8 @@ from spio.kernels.conv2d_gw8.wgrad_tiling import (
     task_rows,
     tma_swizzle,
 )
+from spio.kernels.conv2d_gw8.wgrad_tiling import block_p_choices as block_p_choices
+from spio.kernels.conv2d_gw8.wgrad_tiling import dy_rows as dy_rows
 from spio.kernels.conv2d_gw8.wgrad_tiling import live_regs as live_regs
 from spio.kernels.conv2d_gw8.wgrad_tiling import num_slices as num_slices
 from spio.kernels.conv2d_gw8.wgrad_tiling import p_chunks as p_chunks
