@@ -383,8 +383,10 @@ def features(p: Conv2dGw8Params, cfg: Conv2dGw8WgradConfig, dev: Any) -> dict[st
     out["splits"] = splits
     out["blocks"] = blocks
     out["waves"] = blocks / max(1, sm_count)
+    # TMA rows (`tma_rows`) are not a feature: they follow from warps, taps and the device, and
+    # with the flag the whole-space regret on the complete shapes was worse (p90 1.163 against
+    # 1.082, docs/tuning.md, fifteenth session). smem_bytes includes their alignment slack.
     out["smem_bytes"] = smem_bytes(p, cfg, dev)
-    out["tma_rows"] = float(tma_rows(p, cfg, dev))
     out["live_regs"] = live_regs(p, cfg)
     # x rows a task spans ((BLOCK_P - 1) * stride + R; not task_rows' trimmed count, which the
     # shipped models were not trained on) per dy row, times x columns per dy column.
