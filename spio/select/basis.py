@@ -1,12 +1,16 @@
-"""The basis of persisted picks: a digest of everything a model or heuristic pick depends on.
+"""The bases of persisted selections: digests of everything a pick or an autotune winner depends
+on.
 
 Read without loading a model or XGBoost: the spio version, the code (path, size, mtime of every
 module of `spio.kernels` and `spio.select`, of `spio.tune`'s feature, ranking, model and tree
-evaluation code, and of the modules defining the family's configs, heuristic and features), the
-device's attributes (all but the ordinal: GPUs of one model share picks) and every model file the
-lookup may read (`spio.tune.store.model_identity`). A retrained or added model, another spio
-version or edited code therefore never reuses a stale pick (`spio.select.picks` keys picks by
-it).
+evaluation code, of the modules defining the family's configs, heuristic and features, and of
+every kernel source and header under `spio/src` and `spio/include`), the device's attributes (all
+but the ordinal: GPUs of one model share picks) and, for model and heuristic picks (`basis`),
+every model file the lookup may read (`spio.tune.store.model_identity`). An autotune winner
+(`winner_basis`) was measured, not predicted, so it does not depend on the models. A retrained or
+added model, another spio version or edited code (a kernel's source included) therefore never
+reuses a stale pick, and a kernel change never reuses a winner timed on the old kernel
+(`spio.select.picks` keys both by them).
 """
 
 from __future__ import annotations
@@ -25,15 +29,24 @@ _SPIO_DIR = Path(__file__).parent.parent  # as __file__ spells it, like the fami
 
 def basis(kdef: KernelDef, device: Any) -> str:
     """The digest persisted model and heuristic picks of `kdef` on `device` are keyed by."""
-    import spio
     from spio.tune.store import model_identity
 
-    parts = [
-        f"spio {spio.__version__}",
-        *_code_identity(kdef),
-        _device_identity(device),
-        *model_identity(kdef.name),
-    ]
+    return _digest([*_kernel_parts(kdef, device), *model_identity(kdef.name)])
+
+
+def winner_basis(kdef: KernelDef, device: Any) -> str:
+    """The digest persisted autotune winners of `kdef` on `device` are keyed by: `basis` less the
+    models (a winner was measured on the kernels this code compiles, whatever ranked it)."""
+    return _digest(_kernel_parts(kdef, device))
+
+
+def _kernel_parts(kdef: KernelDef, device: Any) -> list[str]:
+    import spio
+
+    return [f"spio {spio.__version__}", *_code_identity(kdef), _device_identity(device)]
+
+
+def _digest(parts: list[str]) -> str:
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:24]
 
 
@@ -43,12 +56,13 @@ _code_identities: dict[str, tuple[str, ...]] = {}
 def _code_identity(kdef: KernelDef) -> tuple[str, ...]:
     """'path|size|mtime_ns' of the code a pick depends on: the modules defining the family's
     configs, heuristic and features, every module of `spio.kernels` and its family packages
-    (params, helpers) and of
-    `spio.select` (the selection and store code), and the feature, ranking, model and tree
-    evaluation code of `spio.tune`. In a development tree, where the spio version stays, an edit
-    there changes it; in an installed spio these files never change. Taken once per process and
-    family: the code that runs is the code imported, whatever happens to the files later (and
-    the stats cost ~1 ms per new-shape selection otherwise)."""
+    (params, helpers) and of `spio.select` (the selection and store code), the feature,
+    ranking, model and tree evaluation code of `spio.tune`, and every kernel source and header
+    (`spio/src`, `spio/include`: what the kernels compile from). In a development tree, where
+    the spio version stays, an edit there changes it; in an installed spio these files never
+    change. Taken once per process and family: the code that runs is the code imported,
+    whatever happens to the files later (and the stats cost ~1 ms per new-shape selection
+    otherwise)."""
     known = _code_identities.get(kdef.name)
     if known is None:
         known = _code_identities[kdef.name] = tuple(_stat_code(kdef))
@@ -57,6 +71,7 @@ def _code_identity(kdef: KernelDef) -> tuple[str, ...]:
 
 def _stat_code(kdef: KernelDef) -> list[str]:
     paths = set((_SPIO_DIR / "kernels").rglob("*.py")) | set((_SPIO_DIR / "select").glob("*.py"))
+    paths.update(p for d in ("src", "include") for p in (_SPIO_DIR / d).rglob("*") if p.is_file())
     tune = ("features.py", "rank.py", "model.py", "trees.py", "booster.py")
     paths.update(_SPIO_DIR / "tune" / f for f in tune)
     for fn in (kdef.configs, kdef.heuristic, kdef.features):

@@ -1,10 +1,14 @@
 """The pick store: selections persisted on disk, per kernel family and GPU name.
 
 Under `<cache dir>/selections/` (or `store_dir`):
-- `<family>__<gpu>.json`: autotune winners, `{params: config}`;
+- `<family>__<gpu>.json`: autotune winners, `{"format": 1, "bases": {basis: {params: config}}}`
+  (the basis, `spio.select.basis.winner_basis`, a digest of the code the winners were timed on:
+  a kernel change re-measures them; the flat `{params: config}` files of earlier versions, keyed
+  by the layer alone, are ignored with one warning and replaced by the next winner);
 - `<family>__<gpu>.picks.json`: model and heuristic picks, `{"format": 1, "bases": {basis:
-  {params: {"config": ..., "source": "model" | "heuristic"}}}}`, the `MAX_BASES` most recently
-  written bases kept (the basis, `spio.select.basis`, is a digest of what a pick depends on).
+  {params: {"config": ..., "source": "model" | "heuristic"}}}}` (the basis,
+  `spio.select.basis.basis`, is a digest of what a pick depends on).
+Each file keeps the `MAX_BASES` most recently written bases.
 Params and configs are the compact JSON of their fields (`spio.tune.features.to_dict`), params
 with sorted keys; `<gpu>` is the device name's slug (`spio.tune.store.slug`).
 
@@ -52,18 +56,21 @@ class PickStore:
         root = self._store_dir or Path(settings().cache_dir) / "selections"
         return root / f"{kdef.name}__{slug(device.name)}{suffix}"
 
-    def winner(self, kdef: KernelDef, params: Any, device: Any) -> Any | None:
-        """The persisted autotune winner for `params`, if it is still a valid config."""
-        table = self._read(self.path(kdef, device), _winners)
-        entry = table.get(_params_key(params))
+    def winner(self, kdef: KernelDef, params: Any, device: Any, basis: str) -> Any | None:
+        """The autotune winner persisted for `params` under `basis`, if still a valid config."""
+        bases = self._read(self.path(kdef, device), _winners)
+        entry = bases.get(basis, {}).get(_params_key(params))
         return None if entry is None else self._config_from(kdef, params, device, entry)
 
-    def save_winner(self, kdef: KernelDef, params: Any, device: Any, config: Any) -> None:
-        """Persists an autotune winner (errors propagate: the caller asked to persist)."""
+    def save_winner(
+        self, kdef: KernelDef, params: Any, device: Any, basis: str, config: Any
+    ) -> None:
+        """Persists an autotune winner under `basis` (errors propagate: the caller asked to
+        persist)."""
         from spio.kernels.kernel_def import to_dict
 
         key = _params_key(params)
-        self._update(self.path(kdef, device), _winners, lambda t: {**t, key: to_dict(config)})
+        self._update(self.path(kdef, device), _winners, _adding(basis, key, to_dict(config)))
 
     def pick(self, kdef: KernelDef, params: Any, device: Any, basis: str) -> tuple[Any, str] | None:
         """(config, source) of the pick persisted for `params` under `basis`, if still valid."""
@@ -85,16 +92,9 @@ class PickStore:
             raise ValueError(f"save_pick: source must be one of {SOURCES}, got {source!r}")
         key = _params_key(params)
         entry = {"config": to_dict(config), "source": source}
-
-        def add(bases: dict) -> dict:
-            bases = dict(bases)
-            picks = {**bases.pop(basis, {}), key: entry}  # this basis moves to the end
-            kept = list(bases.items())[-(MAX_BASES - 1) :] if MAX_BASES > 1 else []
-            return {"format": PICKS_FORMAT, "bases": {**dict(kept), basis: picks}}
-
         path = self.path(kdef, device, ".picks.json")
         try:
-            self._update(path, _picks, add)
+            self._update(path, _picks, _adding(basis, key, entry))
         except OSError as e:
             self._complain(path, f"could not persist a selection in {path} ({e})")
 
@@ -185,15 +185,32 @@ def _params_key(params: Any) -> str:
     return json.dumps(to_dict(params), sort_keys=True)
 
 
+def _adding(basis: str, key: str, entry: Any) -> Callable[[dict], dict]:
+    """The change that adds `entry` for `key` under `basis` to a file's {basis: {key: entry}},
+    keeping the MAX_BASES most recently written bases (this one moves to the end)."""
+
+    def add(bases: dict) -> dict:
+        bases = dict(bases)
+        entries = {**bases.pop(basis, {}), key: entry}
+        kept = list(bases.items())[-(MAX_BASES - 1) :] if MAX_BASES > 1 else []
+        return {"format": PICKS_FORMAT, "bases": {**dict(kept), basis: entries}}
+
+    return add
+
+
 def _winners(data: Any) -> dict:
-    """An autotune winners file: {params json: config dict}."""
-    if not isinstance(data, dict):
-        raise ValueError(f"expected a JSON object, got {type(data).__name__}")
-    return data
+    """An autotune winners file -> {basis: {params json: config dict}}; the flat files of
+    earlier versions (no basis: which kernels they timed is unknown) are refused."""
+    if isinstance(data, dict) and "format" not in data and "bases" not in data:
+        raise ValueError(
+            "autotune winners of an earlier spio, not keyed by the kernels' code; SPIO_AUTOTUNE=1 "
+            "re-measures them"
+        )
+    return _picks(data)
 
 
 def _picks(data: Any) -> dict:
-    """A picks file -> {basis: {params json: entry}}; another format is refused."""
+    """A picks (or winners) file -> {basis: {params json: entry}}; another format is refused."""
     if not isinstance(data, dict) or data.get("format") != PICKS_FORMAT:
         found = data.get("format") if isinstance(data, dict) else type(data).__name__
         raise ValueError(f"not a picks file of format {PICKS_FORMAT} (found {found!r})")

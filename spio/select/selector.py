@@ -1,7 +1,8 @@
 """Config selection, the policy: (kernel family, params, device) -> config, remembered in memory
 and persisted on disk.
 
-Order: this process's cache → a persisted autotune winner → with `SPIO_AUTOTUNE=1` (or
+Order: this process's cache → a persisted autotune winner of the same code (`spio.select.basis.
+winner_basis`: a kernel change re-measures) → with `SPIO_AUTOTUNE=1` (or
 `Selector.autotune`) k of the model's best-ranked configs (`spio.tune.rank.autotune_candidates`)
 measured on the real shape, the fastest persisted
 → a persisted model or heuristic pick of the same *basis* (`spio.select.basis`) → the
@@ -20,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from spio.logs import logger
 from spio.select.basis import basis as _basis
+from spio.select.basis import winner_basis
 from spio.select.picks import PickStore
 from spio.settings import settings
 
@@ -102,7 +104,7 @@ class Selector:
     # -- internals --------------------------------------------------------------------------
 
     def _choose(self, kdef: KernelDef, params: Any, device: Any) -> tuple[Any, str]:
-        persisted = self.store.winner(kdef, params, device)
+        persisted = self.store.winner(kdef, params, device, winner_basis(kdef, device))
         if persisted is not None:
             return persisted, "autotune"
         if settings().autotune and kdef.make_runner is not None:
@@ -149,7 +151,7 @@ class Selector:
         if not timed:
             raise ValueError(f"{kdef.name}: none of the {k} autotune candidates ran for {params}")
         best, us = timed[0]
-        self.store.save_winner(kdef, params, device, best)
+        self.store.save_winner(kdef, params, device, winner_basis(kdef, device), best)
         logger().info(
             "spio: autotuned %s %s on %s: %s (%.1f us)", kdef.name, params, device.name, best, us
         )

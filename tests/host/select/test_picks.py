@@ -1,6 +1,7 @@
 """Persisted selections: model and heuristic picks answer a new process from disk, keyed so that a
-changed model, spio version or family never reuses a stale pick; autotune winners keep priority;
-concurrent writers lose nothing; an unreadable store is ignored with a warning."""
+changed model, spio version or family never reuses a stale pick; autotune winners keep priority
+and are keyed by the code (a kernel change re-measures them); concurrent writers lose nothing; an
+unreadable store is ignored with a warning."""
 
 from __future__ import annotations
 
@@ -176,6 +177,10 @@ def test_an_edited_family_module_changes_the_basis(tmp_path: Path, monkeypatch):
         assert any(c.startswith(kernel_def.__file__ + "|") for c in code)  # spio.kernels
         for module in (basis_mod, picks_mod, selector_mod):  # spio.select
             assert any(c.startswith(module.__file__ + "|") for c in code), module.__name__
+        src = Path(spio.__file__).parent / "src" / "conv2d_gw8_wgrad.cu"
+        include = Path(spio.__file__).parent / "include" / "spio" / "tma.h"
+        for kernel_file in (src, include):  # what the kernels compile from
+            assert any(c.startswith(f"{kernel_file}|") for c in code), kernel_file
         monkeypatch.setattr(basis_mod, "_code_identity", lambda kdef: [stamp + "0"])
         assert sel.basis(KDEF, Dev()) != before
         assert sel.basis(KDEF, Dev(sm_count=99)) != sel.basis(KDEF, Dev())
@@ -185,10 +190,49 @@ def test_autotune_winner_keeps_priority_over_a_persisted_pick(tmp_path: Path):
     with override(cache_dir=tmp_path):
         sel = Selector(store_dir=tmp_path / "sel")
         assert sel.select(KDEF, SHAPE, Dev()) == Cfg(16, 1)  # persisted as a heuristic pick
-        sel.store.save_winner(KDEF, SHAPE, Dev(), Cfg(64, 2))
+        sel.store.save_winner(KDEF, SHAPE, Dev(), basis_mod.winner_basis(KDEF, Dev()), Cfg(64, 2))
         fresh = Selector(store_dir=tmp_path / "sel")
         assert fresh.select(KDEF, SHAPE, Dev()) == Cfg(64, 2)
         assert fresh.sources[(KDEF.name, SHAPE, Dev().name)] == "autotune"
+
+
+def test_an_autotune_winner_of_other_code_is_not_reused(tmp_path: Path, monkeypatch):
+    """A winner was timed on the kernels of the code that measured it: edited code (a kernel
+    source included, `test_an_edited_family_module_changes_the_basis`) or another spio version
+    falls through to the pick; a retrained model does not touch the winners."""
+    with override(cache_dir=tmp_path):
+        sel = Selector(store_dir=tmp_path / "sel")
+        sel.store.save_winner(KDEF, SHAPE, Dev(), basis_mod.winner_basis(KDEF, Dev()), Cfg(64, 2))
+        _save(_model(), tmp_path)  # a new model: the winner stays
+        assert Selector(store_dir=tmp_path / "sel").select(KDEF, SHAPE, Dev()) == Cfg(64, 2)
+        code = basis_mod._code_identity(KDEF)
+        monkeypatch.setattr(basis_mod, "_code_identity", lambda kdef: [*code, "kernel.cu|1|2"])
+        fresh = Selector(store_dir=tmp_path / "sel")
+        fresh.select(KDEF, SHAPE, Dev())
+        assert fresh.sources[(KDEF.name, SHAPE, Dev().name)] == "model"
+
+
+def test_winners_of_an_earlier_spio_are_ignored_with_a_warning_and_replaced(tmp_path: Path, caplog):
+    """The flat winners file of earlier versions ({params: config}, keyed by the layer alone)
+    may hold configs timed on older kernels: ignored once with a warning, replaced by the next
+    winner."""
+    root = tmp_path / "sel"
+    root.mkdir()
+    winners = root / "store_synthetic__store-test-gpu.json"
+    winners.write_text('{"{\\"c\\": 128, \\"n\\": 300000}":{"tile":64,"warps":2}}')
+    with override(cache_dir=tmp_path):
+        sel = Selector(store_dir=root)
+        b = basis_mod.winner_basis(KDEF, Dev())
+        assert sel.store.winner(KDEF, SHAPE, Dev(), b) is None
+        assert sel.select(KDEF, SHAPE, Dev()) == Cfg(16, 1)
+        sel.store.save_winner(KDEF, SHAPE, Dev(), b, Cfg(32, 2))
+        assert PickStore(root).winner(KDEF, SHAPE, Dev(), b) == Cfg(32, 2)
+    warned = [r.getMessage() for r in caplog.records if "earlier spio" in r.getMessage()]
+    assert len(warned) == 1 and winners.name in warned[0]
+    assert json.loads(winners.read_text()) == {
+        "format": 1,
+        "bases": {b: {'{"c": 128, "n": 300000}': {"tile": 32, "warps": 2}}},
+    }
 
 
 def test_a_pick_no_longer_valid_for_the_family_is_not_used(tmp_path: Path):
@@ -238,12 +282,15 @@ def test_an_unwritable_store_still_selects(tmp_path: Path, caplog):
 
 
 def test_the_store_files_keep_their_names_and_bytes(tmp_path: Path):
-    """The on-disk format, pinned: caches written before spio.select existed stay valid."""
+    """The on-disk format, pinned: picks written before spio.select existed stay valid (winners
+    changed format when they became keyed by the code: fifteenth session)."""
     root = tmp_path / "sel"
     winners = root / "store_synthetic__store-test-gpu.json"
     picks = root / "store_synthetic__store-test-gpu.picks.json"
     winners.parent.mkdir()
-    winners.write_text('{"{\\"c\\": 128, \\"n\\": 300000}":{"tile":64,"warps":2}}')
+    winners.write_text(
+        '{"format":1,"bases":{"w0":{"{\\"c\\": 128, \\"n\\": 300000}":{"tile":64,"warps":2}}}}'
+    )
     picks.write_text(
         '{"format":1,"bases":{"b0":{"{\\"c\\": 128, \\"n\\": 300000}":'
         '{"config":{"tile":32,"warps":2},"source":"model"}}}}'
@@ -252,12 +299,13 @@ def test_the_store_files_keep_their_names_and_bytes(tmp_path: Path):
         old = PickStore(root)
         assert old.path(KDEF, Dev()) == winners
         assert old.path(KDEF, Dev(), ".picks.json") == picks
-        assert old.winner(KDEF, SHAPE, Dev()) == Cfg(64, 2)
+        assert old.winner(KDEF, SHAPE, Dev(), "w0") == Cfg(64, 2)
+        assert old.winner(KDEF, SHAPE, Dev(), "w1") is None
         assert old.pick(KDEF, SHAPE, Dev(), "b0") == (Cfg(32, 2), "model")
         assert old.pick(KDEF, SHAPE, Dev(), "b1") is None
 
         new = PickStore(tmp_path / "new")
-        new.save_winner(KDEF, SHAPE, Dev(), Cfg(64, 2))
+        new.save_winner(KDEF, SHAPE, Dev(), "w0", Cfg(64, 2))
         new.save_pick(KDEF, SHAPE, Dev(), "b0", Cfg(32, 2), "model")
     assert (tmp_path / "new" / winners.name).read_bytes() == winners.read_bytes()
     assert (tmp_path / "new" / picks.name).read_bytes() == picks.read_bytes()

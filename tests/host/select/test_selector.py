@@ -12,6 +12,7 @@ from synthetic_family import dataset as _dataset
 
 from spio.kernels.kernel_def import KernelDef
 from spio.select import Selector
+from spio.select.basis import winner_basis
 from spio.settings import override
 from spio.tune.evaluate import feature_rows
 from spio.tune.model import PerfModel
@@ -59,7 +60,7 @@ def test_persisted_autotune_winner_is_reused(tmp_path: Path):
     with override(cache_dir=tmp_path):
         p = P(5000, 64)
         sel = Selector(store_dir=tmp_path / "sel")
-        sel.store.save_winner(KDEF, p, Dev(), Cfg(128, 2))
+        sel.store.save_winner(KDEF, p, Dev(), winner_basis(KDEF, Dev()), Cfg(128, 2))
         fresh = Selector(store_dir=tmp_path / "sel")
         assert fresh.select(KDEF, p, Dev()) == Cfg(128, 2)
         assert fresh.sources[("synthetic", p, Dev().name)] == "autotune"
