@@ -93,10 +93,15 @@ def _cudnn_us(which: str, p, reps: int) -> float:
 
 
 def sweep(
-    which: str, point: tuple[int, int, int, int, int], reps: int, idle_warps: bool = False
+    which: str,
+    point: tuple[int, int, int, int, int],
+    reps: int,
+    idle_warps: bool = False,
+    wide_warps: bool = False,
 ) -> tuple[list[dict], str]:
     """Timings of every config of pass `which` at `point` (rows), and the summary text;
-    `idle_warps`: wgrad's space with its idle-warp CTAs (`configs(..., with_idle_warps=True)`)."""
+    `idle_warps`: wgrad's space with its idle-warp CTAs (`configs(..., with_idle_warps=True)`);
+    `wide_warps`: wgrad's space with its 8-warp CTAs (`warp_choices=WIDE_WARP_CHOICES`)."""
     import torch
 
     from spio.cuda import device_attributes
@@ -119,11 +124,11 @@ def sweep(
         n=n, c=c, h=hw, w=hw, r=k, s=k, pad_h=k // 2, pad_w=k // 2, has_bias=True,
         dtype="float16", stride_h=stride, stride_w=stride,
     )  # fmt: skip
-    configs = (
-        wg.configs(p, dev, with_idle_warps=True)
-        if idle_warps and which == "wgrad"
-        else (kdef.configs(p, dev))
-    )
+    if which == "wgrad" and (idle_warps or wide_warps):
+        warps = wg.WIDE_WARP_CHOICES if wide_warps else wg.WARP_CHOICES
+        configs = wg.configs(p, dev, warp_choices=warps, with_idle_warps=idle_warps)
+    else:
+        configs = kdef.configs(p, dev)
     t0 = time.monotonic()
     compile_specs([kdef.spec(p, cfg, dev) for cfg in configs], dev.arch)
     compile_s = time.monotonic() - t0
@@ -190,6 +195,11 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="wgrad: also the 2- and 4-warp CTAs with idle warps at odd group counts",
     )
+    ap.add_argument(
+        "--wide-warps",
+        action="store_true",
+        help="wgrad: also the 8-warp CTAs (WIDE_WARP_CHOICES, outside the default space)",
+    )
     ap.add_argument("--csv", type=Path, help="write every timing here")
     a = ap.parse_args(argv)
     try:
@@ -216,7 +226,7 @@ def main(argv: list[str] | None = None) -> int:
     every = []
     for which in passes:
         for point in points:
-            rows, text = sweep(which, point, a.reps, a.idle_warps)
+            rows, text = sweep(which, point, a.reps, a.idle_warps, a.wide_warps)
             print(text, flush=True)
             every += rows
             if a.csv:
