@@ -463,7 +463,7 @@ class WgradLaunch:
         check_tensor_size(p)
         tasks, tps, _ = split_plan(p, cfg, dev)
         self._main = kernel.bind(grid(p, cfg, dev))
-        self._reduce = (
+        self._reduce: Any = (  # None: `partials` alone (`launch`)
             None
             if reduce_kernel is None
             else reduce_kernel.bind(
@@ -482,7 +482,7 @@ class WgradLaunch:
     ) -> None:
         """The first pass alone: the fp32 partials of each split into `partial` and (with a
         bias) `bias_partial`."""
-        args = (partial, bias_partial, x, grad_output, self._tasks, self._tps)
+        args: tuple[Any, ...] = (partial, bias_partial, x, grad_output, self._tasks, self._tps)
         if self._maps is not None:
             x_maps, dy_maps = self._maps
             args += (x_maps.get(x.data_ptr()), dy_maps.get(grad_output.data_ptr()))
