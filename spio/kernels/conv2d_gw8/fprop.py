@@ -20,6 +20,7 @@ from spio.kernels.conv2d_gw8.params import (
     Conv2dGw8Config,
     Conv2dGw8Params,
     ctas_per_sm,
+    tma_capable,
 )
 from spio.kernels.conv2d_gw8.params import idle_warps as idle_warps
 from spio.kernels.conv2d_gw8.params import warps_allowed as warps_allowed
@@ -57,14 +58,12 @@ MAX_CTAS_PER_SM = 32
 # every thread. A sweep may set this module attribute to False to time the cp.async kernel
 # (`sweep_conv2d_gw8.py --cp-async`; the disk cache keys on the generated header).
 TMA_ROWS = True
-# ... for CTAs of at least TMA_MIN_WARPS warps (boxes of >= 32 bytes per pixel) and filters of
-# at most TMA_MAX_TAPS taps. Every config timed both ways on an H100 (docs/ops/conv2d_gw8.md,
-# "Fourteenth session"), cp.async / TMA time per config, median per (warps, block_q) family:
-# 3x3 with 2-8 warps 1.04-1.29x at 56x56 and larger maps (stride 1 and 2), 0.97-1.07x at 28x28,
-# 0.93-0.95x at 14x14, the best config of each space 0.97-1.26x; 1-warp CTAs (16-byte boxes)
-# 0.81-1.04x, mostly below 0.93; 7x7 0.93-0.98x with 2-8 warps.
-TMA_MIN_WARPS = 2
-TMA_MAX_TAPS = 9
+# ... where `params.tma_capable` (CTAs of 2+ warps, at most 9 taps). Every config timed both ways
+# on an H100 (docs/ops/conv2d_gw8.md, "Fourteenth session"), cp.async / TMA time per config,
+# median per (warps, block_q) family: 3x3 with 2-8 warps 1.04-1.29x at 56x56 and larger maps
+# (stride 1 and 2), 0.97-1.07x at 28x28, 0.93-0.95x at 14x14, the best config of each space
+# 0.97-1.26x; 1-warp CTAs (16-byte boxes) 0.81-1.04x, mostly below 0.93; 7x7 0.93-0.98x with 2-8
+# warps.
 # The batch row of the last image (n * H + h) is a 32-bit TMA coordinate, and N <= 65535.
 TMA_MAX_H = 2**31 // 65536
 
@@ -104,17 +103,14 @@ def tile_h(p: Conv2dGw8Params, cfg: Conv2dGw8Config) -> int:
 
 
 def tma_rows(p: Conv2dGw8Params, cfg: Conv2dGw8Config, dev: Any) -> bool:
-    """Whether the variant loads its input rows with TMA (the kernel's TMA_ROWS): on sm_90+, for
-    CTAs of TMA_MIN_WARPS warps or more, filters of at most TMA_MAX_TAPS taps, and tiles of one
+    """Whether the variant loads its input rows with TMA (the kernel's TMA_ROWS): where
+    `params.tma_capable` (sm_90+, CTAs of 2+ warps, at most 9 taps), for tiles of one
     image (not block_q 8's two) whose input is not dilated along W (the dgrad of a stride-2 layer
     interleaves zero columns, which a TMA box cannot). Off when the module's TMA_ROWS is False;
     where it is off the kernel is the cp.async one, instruction for instruction."""
     return (
         TMA_ROWS
-        and cfg.warps >= TMA_MIN_WARPS
-        and p.r * p.s <= TMA_MAX_TAPS
-        and dev is not None
-        and tuple(dev.compute_capability) >= (9, 0)
+        and tma_capable(p, cfg.warps, dev)
         and p.dilate_w == 1
         and images(cfg) == 1
         and p.h <= TMA_MAX_H

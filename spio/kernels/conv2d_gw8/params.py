@@ -490,6 +490,26 @@ def ctas_per_sm(
     )
 
 
+# Rows through the tensor memory accelerator (fprop/dgrad: `fprop.tma_rows`, wgrad:
+# `wgrad_tiling.tma_rows`) need sm_90+, CTAs of at least TMA_MIN_WARPS warps (a box of >= 32
+# bytes per pixel: 1-warp CTAs' 16-byte boxes streamed slower than cp.async) and filters of at
+# most TMA_MAX_TAPS taps (7x7 lost a few percent). Measured for fprop/dgrad (fourteenth session,
+# docs/ops/conv2d_gw8.md); wgrad takes the same rule (fifteenth).
+TMA_MIN_WARPS = 2
+TMA_MAX_TAPS = 9
+
+
+def tma_capable(p: Conv2dGw8Params, warps: int, dev: Any) -> bool:
+    """The part of both TMA-rows rules that does not depend on the kernel: sm_90+ (`dev` known),
+    CTAs of TMA_MIN_WARPS+ warps, filters of at most TMA_MAX_TAPS taps."""
+    return (
+        warps >= TMA_MIN_WARPS
+        and p.r * p.s <= TMA_MAX_TAPS
+        and dev is not None
+        and tuple(dev.compute_capability) >= (9, 0)
+    )
+
+
 def idle_warps(groups: int, warps: int) -> int:
     """Warps of the last group block that have no group (0 when warps divides groups)."""
     return -groups % warps

@@ -17,6 +17,7 @@ from spio.kernels.conv2d_gw8.params import (
     Conv2dGw8Params,
     Conv2dGw8WgradConfig,
     ctas_per_sm,
+    tma_capable,
 )
 
 # Target rows per task; each is balanced over P (`block_p_choices`), so 16 at P = 56 is 14 (four
@@ -29,11 +30,8 @@ MAX_CTAS_PER_SM = 32
 # read at 1.1-1.3 TB/s from DRAM or L2 alike in fprop's probe (docs/ops/conv2d_gw8.md). False:
 # the cp.async kernel everywhere (a sweep's --cp-async).
 TMA_ROWS = True
-# ... for CTAs of at least TMA_MIN_WARPS warps (boxes of >= 32 bytes per pixel: fprop's 16-byte
-# boxes of one warp lost to cp.async), filters of at most TMA_MAX_TAPS taps (fprop's measured
-# rule), boxes of at most TMA_MAX_BOX pixels per row (the tensor map's limit per dimension).
-TMA_MIN_WARPS = 2
-TMA_MAX_TAPS = 9
+# ... where `params.tma_capable` (sm_90+, CTAs of 2+ warps, at most 9 taps: fprop's measured rule)
+# and rows of at most TMA_MAX_BOX pixels (the tensor map's limit per box dimension).
 TMA_MAX_BOX = 256
 # A row's TMA coordinate is image * H + h, a signed 32-bit integer.
 TMA_MAX_ROWS = 2**31 - 1
@@ -54,16 +52,13 @@ def dy_rows(p: Conv2dGw8Params, cfg: Conv2dGw8WgradConfig) -> int:
 
 
 def tma_rows(p: Conv2dGw8Params, cfg: Conv2dGw8WgradConfig, dev: Any) -> bool:
-    """Whether the variant copies its x and dy rows with TMA (the kernel's TMA_ROWS): on sm_90+,
-    for CTAs of TMA_MIN_WARPS warps or more, filters of at most TMA_MAX_TAPS taps and rows of at
-    most TMA_MAX_BOX pixels. Off when TMA_ROWS is False; where it is off the kernel is the
-    cp.async one."""
+    """Whether the variant copies its x and dy rows with TMA (the kernel's TMA_ROWS): where
+    `params.tma_capable` (sm_90+, CTAs of 2+ warps, at most 9 taps), for rows of at most
+    TMA_MAX_BOX pixels. Off when TMA_ROWS is False; where it is off the kernel is the cp.async
+    one, instruction for instruction."""
     return (
         TMA_ROWS
-        and cfg.warps >= TMA_MIN_WARPS
-        and p.r * p.s <= TMA_MAX_TAPS
-        and dev is not None
-        and tuple(dev.compute_capability) >= (9, 0)
+        and tma_capable(p, cfg.warps, dev)
         and tile_w(p, cfg) <= TMA_MAX_BOX
         and cfg.block_q <= TMA_MAX_BOX
     )
