@@ -59,10 +59,12 @@ SOURCE = "conv2d_gw8_wgrad.cu"
 BLOCK_Q_CHOICES = (8, 16, 32, 64, 128)
 NARROW_Q_MAX = 16
 WARP_CHOICES = (1, 2, 4)
-# 8 warps read a whole 128-byte line per pixel at C = 64 (one L2 request of 4 sectors). Not in
-# the default space until timed: the shipped model, never trained on them, ranks them first at
-# most layers. A sweep passes `warp_choices=WIDE_WARP_CHOICES` to `configs`.
+# 8 warps read a whole 128-byte line per pixel at C = 64 (one L2 request of 4 sectors). In the
+# default space only where they copy rows by TMA (`tma_rows`: on an H100 they tied with 4 warps
+# at C64 56² and C128 28² and were 10% faster at C256 14² N256, fifteenth session); elsewhere a
+# sweep passes `warp_choices=WIDE_WARP_CHOICES` to `configs`.
 WIDE_WARP_CHOICES = (1, 2, 4, 8)
+TMA_WIDE_WARPS = 8
 STAGE_CHOICES = (2, 3, 4, 6, 8)
 # CTAs per SM over the whole grid; a config takes those giving WARPS_PER_SM_MIN..MAX warps per
 # SM (1 warp: 4..32 splits; 4 warps: 1..8). At layers whose group count is odd (C 56, 152, 440:
@@ -100,12 +102,13 @@ def check_tensor_size(p: Conv2dGw8Params) -> None:
 def configs(
     p: Conv2dGw8Params,
     dev: Any,
-    warp_choices: tuple[int, ...] = WARP_CHOICES,
+    warp_choices: tuple[int, ...] | None = None,
     with_idle_warps: bool = False,
 ) -> list[Conv2dGw8WgradConfig]:
     """Every valid wgrad config: block rows from `block_p_choices` (balanced over P), column
     tiles of BLOCK_Q_CHOICES up to the first covering Q (8 only up to NARROW_Q_MAX),
-    `warp_choices` dividing the groups, STAGE_CHOICES (above 3 only up to one task's rows),
+    `warp_choices` dividing the groups (default: WARP_CHOICES, and TMA_WIDE_WARPS where those
+    configs copy rows by TMA), STAGE_CHOICES (above 3 only up to one task's rows),
     SPLIT_CHOICES giving WARPS_PER_SM_MIN..MAX warps per SM (`split_choices`), shared memory and
     registers within the device's limits.
 
@@ -114,6 +117,9 @@ def configs(
     in the default space until timed: the shipped model has never seen such configs (a sweep
     or a collection passes it)."""
     out = []
+    tma_only: tuple[int, ...] = ()
+    if warp_choices is None:
+        warp_choices, tma_only = (*WARP_CHOICES, TMA_WIDE_WARPS), (TMA_WIDE_WARPS,)
     p_choices = block_p_choices(p)
     q_choices = []
     for bq in BLOCK_Q_CHOICES:
@@ -138,6 +144,8 @@ def configs(
                             stages=stages,
                             splits_per_sm=splits,
                         )
+                        if warps in tma_only and not tma_rows(p, cfg, dev):
+                            continue
                         if smem_bytes(p, cfg, dev) > dev.max_smem_per_block_optin:
                             continue
                         if live_regs(p, cfg) > MAX_LIVE_REGS:

@@ -38,10 +38,17 @@ def test_narrow_tile_only_for_narrow_rows():
     assert wg.heuristic(_layer(8, 512, 7, 7), dev).block_q == 8
 
 
-def test_eight_warps_only_on_request():
+def test_eight_warps_by_default_only_with_tma_rows():
+    """8-warp CTAs are in the default space only where they copy rows by TMA (sm_90, 3x3 and
+    smaller); elsewhere only on request (WIDE_WARP_CHOICES)."""
     dev = known_device("H100")
     p = _layer(32, 64, 28, 3)
-    assert {c.warps for c in wg.configs(p, dev)} == {1, 2, 4}
+    eight = [c for c in wg.configs(p, dev) if c.warps == 8]
+    assert eight and all(wg.tma_rows(p, c, dev) for c in eight)
+    for other, q in ((known_device("sm_80"), p), (dev, _layer(32, 64, 28, 5))):
+        assert {c.warps for c in wg.configs(q, other)} == {1, 2, 4}, other.name
+        wide = wg.configs(q, other, warp_choices=wg.WIDE_WARP_CHOICES)
+        assert {c.warps for c in wide} == {1, 2, 4, 8}
     wide = wg.configs(p, dev, warp_choices=wg.WIDE_WARP_CHOICES)
     assert {c.warps for c in wide} == {1, 2, 4, 8}
     assert not any(
@@ -130,10 +137,10 @@ def test_heuristic_never_doubles_past_the_space(monkeypatch):
 
 
 def test_idle_warp_configs_only_on_request_and_compile_without_local_memory():
-    """Odd group counts (C440: 55 groups, C56: 7) get 2- and 4-warp wgrad CTAs only with
-    `with_idle_warps`; those variants (RAGGED_GROUPS) compile for sm_80 and sm_90 with no local
-    memory (TMA rows on sm_90: a ragged block's box reads zeros past C), and the grid covers every
-    group with ceil(groups / warps) group blocks."""
+    """Odd group counts (C440: 55 groups, C56: 7) get 2- and 4-warp wgrad CTAs (and 8-warp ones
+    with TMA rows) only with `with_idle_warps`; those variants (RAGGED_GROUPS) compile for sm_80
+    and sm_90 with no local memory (TMA rows on sm_90: a ragged block's box reads zeros past C),
+    and the grid covers every group with ceil(groups / warps) group blocks."""
     from spio.compiler import kernel_resources
     from spio.kernels.loader import compile_specs
 
@@ -141,7 +148,7 @@ def test_idle_warp_configs_only_on_request_and_compile_without_local_memory():
     p = _layer(128, 440, 14, 3, stride_h=2, stride_w=2, has_bias=True)
     assert {c.warps for c in wg.configs(p, dev)} == {1}
     ragged = [c for c in wg.configs(p, dev, with_idle_warps=True) if c.warps > 1]
-    assert {c.warps for c in ragged} == {2, 4}
+    assert {c.warps for c in ragged} == {2, 4, 8}  # 8: with TMA rows
     assert wg.grid(p, ragged[0], dev)[0] == wg.q_tiles(p, ragged[0]) * -(-55 // ragged[0].warps)
     cfgs = sample(ragged, 3, seed=1) + sample(
         [c for c in wg.configs(_layer(8, 56, 28, 3), dev, with_idle_warps=True) if c.warps > 1],
