@@ -19,6 +19,7 @@ from spio.generators import generate
 from spio.kernels.conv2d_gw8 import fprop as fp
 from spio.kernels.conv2d_gw8 import wgrad as wg
 from spio.kernels.conv2d_gw8 import wgrad_reduce as rd
+from spio.kernels.conv2d_gw8 import wgrad_tiling
 from spio.kernels.conv2d_gw8.params import (
     Conv2dGw8Config,
     Conv2dGw8Params,
@@ -247,3 +248,79 @@ def test_fprop_tma_rows_layout_is_what_tma_writes(tmp_path, warps):
                     b ^= ((b >> 7) & ((1 << bits) - 1)) << 4
                     expected.append(b // 4)
     assert _run(tmp_path, specs, "\n".join(lines)) == expected
+
+
+@pytest.mark.parametrize("warps", [2, 4, 8])
+@pytest.mark.parametrize("stride", [1, 2])
+def test_wgrad_tma_rows_layout_is_what_tma_writes(tmp_path, warps, stride):
+    """A wgrad TMA_ROWS variant's x and dy rings, addressed exactly as the kernel's ldmatrix rows
+    are (x_lane[j] = smem_input[warp_group][W(SW (l % 8) + (l / 8) % 2 + 2j)], plus the column
+    chunk smem_input[W(SW 8 qc)] and stage offsets; dy_lane = smem_grad[warp_group][Q(l % 8)]
+    plus smem_grad[Q(8 qc)] and slot offsets; smem_grad at smem_input + its storage), land on
+    the byte where TMA's WARPS*16-byte swizzle puts group g of box pixel j: ring base (aligned
+    to 128 * WARPS) + slot offset + j * WARPS * 16 + 16 g, bits [4, 4 + log2 WARPS) XORed by
+    bits [7, 7 + log2 WARPS)."""
+    from spio.cuda import known_device
+
+    h100 = known_device("H100")
+    p = Conv2dGw8Params(n=2, c=64, h=13, w=21, r=3, s=3, pad_h=1, pad_w=1, has_bias=True,
+                        stride_h=stride, stride_w=stride)  # fmt: skip
+    cfg = Conv2dGw8WgradConfig(block_p=4, block_q=16, warps=warps, stages=3, splits_per_sm=1)
+    assert wg.tma_rows(p, cfg, h100)
+    specs = wg.spec(p, cfg, h100).specs
+    tw, width, bq = wg.tile_w(p, cfg), wg.stage_w(p, cfg, h100), cfg.block_q
+    dyr = wg.dy_rows(p, cfg)
+    pix = warps * 16
+    x_stage_b, dy_slot_b = width * pix, bq * pix
+    period = 128 * warps
+    assert wg.row_align(p, cfg, h100) == period
+    assert x_stage_b % period == 0 and dy_slot_b % period == 0
+    lines = [
+        "static uint4 s[SmemInput::storage_size() + SmemGrad::storage_size()];",
+        "const SmemInput smem_input(s); const SmemGrad smem_grad(s + SmemInput::storage_size());",
+        "auto B = [](const uint4* a, const uint4* b) { return (long long)((a - b) * 16); };",
+        _print("SmemInput::storage_size() * 16"),
+        _print("SmemGrad::storage_size() * 16"),
+        _print("SmemPartial::storage_size() * 4"),
+        _print("B(smem_input[STAGE(1)].get(), smem_input.get())"),
+        _print("B(smem_grad[DYROW(1)].get(), smem_grad.get())"),
+        _print("X_BOX_BYTES"), _print("DY_BOX_BYTES"), _print("ROW_ALIGN"),
+    ]  # fmt: skip
+    expected = [cfg.stages * x_stage_b, dyr * dy_slot_b, wgrad_tiling.partial_stage_bytes(p, cfg),
+                x_stage_b, dy_slot_b, tw * pix, bq * pix, period]  # fmt: skip
+    bits = warps.bit_length() - 1
+
+    def tma(b: int) -> int:  # CUTLASS Swizzle<bits, 4, 3> on a base aligned to the period
+        return b ^ (((b >> 7) & ((1 << bits) - 1)) << 4)
+
+    sw, s_pairs = p.stride_w, wg.s_pairs(p)
+    for g in range(warps):
+        for lane in range(16):
+            for j in range(s_pairs):
+                w_idx = sw * (lane % 8) + (lane // 8) % 2 + 2 * j
+                for qc in range(bq // 8):
+                    for st in range(cfg.stages):
+                        lines.append(_print(
+                            f"B(smem_input[C8({g})][W({w_idx})].get(), s) + "
+                            f"B(smem_input[W({sw * 8 * qc})].get(), smem_input.get()) + "
+                            f"B(smem_input[STAGE({st})].get(), smem_input.get())"
+                        ))  # fmt: skip
+                        pixel = w_idx + sw * 8 * qc
+                        assert pixel < tw  # inside the box
+                        expected.append(tma(st * x_stage_b + pixel * pix + 16 * g))
+        for lane in range(8):
+            for qc in range(bq // 8):
+                for slot in range(dyr):
+                    lines.append(_print(
+                        f"B(smem_grad[C8({g})][Q({lane})].get(), s) + "
+                        f"B(smem_grad[Q({8 * qc})].get(), smem_grad.get()) + "
+                        f"B(smem_grad[DYROW({slot})].get(), smem_grad.get())"
+                    ))  # fmt: skip
+                    base = cfg.stages * x_stage_b + slot * dy_slot_b
+                    expected.append(tma(base + (lane + 8 * qc) * pix + 16 * g))
+    got = _run(tmp_path, specs, "\n".join(lines))
+    assert got[:8] == expected[:8]
+    assert got == expected
+    ring = expected[0] + expected[1]
+    # the kernel: ring_pad (< ROW_ALIGN) + max(rings, partial staging) + one mbarrier per stage
+    assert wg.smem_bytes(p, cfg, h100) >= (period - 16) + max(ring, expected[2]) + 8 * cfg.stages
