@@ -112,10 +112,10 @@ class _Point:
         bias_partial = torch.empty(slices * self.p.c, device="cuda")
         dw, db = torch.empty_like(self.w), torch.empty_like(self.b)
 
+        run = wg.WgradLaunch(kern, None, self.p, cfg, self.dev)  # the first pass, bound once
+
         def wgrad():
-            wg.launch(
-                kern, self.p, cfg, self.dev, partial, bias_partial, self.x, self.dy, self.stream
-            )
+            run.partials(partial, bias_partial, self.x, self.dy, self.stream)
 
         def reduce():
             rd.reduce_launch(

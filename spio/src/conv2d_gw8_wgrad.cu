@@ -38,9 +38,9 @@
 ///   - x halo columns: none when one tile covers Q (56 in 64); 1.07 x at BLOCK_Q 32.
 ///   - dy: read once. Partials: 18.7 KB per slice at C64 3x3, ~256 slices at 4 splits per SM:
 ///     0.09 written here and read back by the reduction.
-///   - request size: a warp's cp.async covers WARPS·16 B of each pixel, so at C = 64 one L2
-///     request carries 1 (2 warps), 2 (4) or 4 sectors (8 warps: the whole 128-byte line),
-///     and 1 warp reads half sectors (the other half goes to another CTA).
+///   - request size (cp.async variant): a warp's cp.async covers WARPS·16 B of each pixel, so
+///     at C = 64 one L2 request carries 1 (2 warps), 2 (4) or 4 sectors (8 warps: the whole
+///     128-byte line), and 1 warp reads half sectors (the other half goes to another CTA).
 ///   So 4x64 w4 moves ~2.55 units through L2 where 2.0 are needed. The changes are in the config
 ///   space and heuristic (spio/kernels/conv2d_gw8/wgrad.py): block_p balanced over P (14 and 28
 ///   at P = 56 instead of ragged 16 and 32) and the heuristic's tallest task that leaves two
@@ -180,8 +180,8 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
     // TMA_ROWS: x and dy are the tasks' first rows as TMA coordinates instead, image * IN_H + h0
     // and image * OUT_P + p0 (h0 may be negative: a padding row is never copied).
     struct Task {
-        unsigned x;   // row 0 of the task (image row h0) from in_ptr, in uint4
-        unsigned dy;  // dy row p0 of the task's image from grad_ptr, in uint4
+        unsigned x;   // row 0 of the task (image row h0) from in_ptr, in uint4 (TMA: its row)
+        unsigned dy;  // dy row p0 of the task's image from grad_ptr, in uint4 (TMA: its row)
         int p0;
         int h0;
     };
@@ -276,8 +276,8 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
     // Task row i into the x stage at offset xs (tile column j = image column SW q0 - PAD_W + j)
     // and, for i = SH o, dy row p0 + o into the dy slot at offset ds (tile column j = output
     // column q0 + j). Zero-filled outside. A padding row's stage and a dy row past OUT_P are
-    // never read (multiply_row skips them), so they are not copied at all; the commit after this
-    // call stays unconditional. TMA_ROWS: thread 0 copies both rows, completing barrier `bar`
+    // never read (multiply_row skips them), so they are not copied at all; the cp.async commit
+    // after this call stays unconditional. TMA_ROWS: thread 0 copies both rows, completing barrier `bar`
     // (its arrival alone when neither row is copied).
     auto load_row = [&](const Task& task, int i, unsigned xs, unsigned ds, unsigned bar) {
 #if TMA_ROWS

@@ -523,8 +523,9 @@ def launch(
 ) -> None:
     """Runs a loaded wgrad variant (the first pass alone); partial (16-byte aligned) has
     num_slices * C*8*R*S floats and bias_partial num_slices * C floats (any pointer when the
-    layer has no bias). `WgradLaunch` runs both passes; a TMA-rows variant encodes its tensor
-    maps on every call here (for tests, where the ops bind one WgradLaunch per layer)."""
+    layer has no bias). `WgradLaunch` runs both passes; this binds one on every call (and a
+    TMA-rows variant encodes its tensor maps): for tests and one-off launches, where the ops and
+    the benchmark bind a `WgradLaunch` once."""
     if hasattr(partial, "data_ptr") and partial.data_ptr() % 16:
         raise ValueError(
             "conv2d_gw8 wgrad: partial must be 16-byte aligned (the kernel writes it with 16-byte "
