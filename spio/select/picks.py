@@ -56,10 +56,15 @@ class PickStore:
         root = self._store_dir or Path(settings().cache_dir) / "selections"
         return root / f"{kdef.name}__{slug(device.name)}{suffix}"
 
-    def winner(self, kdef: KernelDef, params: Any, device: Any, basis: str) -> Any | None:
-        """The autotune winner persisted for `params` under `basis`, if still a valid config."""
+    def winner(
+        self, kdef: KernelDef, params: Any, device: Any, basis: str | Callable[[], str]
+    ) -> Any | None:
+        """The autotune winner persisted for `params` under `basis`, if still a valid config;
+        `basis` may be a function, called only when a winners file exists."""
         bases = self._read(self.path(kdef, device), _winners)
-        entry = bases.get(basis, {}).get(_params_key(params))
+        if not bases:
+            return None
+        entry = bases.get(basis() if callable(basis) else basis, {}).get(_params_key(params))
         return None if entry is None else self._config_from(kdef, params, device, entry)
 
     def save_winner(

@@ -104,7 +104,7 @@ class Selector:
     # -- internals --------------------------------------------------------------------------
 
     def _choose(self, kdef: KernelDef, params: Any, device: Any) -> tuple[Any, str]:
-        persisted = self.store.winner(kdef, params, device, winner_basis(kdef, device))
+        persisted = self.store.winner(kdef, params, device, lambda: winner_basis(kdef, device))
         if persisted is not None:
             return persisted, "autotune"
         if settings().autotune and kdef.make_runner is not None:

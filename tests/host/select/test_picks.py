@@ -179,8 +179,13 @@ def test_an_edited_family_module_changes_the_basis(tmp_path: Path, monkeypatch):
             assert any(c.startswith(module.__file__ + "|") for c in code), module.__name__
         src = Path(spio.__file__).parent / "src" / "conv2d_gw8_wgrad.cu"
         include = Path(spio.__file__).parent / "include" / "spio" / "tma.h"
-        for kernel_file in (src, include):  # what the kernels compile from
-            assert any(c.startswith(f"{kernel_file}|") for c in code), kernel_file
+        kernels = basis_mod._kernel_source_identity()
+        for kernel_file in (src, include):  # what the kernels compile from: winners only
+            assert any(c.startswith(f"{kernel_file}|") for c in kernels), kernel_file
+        winners = basis_mod.winner_basis(KDEF, Dev())
+        monkeypatch.setattr(basis_mod, "_kernel_source_identity", lambda: (*kernels, "k.cu|1|2"))
+        assert basis_mod.winner_basis(KDEF, Dev()) != winners
+        assert sel.basis(KDEF, Dev()) == before  # a model pick does not depend on them
         monkeypatch.setattr(basis_mod, "_code_identity", lambda kdef: [stamp + "0"])
         assert sel.basis(KDEF, Dev()) != before
         assert sel.basis(KDEF, Dev(sm_count=99)) != sel.basis(KDEF, Dev())
@@ -205,8 +210,8 @@ def test_an_autotune_winner_of_other_code_is_not_reused(tmp_path: Path, monkeypa
         sel.store.save_winner(KDEF, SHAPE, Dev(), basis_mod.winner_basis(KDEF, Dev()), Cfg(64, 2))
         _save(_model(), tmp_path)  # a new model: the winner stays
         assert Selector(store_dir=tmp_path / "sel").select(KDEF, SHAPE, Dev()) == Cfg(64, 2)
-        code = basis_mod._code_identity(KDEF)
-        monkeypatch.setattr(basis_mod, "_code_identity", lambda kdef: [*code, "kernel.cu|1|2"])
+        kernels = basis_mod._kernel_source_identity()
+        monkeypatch.setattr(basis_mod, "_kernel_source_identity", lambda: (*kernels, "k.cu|1|2"))
         fresh = Selector(store_dir=tmp_path / "sel")
         fresh.select(KDEF, SHAPE, Dev())
         assert fresh.sources[(KDEF.name, SHAPE, Dev().name)] == "model"
