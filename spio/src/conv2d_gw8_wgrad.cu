@@ -269,6 +269,12 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
     // both the rings and the partial's staging below.
     constexpr unsigned RING_BYTES =
         (SmemInput::storage_size() + SmemGrad::storage_size()) * sizeof(uint4);
+    // TMA swizzles by shared-memory address bits: every x stage and dy slot starts on the
+    // swizzle's period (the host rounds a stage up to 8 pixels; BLOCK_Q is a multiple of 8).
+    static_assert(!TMA_ROWS || SmemInput::storage_size() / STAGES * sizeof(uint4) % ROW_ALIGN == 0,
+                  "an x stage must span whole swizzle periods");
+    static_assert(!TMA_ROWS || SmemGrad::storage_size() / DY_ROWS * sizeof(uint4) % ROW_ALIGN == 0,
+                  "a dy slot must span whole swizzle periods");
     constexpr unsigned PARTIAL_BYTES = SmemPartial::storage_size() * sizeof(float);
     const unsigned row_full = spio::smem_address(smem_rings) +
                               (RING_BYTES > PARTIAL_BYTES ? RING_BYTES : PARTIAL_BYTES);
