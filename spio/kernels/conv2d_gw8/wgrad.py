@@ -35,6 +35,7 @@ from spio.kernels.conv2d_gw8.wgrad_tiling import (
     group_blocks,
     in_flight_bytes,
     partial_bytes,
+    plan_splits,
     row_align,
     s_pairs,
     task_rows,
@@ -136,21 +137,19 @@ def configs(
                 for stages in STAGE_CHOICES:
                     if stages > 3 and stages - 1 > (block_p - 1) * p.stride_h + p.r - 1:
                         continue  # deeper than one task's rows (most splits run one task)
-                    for splits in split_choices(warps):
-                        cfg = Conv2dGw8WgradConfig(
-                            block_p=block_p,
-                            block_q=block_q,
-                            warps=warps,
-                            stages=stages,
-                            splits_per_sm=splits,
-                        )
-                        if warps in tma_only and not tma_rows(p, cfg, dev):
-                            continue
-                        if smem_bytes(p, cfg, dev) > dev.max_smem_per_block_optin:
-                            continue
-                        if live_regs(p, cfg) > MAX_LIVE_REGS:
-                            continue
-                        out.append(cfg)
+                    # The rules below do not depend on the splits: checked on the first.
+                    splits = split_choices(warps)
+                    cfg = Conv2dGw8WgradConfig(block_p, block_q, warps, stages, splits[0])
+                    if warps in tma_only and not tma_rows(p, cfg, dev):
+                        break  # nor on the stages
+                    if smem_bytes(p, cfg, dev) > dev.max_smem_per_block_optin:
+                        continue
+                    if live_regs(p, cfg) > MAX_LIVE_REGS:
+                        continue
+                    out.append(cfg)
+                    out += (
+                        Conv2dGw8WgradConfig(block_p, block_q, warps, stages, s) for s in splits[1:]
+                    )
     return out
 
 
@@ -375,46 +374,50 @@ def features(p: Conv2dGw8Params, cfg: Conv2dGw8WgradConfig, dev: Any) -> dict[st
     come from one split plan instead of `grid()` and `partial_bytes()`. Names, order and values
     are pinned by tests/host/tune/data/feature_digests.json (the shipped models need them).
     """
-    layer, col_bytes, bytes_moved, flops = _layer_terms(p)
-    tasks, tps, splits = split_plan(p, cfg, dev)
-    col_tiles = q_tiles(p, cfg)
-    blocks = col_tiles * group_blocks(p, cfg) * splits
+    layer, col_bytes, bytes_moved, flops, out_p, out_q = _layer_terms(p)
+    col_tiles = -(-out_q // cfg.block_q)  # q_tiles
+    per_split_grid = col_tiles * (-(-p.groups // cfg.warps))  # x group_blocks
+    tasks = p.n * -(-out_p // cfg.block_p)  # p_chunks
+    tasks, tps, splits = plan_splits(tasks, per_split_grid, cfg.splits_per_sm, dev.sm_count)
+    blocks = per_split_grid * splits
     sm_count = dev.sm_count
-    out = dict(layer)
-    out["block_p"] = cfg.block_p
-    out["block_q"] = cfg.block_q
-    out["warps"] = cfg.warps
-    out["stages"] = cfg.stages
-    out["splits_per_sm"] = cfg.splits_per_sm
-    out["tasks"] = tasks
-    out["tasks_per_split"] = tps
-    out["splits"] = splits
-    out["blocks"] = blocks
-    out["waves"] = blocks / max(1, sm_count)
-    # TMA rows (`tma_rows`) are not a feature: they follow from warps, taps and the device, and
-    # with the flag the whole-space regret on the complete shapes was worse (p90 1.163 against
-    # 1.082, docs/tuning.md, fifteenth session). smem_bytes includes their alignment slack.
-    out["smem_bytes"] = smem_bytes(p, cfg, dev)
-    out["live_regs"] = live_regs(p, cfg)
     # x rows a task spans ((BLOCK_P - 1) * stride + R; not task_rows' trimmed count, which the
     # shipped models were not trained on) per dy row, times x columns per dy column.
     rows = (cfg.block_p - 1) * p.stride_h + p.r
-    out["halo_ratio"] = rows / cfg.block_p * tile_w(p, cfg) / cfg.block_q
-    out["partial_bytes"] = splits * col_tiles * col_bytes
-    out["bytes"] = bytes_moved
-    out["flops"] = flops
-    out["sm_count"] = sm_count
-    return out
+    return {
+        **layer,
+        "block_p": cfg.block_p,
+        "block_q": cfg.block_q,
+        "warps": cfg.warps,
+        "stages": cfg.stages,
+        "splits_per_sm": cfg.splits_per_sm,
+        "tasks": tasks,
+        "tasks_per_split": tps,
+        "splits": splits,
+        "blocks": blocks,
+        "waves": blocks / max(1, sm_count),
+        # TMA rows (`tma_rows`) are not a feature: they follow from warps, taps and the device,
+        # and with the flag the whole-space regret on the complete shapes was worse (p90 1.163
+        # against 1.082, docs/tuning.md, fifteenth session). smem_bytes includes their
+        # alignment slack.
+        "smem_bytes": smem_bytes(p, cfg, dev),
+        "live_regs": live_regs(p, cfg),
+        "halo_ratio": rows / cfg.block_p * tile_w(p, cfg) / cfg.block_q,
+        "partial_bytes": splits * col_tiles * col_bytes,
+        "bytes": bytes_moved,
+        "flops": flops,
+        "sm_count": sm_count,
+    }
 
 
 @functools.lru_cache(maxsize=256)
-def _layer_terms(p: Conv2dGw8Params) -> tuple[dict[str, float], int, int, int]:
+def _layer_terms(p: Conv2dGw8Params) -> tuple[dict[str, float], int, int, int, int, int]:
     """The features' layer-only terms: the layer's own features, fp32 partial bytes per slice
-    (weights and bias, as in `partial_bytes`), and the layer's bytes and FLOPs (`stats`).
-    `features` copies the dict before adding to it."""
+    (weights and bias, as in `partial_bytes`), the layer's bytes and FLOPs (`stats`), and its
+    output height and width. `features` copies the dict before adding to it."""
     st = stats(p)
     col_bytes = (p.c * GROUP_WIDTH * p.r * p.s + p.c) * 4
-    return p.features(), col_bytes, st.bytes_moved, st.flops
+    return p.features(), col_bytes, st.bytes_moved, st.flops, p.p, p.q
 
 
 def row_maps(kernel: Any, p: Conv2dGw8Params, cfg: Conv2dGw8WgradConfig) -> Any:

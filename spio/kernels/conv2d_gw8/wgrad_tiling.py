@@ -68,8 +68,11 @@ def stage_w(p: Conv2dGw8Params, cfg: Conv2dGw8WgradConfig, dev: Any) -> int:
     """Pixels per shared-memory x stage: TILE_W, rounded up to 8 for TMA_ROWS (each stage starts
     on a swizzle period of 8 pixels x WARPS x 16 bytes; block_q, a dy slot's width, is a
     multiple of 8 already)."""
-    tw = tile_w(p, cfg)
-    return -(-tw // 8) * 8 if tma_rows(p, cfg, dev) else tw
+    return _stage_w(tile_w(p, cfg), tma_rows(p, cfg, dev))
+
+
+def _stage_w(tw: int, tma: bool) -> int:
+    return -(-tw // 8) * 8 if tma else tw
 
 
 def tma_swizzle(cfg: Conv2dGw8WgradConfig) -> int:
@@ -81,7 +84,11 @@ def tma_swizzle(cfg: Conv2dGw8WgradConfig) -> int:
 def row_align(p: Conv2dGw8Params, cfg: Conv2dGw8WgradConfig, dev: Any) -> int:
     """Alignment (bytes) of the shared-memory rings: the swizzle's period for TMA_ROWS (8 pixels
     of WARPS x 16 bytes: TMA swizzles by shared-memory address bits), else 16."""
-    return 128 * cfg.warps if tma_rows(p, cfg, dev) else 16
+    return _row_align(cfg.warps, tma_rows(p, cfg, dev))
+
+
+def _row_align(warps: int, tma: bool) -> int:
+    return 128 * warps if tma else 16
 
 
 def smem_bytes(p: Conv2dGw8Params, cfg: Conv2dGw8WgradConfig, dev: Any = None) -> int:
@@ -90,11 +97,14 @@ def smem_bytes(p: Conv2dGw8Params, cfg: Conv2dGw8WgradConfig, dev: Any = None) -
     TMA_ROWS (`tma_rows`, which needs `dev`) rounds x rows up to 8 pixels and adds the slack that
     aligns the rings to the swizzle's period (`row_align`) and one mbarrier per stage, past
     both the rings and the partial's staging."""
+    # Selection evaluates this for every config of a new shape (twice: `configs`, `features`),
+    # so the TMA rule is evaluated once here instead of in stage_w and row_align.
+    tma = tma_rows(p, cfg, dev)
     dy = dy_rows(p, cfg) * cfg.warps * cfg.block_q * 16
-    x = cfg.stages * cfg.warps * stage_w(p, cfg, dev) * 16
+    x = cfg.stages * cfg.warps * _stage_w(tile_w(p, cfg), tma) * 16
     body = max(x + dy, partial_stage_bytes(p, cfg))
-    if tma_rows(p, cfg, dev):
-        return row_align(p, cfg, dev) + body + 8 * cfg.stages
+    if tma:
+        return _row_align(cfg.warps, tma) + body + 8 * cfg.stages
     return body
 
 
@@ -140,13 +150,17 @@ def group_blocks(p: Conv2dGw8Params, cfg: Conv2dGw8WgradConfig) -> int:
 def split_plan(p: Conv2dGw8Params, cfg: Conv2dGw8WgradConfig, dev: Any) -> tuple[int, int, int]:
     """(tasks, tasks per split, splits): splits_per_sm CTAs per SM over the whole grid, at most
     one split per task, and every split non-empty."""
-    tasks = p.n * p_chunks(p, cfg)
     per_split_grid = q_tiles(p, cfg) * group_blocks(p, cfg)
-    wanted = max(1, (cfg.splits_per_sm * dev.sm_count) // per_split_grid)
-    splits = min(tasks, wanted)
-    tps = math.ceil(tasks / splits)
-    splits = math.ceil(tasks / tps)
-    return tasks, tps, splits
+    return plan_splits(p.n * p_chunks(p, cfg), per_split_grid, cfg.splits_per_sm, dev.sm_count)
+
+
+def plan_splits(
+    tasks: int, per_split_grid: int, splits_per_sm: int, sm_count: int
+) -> tuple[int, int, int]:
+    """`split_plan` from its terms (selection's `features` has them at hand)."""
+    splits = min(tasks, max(1, (splits_per_sm * sm_count) // per_split_grid))
+    tps = -(-tasks // splits)
+    return tasks, tps, -(-tasks // tps)
 
 
 def num_slices(p: Conv2dGw8Params, cfg: Conv2dGw8WgradConfig, dev: Any) -> int:
