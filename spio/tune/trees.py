@@ -343,7 +343,8 @@ def _tables(step: float, leaves: list[list[float]]) -> tuple[list[float], bytes,
     """A group's lookup and translate tables, by leaf number: the leaf's value, and the low and
     high byte of its whole steps above its tree's smallest leaf (`_step`)."""
     values = list(chain.from_iterable(leaves))
-    counts = [round((v - min(t)) / step) for t in leaves for v in t]
+    scale = 1 / step  # a power of two: exact
+    counts = [round((v - low) * scale) for t, low in zip(leaves, map(min, leaves)) for v in t]
     pad = MAX_LEAVES - len(values)
     low = bytes(c & 255 for c in counts) + bytes(pad)
     high = bytes(c >> 8 for c in counts) + bytes(pad)
