@@ -32,6 +32,7 @@ only the rows within twice the bound of the smallest can be the pick.
 from __future__ import annotations
 
 import math
+import sys
 from array import array
 from bisect import bisect_right
 from collections.abc import Sequence
@@ -241,6 +242,8 @@ def _flush(counts: list[int], n: int, *fields: int) -> None:
     for k, acc in enumerate(fields):
         if acc:
             half = array("H", acc.to_bytes(2 * n, "little"))  # fields are little-endian 16-bit
+            if sys.byteorder == "big":
+                half.byteswap()
             start = (k // 2) * n + k % 2
             counts[start : (k // 2 + 1) * n : 2] = map(
                 add, counts[start : (k // 2 + 1) * n : 2], half[: len(range(k % 2, n, 2))]
@@ -344,11 +347,13 @@ def _tables(step: float, leaves: list[list[float]]) -> tuple[list[float], bytes,
     high byte of its whole steps above its tree's smallest leaf (`_step`)."""
     values = list(chain.from_iterable(leaves))
     scale = 1 / step  # a power of two: exact
-    counts = [round((v - low) * scale) for t, low in zip(leaves, map(min, leaves)) for v in t]
+    counts = [round((v - low) * scale) for t in leaves for low in (min(t),) for v in t]
     pad = MAX_LEAVES - len(values)
-    low = bytes(c & 255 for c in counts) + bytes(pad)
-    high = bytes(c >> 8 for c in counts) + bytes(pad)
-    return values + [0.0] * pad, low, high
+    raw = array("H", counts + [0] * pad).tobytes()  # 16-bit counts, the machine's byte order
+    first, second = raw[0::2], raw[1::2]
+    return values + [0.0] * pad, *(
+        (first, second) if sys.byteorder == "little" else (second, first)
+    )
 
 
 def _bound(base: float, leaves: list[list[float]], step: float) -> float:
