@@ -31,6 +31,7 @@ from spio.tune.store import PACKAGE_MODELS, SUFFIX
 from spio.tune.trees import Trees
 
 SHIPPED = sorted(PACKAGE_MODELS.glob(f"*{SUFFIX}"))
+PAST_A_FIELD = 300  # rounds: more trees than 257, the most whose byte sums a 16-bit field holds
 SAMPLED = 2  # sampled layers per shipped model and run, on top of the family's examples
 EXP_ULPS = 3
 
@@ -91,7 +92,7 @@ def test_shipped_model_predicts_and_ranks_as_xgboost(path, seed):
 
 
 @functools.cache
-def _trained(seed: int) -> tuple[PerfModel, list[str]]:
+def _trained(seed: int, rounds: int = 40) -> tuple[PerfModel, list[str]]:
     """A small model trained on rows with missing values, so its splits send missing values
     both ways (default_left 0 and 1)."""
     rng = random.Random(seed)
@@ -109,7 +110,7 @@ def _trained(seed: int) -> tuple[PerfModel, list[str]]:
         d = 0.25 if math.isnan(row["d"]) else row["d"]
         rows.append(row)
         latency.append(math.exp(1 + 0.3 * a + 0.2 * abs(b) + row["c"] / 500 + d))
-    return PerfModel.train("synthetic", "GPU", "sm_90", rows, latency, rounds=40), names
+    return PerfModel.train("synthetic", "GPU", "sm_90", rows, latency, rounds=rounds), names
 
 
 def test_missing_infinite_and_threshold_values_split_as_in_xgboost(seed):
@@ -253,3 +254,47 @@ def test_broken_model_file_fields_are_refused():
     data["booster"] = []
     with pytest.raises(ModelFormatError, match="learner"):
         PerfModel.from_json(json.dumps(data))
+
+
+@pytest.mark.parametrize("rows", [1, 2, 3, 257])
+def test_sums_bound_and_pick_past_one_flush_of_the_16_bit_fields(seed, rows):
+    """More trees than a 16-bit field sums (`trees._FLUSH`), batches of one row, odd and even row
+    counts: every approximate sum within `Trees.bound` of XGBoost's margin minus base_score, and
+    `best` is XGBoost's first smallest margin."""
+    from spio.tune import trees as trees_module
+
+    model, names = _trained(seed, rounds=PAST_A_FIELD)
+    assert model.trees.n_trees > trees_module._FLUSH, "the test would not cross a flush"
+    rng = random.Random(seed)
+    columns = [[rng.choice([math.nan, rng.uniform(-5, 1000)]) for _ in range(rows)] for _ in names]
+    want = _xgb_margins(model.booster, columns)
+    predicted = model.trees.predict(columns)
+    _assert_bitwise(predicted.margins(), want, f"seed={seed} rows={rows}")
+    sums = [s + model.trees.base for s in predicted.sums()]
+    off = max(abs(s - w) for s, w in zip(sums, want.tolist(), strict=True))
+    assert off <= model.trees.bound, f"seed={seed} rows={rows}: sums {off} off the margins"
+    row, margin = predicted.best()
+    assert row == int(np.argmin(want)) and margin == float(want[row])
+
+
+def test_sums_flush_before_a_16_bit_field_overflows(seed):
+    """Trees whose leaves are all the widest count (65535 steps: low and high byte 255) but one:
+    a row summing them in more trees than `trees._FLUSH` would overflow a 16-bit field without
+    the flush."""
+
+    model, names = _trained(seed, rounds=PAST_A_FIELD)
+    data = json.loads(model.to_json())
+    widest = 65535 / 65536  # so the step is 2**-16 and this leaf 65535 steps above 0
+    for tree in data["booster"]["learner"]["gradient_booster"]["model"]["trees"]:
+        leaves = [g for g, c in enumerate(tree["left_children"]) if c < 0]
+        for g in leaves:
+            tree["split_conditions"][g] = 0.0 if g == leaves[0] else widest
+    trees = Trees(data["booster"], len(names))
+    rng = random.Random(seed)
+    columns = [[rng.choice([math.nan, rng.uniform(-5, 1000)]) for _ in range(64)] for _ in names]
+    predicted = trees.predict(columns)
+    margins = predicted.margins()
+    sums = [s + trees.base for s in predicted.sums()]
+    assert max(margins) > trees.base + 257 * widest, "no row's low bytes pass a 16-bit field"
+    off = max(abs(s - m) for s, m in zip(sums, margins, strict=True))
+    assert off <= trees.bound, f"seed={seed}: sums {off} off the margins"
