@@ -139,6 +139,8 @@ def configs(
                         continue  # deeper than one task's rows (most splits run one task)
                     # The rules below do not depend on the splits: checked on the first.
                     splits = split_choices(warps)
+                    if not splits:
+                        break  # more warps than WARPS_PER_SM_MAX: no split choice
                     cfg = Conv2dGw8WgradConfig(block_p, block_q, warps, stages, splits[0])
                     if warps in tma_only and not tma_rows(p, cfg, dev):
                         break  # nor on the stages

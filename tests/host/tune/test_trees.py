@@ -298,3 +298,27 @@ def test_sums_flush_before_a_16_bit_field_overflows(seed):
     assert max(margins) > trees.base + 257 * widest, "no row's low bytes pass a 16-bit field"
     off = max(abs(s - m) for s, m in zip(sums, margins, strict=True))
     assert off <= trees.bound, f"seed={seed}: sums {off} off the margins"
+
+
+def test_best_is_the_first_smallest_margin_among_near_ties(seed):
+    """Leaves of large magnitude a few float32 ulps apart: the rows' float32 margins and their
+    exact sums order differently, so `best` must keep every row within the bound of the
+    smallest approximate sum (pruning at the smallest alone picks wrong rows here)."""
+    model, names = _trained(seed, rounds=PAST_A_FIELD)
+    data = json.loads(model.to_json())
+    rng = random.Random(seed)
+    for tree in data["booster"]["learner"]["gradient_booster"]["model"]["trees"]:
+        for g, c in enumerate(tree["left_children"]):
+            if c < 0:
+                tree["split_conditions"][g] = 1024.0 + rng.randrange(4) * 2.0**-13
+    trees = Trees(data["booster"], len(names))
+    wrong = []
+    for batch in range(40):
+        rows = rng.randrange(1, 60)
+        columns = [[rng.uniform(-5, 1000) for _ in range(rows)] for _ in names]
+        predicted = trees.predict(columns)
+        margins = predicted.margins()
+        first = margins.index(min(margins))
+        if predicted.best() != (first, margins[first]):
+            wrong.append(batch)
+    assert not wrong, f"seed={seed}: best() is not the first smallest margin in batches {wrong}"
