@@ -34,6 +34,11 @@ SWIZZLE_ALIGN = 1024  # the kernel aligns the ring to the 128-byte swizzle's 102
 # its budget would hold fewer CTAs than a persistent grid launches.
 REGISTERS = {64: 80, 128: 168, 256: 168}
 SMEM_RESERVED = 1024  # shared memory the system keeps per resident CTA (sm_80 and later)
+# The TMA-store epilogue's staging: two buffers per consumer warpgroup, each 64 rows of one
+# 128-byte box row (BOX_COLS = 128 / the output's size columns of C).
+BOX_ROWS = 64
+BOX_BYTES = 128
+STAGING_BYTES = 2 * 2 * BOX_ROWS * BOX_BYTES
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,7 +52,12 @@ class MatmulSm90Config:
     tiles) as one k-tile stream, so a tile's epilogue overlaps the next tile's first loads.
     `split_k` > 1 (plain CTAs only) runs split_k CTAs per tile over consecutive ranges of K,
     each writing fp32 partials, and a second kernel sums them in order (+ bias) into C: for
-    shapes with too few tiles to fill the SMs (decode, M <= 128)."""
+    shapes with too few tiles to fill the SMs (decode, M <= 128).
+    `tma_store` (128- and 256-wide tiles without split-K: `stores_by_tma`) stages C in shared
+    memory and stores it with TMA in 128-byte lines, asynchronously (a persistent CTA stores a
+    tile under the next one's main loop); else the accumulators are stored from registers.
+    It needs C's rows in whole 16-byte units (`tma_store_fits`): `bound` turns it off for a
+    problem whose rows are not, `launch` also for a C that does not start 16-byte aligned."""
 
     block_n: int = 128
     stages: int = 4
@@ -55,10 +65,13 @@ class MatmulSm90Config:
     cluster_m: int = 1
     persistent: bool = False
     split_k: int = 1
+    tma_store: bool = True
 
     def __post_init__(self) -> None:
         if not isinstance(self.persistent, bool):
             raise ValueError(f"MatmulSm90Config.persistent must be a bool, got {self.persistent!r}")
+        if not isinstance(self.tma_store, bool):
+            raise ValueError(f"MatmulSm90Config.tma_store must be a bool, got {self.tma_store!r}")
         if self.block_n not in BLOCK_NS:
             raise ValueError(
                 f"MatmulSm90Config.block_n must be one of {BLOCK_NS}, got {self.block_n}"
@@ -84,10 +97,12 @@ class MatmulSm90Config:
             )
 
     def smem(self) -> int:
-        """Dynamic shared memory: the ring (2-byte operands), its 2 x stages mbarriers, and
-        the slack that aligns the ring to 1024 bytes."""
+        """Dynamic shared memory: the ring (2-byte operands), the epilogue's staging when it
+        stores by TMA, the 2 x stages mbarriers, and the slack that aligns the ring to 1024
+        bytes."""
         ring = self.stages * (BLOCK_M + self.block_n) * BLOCK_K * 2
-        return ring + 2 * 8 * self.stages + SWIZZLE_ALIGN
+        staging = STAGING_BYTES if stores_by_tma(self) else 0
+        return ring + staging + 2 * 8 * self.stages + SWIZZLE_ALIGN
 
     def tiles(self, p: MatmulParams) -> tuple[int, int]:
         return (-(-p.m // BLOCK_M), -(-p.n // self.block_n))
@@ -97,9 +112,27 @@ class MatmulSm90Config:
         persistent and " k4" for a split over K in 4."""
         cluster = f" c{self.cluster_m}" if self.cluster_m > 1 else ""
         split = f" k{self.split_k}" if self.split_k > 1 else ""
+        # " rs": a config that could store by TMA stores from registers.
+        regs = " rs" if not self.tma_store and self.block_n >= 128 and not split else ""
         return (
-            f"n{self.block_n} s{self.stages}{cluster}" + (" p" if self.persistent else "") + split
+            f"n{self.block_n} s{self.stages}{cluster}"
+            + (" p" if self.persistent else "")
+            + split
+            + regs
         )
+
+
+def stores_by_tma(cfg: MatmulSm90Config) -> bool:
+    """Whether cfg's epilogue stages C in shared memory and stores it by TMA (the kernel's
+    EPI_TMA): `tma_store`, a 128- or 256-wide tile (64-wide ones keep their register epilogue
+    and their two CTAs an SM) and no split-K (its partials are stored from registers)."""
+    return cfg.tma_store and cfg.block_n >= 128 and cfg.split_k == 1
+
+
+def tma_store_fits(p: MatmulParams) -> bool:
+    """Whether C's rows are whole 16-byte units (N times the output's size), as a TMA map of
+    C needs."""
+    return p.n * (4 if p.out_dtype == "float32" else 2) % 16 == 0
 
 
 def supported(p: MatmulParams, dev: Any) -> bool:
@@ -174,6 +207,7 @@ def spec(p: MatmulParams, cfg: MatmulSm90Config, dev: Any = None) -> KernelSpec:
         )
     types = {"float16": dtype.half, "bfloat16": dtype.bfloat16, "float32": dtype.float}
     split = cfg.split_k > 1
+    epi_tma = stores_by_tma(cfg)
     constants = {
         "BLOCK_N": cfg.block_n,
         "STAGES": cfg.stages,
@@ -185,13 +219,15 @@ def spec(p: MatmulParams, cfg: MatmulSm90Config, dev: Any = None) -> KernelSpec:
     return KernelSpec(
         source="matmul_sm90.cu",
         entry="matmul_sm90",
-        signature="pttpiiii",  # c, a_map, b_map, bias, m, n, k, raster
+        # c, a_map, b_map, (c_map,) bias, m, n, k, raster
+        signature="ptttpiiii" if epi_tma else "pttpiiii",
         specs={
             "Element": Type(types[p.dtype]),
             "Out": Type(types["float32" if split else p.out_dtype]),
             **tiles,
             **{name: Constant(value) for name, value in constants.items()},
             "CLUSTER_M": Macro(cfg.cluster_m),
+            "EPI_TMA": Macro(int(epi_tma)),
         },
         title=(
             f"matmul_sm90 {p.dtype}->{p.out_dtype} bias={p.has_bias} tile {BLOCK_M}x"
@@ -199,6 +235,7 @@ def spec(p: MatmulParams, cfg: MatmulSm90Config, dev: Any = None) -> KernelSpec:
             + (f" cluster {cfg.cluster_m}x1" if cfg.cluster_m > 1 else "")
             + (" persistent" if cfg.persistent else "")
             + (f" split-K {cfg.split_k} (fp32 partials)" if split else "")
+            + (" TMA-store epilogue" if epi_tma else "")
         ),
         block=(THREADS, 1, 1),
         smem=cfg.smem(),
@@ -210,13 +247,31 @@ def smem_tiles(cfg: MatmulSm90Config) -> dict[str, Any]:
     """The typed shared-memory ring the TMA maps write: SmemA (STAGE, M 128, K8 8) and SmemB
     (STAGE, N block_n, K8 8) of 16-byte chunks (8 elements along K), each row one 128-byte
     line, XOR-swizzled as the 128-byte swizzle places chunks: chunk k8 of row m at k8 ^ (m % 8).
-    The wgmma descriptors read the same layout (Swizzle::B128, 8-row atoms of 1024 bytes)."""
+    The wgmma descriptors read the same layout (Swizzle::B128, 8-row atoms of 1024 bytes).
+    With the TMA-store epilogue (`stores_by_tma`), also its staging SmemC (EPI 4, ROW 64, CH 8):
+    two buffers per consumer warpgroup, each 64 rows of one 128-byte box row in 16-byte chunks,
+    in the same swizzle (chunk ch of row r at ch ^ (r % 8)): what TMA's store reads."""
     from spio.generators import Dim, Tensor, Xor, dtype
 
     M, N, K, STAGE = Dim(), Dim(), Dim(), Dim()
     K8 = K / 8
     chunks = BLOCK_K // 8
+    staging: dict[str, Any] = {}
+    if stores_by_tma(cfg):
+        EPI, ROW, CH = Dim(), Dim(), Dim()
+        buffers = STAGING_BYTES // (BOX_ROWS * BOX_BYTES)
+        staging = {
+            "EPI": EPI,
+            "ROW": ROW,
+            "CH": CH,
+            "SmemC": Tensor(
+                (EPI(buffers), ROW(BOX_ROWS), CH(BOX_BYTES // 16)),
+                dtype.uint4,
+                swizzle=Xor(ROW, CH, 3),
+            ),
+        }
     return {
+        **staging,
         "M": M,
         "N": N,
         "K": K,
@@ -244,7 +299,8 @@ def launch(
     device: Any = None,
 ) -> None:
     """Runs C = A @ B^T (+ bias) with one config on torch tensors (C allocated, (M, N)); the
-    variant is loaded through `cache` (default: the process's shared function cache)."""
+    variant is loaded through `cache` (default: the process's shared function cache). A C that
+    does not start 16-byte aligned is stored from registers (`tma_store` off)."""
     import torch
 
     from spio.cuda import device_attributes
@@ -275,6 +331,8 @@ def launch(
             f"{bias.dtype} {tuple(bias.shape)} (contiguous: {bias.is_contiguous()})"
         )
     device = device or device_attributes(c.device.index or 0)
+    if c.data_ptr() % 16:
+        cfg = replace(cfg, tma_store=False)  # a TMA map of C needs a 16-byte aligned start
     bound(p, cfg, device, cache)(c, a, b, bias, stream)
 
 
@@ -328,10 +386,13 @@ def split_choice(p: MatmulParams, dev: Any) -> MatmulSm90Config | None:
 def bound(p: MatmulParams, cfg: MatmulSm90Config, dev: Any, cache: Any = None) -> Sm90Launch:
     """The variant of (p, cfg) (and with split_k > 1 its sum's) loaded through `cache`
     (default: the process's shared function cache) and bound to p's problem: what the op's plan
-    launches."""
+    launches. `tma_store` is turned off where C's rows are not whole 16-byte units, and is
+    moot for split-K and 64-wide tiles (`stores_by_tma`): each of those runs one variant."""
     from spio.kernels.loader import default_function_cache
 
     cache = cache if cache is not None else default_function_cache()
+    if cfg.tma_store and not (stores_by_tma(cfg) and tma_store_fits(p)):
+        cfg = replace(cfg, tma_store=False)
     # raster is a launch argument: one loaded variant serves every value.
     variant = p.variant()
     reduce = None
@@ -348,9 +409,10 @@ class Sm90Launch:
     C = A @ B^T (+ bias) on tensors `launch` would accept (contiguous, 16-byte aligned); the op
     checks them through its call signature instead of on every call.
 
-    A tensor map holds its tensor's address, so each call needs the maps of its A and B: one
-    `spio.kernels.map_cache.MapCache` per operand (encoded once per address, at most MAP_CACHE
-    addresses kept), so a steady loop encodes nothing and a hit is one dict lookup.
+    A tensor map holds its tensor's address, so each call needs the maps of its A and B (and
+    with the TMA-store epilogue its C, which must start 16-byte aligned: the op's outputs do):
+    one `spio.kernels.map_cache.MapCache` per operand (encoded once per address, at most
+    MAP_CACHE addresses kept), so a steady loop encodes nothing and a hit is one dict lookup.
 
     Split-K (cfg.split_k > 1, `reduce` the loaded sum): each call takes a workspace of split_k
     x M x N floats (`workspace`, the shape): the caller's `workspace` tensor (fp32, contiguous,
@@ -361,7 +423,7 @@ class Sm90Launch:
     writes C. `stream` is a raw handle (an int)."""
 
     MAP_CACHE = 64
-    __slots__ = ("_launch", "_tail", "_a_maps", "_b_maps", "_reduce", "_reduce_tail",
+    __slots__ = ("_launch", "_tail", "_a_maps", "_b_maps", "_c_maps", "_reduce", "_reduce_tail",
                  "_workspace")  # fmt: skip
 
     def __init__(
@@ -390,6 +452,12 @@ class Sm90Launch:
         self._a_maps = maps(p.m, BLOCK_M)
         # With a cluster each CTA copies 1 / cluster_m of the B tile (multicast to both).
         self._b_maps = maps(p.n, cfg.block_n // cfg.cluster_m)
+        # The epilogue's boxes: 64 rows x 128 bytes of C, in the staging's 128-byte swizzle.
+        self._c_maps = None
+        if stores_by_tma(cfg):
+            box_cols = BOX_BYTES // (4 if p.out_dtype == "float32" else 2)
+            self._c_maps = MapCache(p.out_dtype, (p.m, p.n), (p.n, 1), (BOX_ROWS, box_cols),
+                                    swizzle=128, limit=self.MAP_CACHE)  # fmt: skip
 
     @property
     def workspace(self) -> tuple[int, ...] | None:
@@ -401,6 +469,10 @@ class Sm90Launch:
     ) -> None:
         a_map = self._a_maps.get(a.data_ptr())
         b_map = self._b_maps.get(b.data_ptr())
+        if self._c_maps is not None:
+            c_map = self._c_maps.get(c.data_ptr())
+            self._launch((c, a_map, b_map, c_map, c if bias is None else bias, *self._tail), stream)
+            return
         if self._reduce is None:
             self._launch((c, a_map, b_map, c if bias is None else bias, *self._tail), stream)
             return

@@ -21,9 +21,15 @@
 ///   the rasterization), 128 · BLOCK_N · sizeof(OUT) B of C. Per slot 2 · 128 · BLOCK_N · 64
 ///   FLOP on (128 + BLOCK_N) · 128 B of shared memory: 85 FLOP/B at BLOCK_N = 256. Bound: the
 ///   wgmma rate for K >~ 512.
-/// Epilogue: accumulators (+ bias) rounded to OUT and stored straight from registers, two
-///   adjacent columns per store where the alignment allows (N even, C 2-element aligned),
-///   else one.
+/// Epilogue (EPI_TMA 1: C's rows 16-byte aligned, no split-K): each consumer warpgroup rounds
+///   its accumulators (+ bias) to OUT into shared memory, a box of 64 rows x 128 bytes at a
+///   time (BOX_COLS columns) in one of its two staging buffers (128-byte swizzle: a warp's
+///   stores hit all 32 banks), and one thread stores the box with TMA (store_2d: full 128-byte
+///   lines, clipped at M and N by the map), which runs on while the warpgroup goes on. Stores
+///   from registers (EPI_TMA 0) write 16 bytes of each of 8 rows per warp instruction, half
+///   sectors: on the H100 that epilogue cost 8-16% of the kernel at 4096-8192 (the kernel
+///   timed with it skipped). EPI_TMA 0 keeps it: two adjacent columns per store where the
+///   alignment allows (N even, C 2-element aligned), else one.
 /// Clusters (CLUSTER_M 2, opt-in): the kernel is declared __cluster_dims__(2, 1, 1) and the two
 ///   CTAs of a cluster take M tiles 2i and 2i + 1 of the same N tile (the grid padded to an even
 ///   number of M tiles; a CTA past M computes on TMA's zeros and stores nothing). B is loaded
@@ -53,14 +59,16 @@
 ///   float, no bias): C is then their ordered sum (+ bias), rounded once, by
 ///   matmul_splitk_reduce.cu. An empty range (more splits than k tiles) stores zeros.
 ///   SPLIT_K 1 compiles the code without it.
-/// Not yet: multicast of A (clusters along N), a shared-memory / TMA-store epilogue, row-major B
+/// Not yet: multicast of A (clusters along N), row-major B
 ///   (the op runs the mma.sync kernel for it).
 /// Assumes: K % 8 == 0 (16-byte row strides for TMA), A, B 16-byte aligned (launch checks, the
 ///   op copies), C and bias element-aligned; sm_90a.
 // The generated header (included first) defines Element (__half or __nv_bfloat16), Out (the
-// same or float), BLOCK_N, STAGES, HAS_BIAS, PERSISTENT (0 or 1), SPLIT_K, the macro CLUSTER_M (1 or 2),
-// the dims M, N, K, K8, STAGE and the swizzled shared-memory rings SmemA, SmemB; see
+// same or float), BLOCK_N, STAGES, HAS_BIAS, PERSISTENT (0 or 1), SPLIT_K, the macros CLUSTER_M
+// (1 or 2) and EPI_TMA (0 or 1), the dims M, N, K, K8, STAGE and the swizzled shared-memory
+// rings SmemA, SmemB, and with EPI_TMA the staging buffers SmemC (EPI, ROW, CH); see
 // spio/kernels/matmul_sm90.py.
+#include "spio/cta.h"
 #include "spio/mbarrier.h"
 #include "spio/meta.h"
 #include "spio/raster.h"
@@ -88,9 +96,9 @@ static_assert(BLOCK_N == 64 || BLOCK_N == 128 || BLOCK_N == 256,
 static_assert(STAGES >= 2, "matmul_sm90: the ring needs at least 2 slots");
 static_assert(CLUSTER_M == 1 || CLUSTER_M == 2, "matmul_sm90: CLUSTER_M must be 1 or 2");
 
-static_assert(SPLIT_K == 1 || (CLUSTER_M == 1 && !PERSISTENT && !HAS_BIAS &&
+static_assert(SPLIT_K == 1 || (CLUSTER_M == 1 && !PERSISTENT && !HAS_BIAS && !EPI_TMA &&
                                spio::detail::is_same_v<Out, float>),
-              "matmul_sm90: split-K runs plain CTAs writing fp32 partials (no bias)");
+              "matmul_sm90: split-K runs plain CTAs writing fp32 partials (no bias) from registers");
 
 constexpr int B_ROWS = BLOCK_N / CLUSTER_M;  // rows of the B box this CTA's producer copies
 
@@ -102,11 +110,15 @@ constexpr int B_ROWS = BLOCK_N / CLUSTER_M;  // rows of the B box this CTA's pro
 
 /// Dynamic shared memory: the rings SmemA (STAGE, M, K8) and SmemB (STAGE, N, K8) of 16-byte
 /// chunks, typed with the 128-byte swizzle TMA writes (chunk k8 of row m at k8 ^ (m % 8)), the
-/// ring 1024-byte aligned (the swizzle's atom), then the 2 x STAGES barriers. The host adds
-/// 1024 bytes for the alignment.
+/// ring 1024-byte aligned (the swizzle's atom); with EPI_TMA the epilogue's staging buffers
+/// SmemC (EPI, ROW, CH): two per consumer warpgroup, each 64 rows of 128 bytes in the same
+/// swizzle; then the 2 x STAGES barriers. The host adds 1024 bytes for the alignment.
 struct Smem {
     SmemA a;
     SmemB b;
+#if EPI_TMA
+    SmemC c;
+#endif
     unsigned long long* full;
     unsigned long long* empty;
 };
@@ -116,8 +128,15 @@ SPIO_DEVICE Smem carve(unsigned char* raw) {
     auto* ring = reinterpret_cast<uint4*>((base + SWIZZLE_ATOM - 1) & ~(SWIZZLE_ATOM - 1ull));
     const SmemA a(ring);
     const SmemB b(ring + SmemA::storage_size());
+#if EPI_TMA
+    // A slot of either ring is whole 1024-byte atoms, so the staging stays aligned.
+    const SmemC c(b.get() + SmemB::storage_size());
+    auto* full = reinterpret_cast<unsigned long long*>(c.get() + SmemC::storage_size());
+    return {a, b, c, full, full + STAGES};
+#else
     auto* full = reinterpret_cast<unsigned long long*>(b.get() + SmemB::storage_size());
     return {a, b, full, full + STAGES};
+#endif
 }
 
 /// The accumulators (+ bias) of one consumer warpgroup to C, in wgmma's accumulator layout
@@ -151,6 +170,64 @@ SPIO_DEVICE void store_tile(Out* __restrict__ c, const Element* __restrict__ bia
         }
     }
 }
+
+#if EPI_TMA
+constexpr int BOX_COLS = 128 / int(sizeof(Out));  // columns of C in one 128-byte box row
+constexpr int BOXES = BLOCK_N / BOX_COLS;         // boxes per warpgroup and tile
+static_assert(BLOCK_N % BOX_COLS == 0, "matmul_sm90: a tile is whole boxes");
+
+/// One consumer warpgroup (`wg` 0 or 1: rows 64 wg .. of the tile, C's rows row0 ..) stores its
+/// accumulators (+ bias), rounded to Out, through the TMA map of C, box after box: box j (its
+/// columns col0 + j BOX_COLS ..) is written to staging buffer `boxes` % 2 of the warpgroup,
+/// then thread 0 of the warpgroup stores it (store_2d: rows >= M and columns >= N are not
+/// written) and goes on; `boxes` counts the warpgroup's boxes over the CTA's tiles. Before a
+/// buffer is rewritten the store that read it (two boxes back) has finished reading.
+SPIO_DEVICE void store_tile_tma(const Smem& smem, const spio::tma::Descriptor* c_map,
+                                const Element* __restrict__ bias, const float (&d)[ACC], int wg,
+                                int row0, int col0, int n, unsigned& boxes) {
+    const int t = threadIdx.x % 128;
+    const unsigned barrier = 1 + wg;  // named barrier of the warpgroup (0 is __syncthreads')
+    constexpr int PAIRS = BOX_COLS / 2;  // accumulator pairs (i, i + 1) a thread holds per box
+    // One flat loop over the pairs, fully unrolled (d stays in registers): box j = i / PAIRS
+    // starts at i % PAIRS == 0 and is stored after its last pair.
+#pragma unroll
+    for (int i = 0; i < ACC; i += 2) {
+        const int j = i / PAIRS;
+        const auto stage = smem.c[EPI(2 * wg + boxes % 2)];
+        if (i % PAIRS == 0) {
+            if (t == 0) spio::tma::store_wait_read<1>();  // the store two boxes back has read it
+            spio::named_barrier_sync<128>(barrier);
+        }
+        // d[i], d[i + 1]: columns col, col + 1 of row `row` (col even), bytes `byte`.. of the
+        // box row.
+        const int row = spio::warpgroup::acc_row(t, i);
+        const int col = spio::warpgroup::acc_col(t, i);
+        const int byte = (col - j * BOX_COLS) * int(sizeof(Out));
+        float lo = d[i], hi = d[i + 1];
+        if constexpr (HAS_BIAS) {
+            // Columns past N (a ragged tile) are not stored: read no bias there.
+            if (col0 + col < n) lo += static_cast<float>(bias[col0 + col]);
+            if (col0 + col + 1 < n) hi += static_cast<float>(bias[col0 + col + 1]);
+        }
+        unsigned char* dst =
+            reinterpret_cast<unsigned char*>(stage[ROW(row)][CH(byte / 16)].get()) + byte % 16;
+        if constexpr (spio::detail::is_same_v<Out, float>) {
+            *reinterpret_cast<float2*>(dst) = make_float2(lo, hi);
+        } else {
+            *reinterpret_cast<unsigned*>(dst) = spio::round_pack2<Out>(lo, hi);
+        }
+        if (i % PAIRS == PAIRS - 2) {
+            spio::warpgroup::fence_async_proxy();  // the box's stores, seen by the TMA store
+            spio::named_barrier_sync<128>(barrier);
+            if (t == 0) {
+                spio::tma::store_2d(c_map, col0 + j * BOX_COLS, row0, stage.get());
+                spio::tma::store_commit();
+            }
+            ++boxes;
+        }
+    }
+}
+#endif
 
 /// Tile `index` of the raster order: the (M, N) tile of C it names. `index` counts tiles
 /// (CLUSTER_M 1) or pairs of M tiles of one N tile (CLUSTER_M 2: rasterized over pairs in groups
@@ -234,6 +311,9 @@ SPIO_DEVICE void release_slot(const Smem& smem, int s, bool when) {
 extern "C" __global__ void __launch_bounds__(THREADS, 1) SPIO_MATMUL_CLUSTER
     matmul_sm90(Out* __restrict__ c, const __grid_constant__ spio::tma::Descriptor a_map,
                 const __grid_constant__ spio::tma::Descriptor b_map,
+#if EPI_TMA
+                const __grid_constant__ spio::tma::Descriptor c_map,  // C (M, N), box 64 x BOX_COLS
+#endif
                 const Element* __restrict__ bias, int m, int n, int k, int raster) {
     extern __shared__ unsigned char smem_raw[];
     const Smem smem = carve(smem_raw);
@@ -268,6 +348,9 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) SPIO_MATMUL_CLUSTER
     if (threadIdx.x == 0) {
         spio::tma::prefetch(&a_map);
         spio::tma::prefetch(&b_map);
+#if EPI_TMA
+        spio::tma::prefetch(&c_map);
+#endif
         for (int s = 0; s < STAGES; ++s) {
             spio::mbarrier::init(&smem.full[s], 1);
             spio::mbarrier::init(&smem.empty[s], CONSUMERS * CLUSTER_M);
@@ -313,9 +396,18 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) SPIO_MATMUL_CLUSTER
     // ---- consumers: warpgroup w multiplies rows 64 (w - 1) .. of the tile -------------------
     const int rows = 64 * (warpgroup - 1);
     float d[ACC];
+#if EPI_TMA
+    unsigned boxes = 0;  // this warpgroup's boxes stored so far (store_tile_tma)
+#endif
     if constexpr (!PERSISTENT) {
+        // The first k tile's wgmma overwrites d (accumulate false), so only a split-K CTA with
+        // an empty range (it stores zeros) needs d zeroed: zeroing it here too made ptxas
+        // serialize every wgmma of the TMA-store variants (C7515, "non wgmma instructions
+        // defining accumulator registers").
+        if constexpr (SPLIT_K > 1) {
 #pragma unroll
-        for (int i = 0; i < ACC; ++i) d[i] = 0.f;
+            for (int i = 0; i < ACC; ++i) d[i] = 0.f;
+        }
         for (int kt = 0; kt < k_tiles; ++kt) {
             const int s = kt % STAGES;
             spio::mbarrier::wait(&smem.full[s], (kt / STAGES) & 1);
@@ -327,7 +419,12 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) SPIO_MATMUL_CLUSTER
         // Every arrival on the peer's barriers is issued: the peer may exit once this CTA's own
         // consumers are done too (a CTA past M stores nothing: its rows are >= m).
         if constexpr (CLUSTER_M > 1) spio::cluster::arrive();
+#if EPI_TMA
+        store_tile_tma(smem, &c_map, bias, d, warpgroup - 1, tile_m * BLOCK_M + rows,
+                       tile_n * BLOCK_N, n, boxes);
+#else
         store_tile(c, bias, d, tile_m * BLOCK_M + rows, tile_n * BLOCK_N, m, n);
+#endif
     } else {
         // The producer's stream, tile after tile: slot and phase carry over. Each tile's last
         // slot is released once its batch completed, before the epilogue, so the producer
@@ -350,10 +447,21 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) SPIO_MATMUL_CLUSTER
             }
             spio::warpgroup::wait_group<0>();
             release_slot(smem, prev, true);  // the tile's last slot: its batch has completed
+#if EPI_TMA
+            // The boxes' stores run on under the next tile's main loop.
+            store_tile_tma(smem, &c_map, bias, d, warpgroup - 1, tm * BLOCK_M + rows,
+                           tn * BLOCK_N, n, boxes);
+#else
             store_tile(c, bias, d, tm * BLOCK_M + rows, tn * BLOCK_N, m, n);
+#endif
         }
         // Every arrival on the peer's barriers is issued (the last ones above).
         if constexpr (CLUSTER_M > 1) spio::cluster::arrive();
     }
+#if EPI_TMA
+    // The staging buffers stay until the last stores have read them; their writes to C
+    // complete with the grid (as CUTLASS's TMA-store epilogue ends: wait_group.read 0).
+    if (threadIdx.x % 128 == 0) spio::tma::store_wait_read<0>();
+#endif
     if constexpr (CLUSTER_M > 1) spio::cluster::wait();
 }

@@ -1,4 +1,5 @@
-/// CTA-wide loops: work spread over the threads of a block with compile-time trip counts.
+/// CTA-wide loops (work spread over the threads of a block with compile-time trip counts) and
+/// named barriers (a barrier among some of a block's warps).
 ///
 /// Example (copy COUNT 16-byte chunks with a CTA of THREADS threads, no loop counter at run
 /// time):
@@ -23,6 +24,16 @@ SPIO_DEVICE void for_each_strided(F&& f) {
         const int t = static_cast<int>(threadIdx.x) + k * THREADS;
         if (COUNT % THREADS == 0 || t < COUNT) f(t);
     }
+}
+
+/// Barrier `id` (1-15; 0 is __syncthreads') among THREADS threads of the block (whole warps):
+/// each warp that reaches it waits until THREADS threads have, and their shared-memory accesses
+/// before it are ordered before those after it (bar.sync id, THREADS). Lets one warpgroup
+/// synchronise without stopping the others.
+template <int THREADS>
+SPIO_DEVICE void named_barrier_sync(unsigned id) {
+    static_assert(THREADS > 0 && THREADS % 32 == 0, "spio::named_barrier_sync: whole warps");
+    asm volatile("bar.sync %0, %1;\n" ::"r"(id), "n"(THREADS) : "memory");
 }
 
 }  // namespace spio

@@ -1,5 +1,6 @@
 /// Tensor memory accelerator (TMA) copies: a tile of a global tensor into shared memory through a
-/// tensor map, completing on an mbarrier (cp.async.bulk.tensor): sm_90+.
+/// tensor map, completing on an mbarrier (cp.async.bulk.tensor), and back out (store_2d, in
+/// bulk groups): sm_90+.
 ///
 /// The host encodes the map (`spio.cuda.tensor_map.tiled`: dtype, shape, strides, box, swizzle)
 /// and passes it by value, signature letter 't'; the kernel takes it as a
@@ -85,6 +86,38 @@ SPIO_DEVICE void load_2d_multicast(void* smem, const Descriptor* map, int c0, in
         ".multicast::cluster [%0], [%1, {%2, %3}], [%4], %5;\n" ::"r"(smem_address(smem)),
         "l"(map), "r"(c0), "r"(c1), "r"(smem_address(bar)), "h"(cta_mask)
         : "memory");
+}
+
+/// Copies the box at (c0, c1) of the 2-D tensor `map` describes from shared memory at `smem`
+/// (laid out as load_2d writes a box, the map's swizzle included; 128-byte aligned, 1024 for
+/// the 128-byte swizzle) to global memory; elements outside the tensor are not written, so a
+/// ragged edge needs no masking. Asynchronous (cp.async.bulk.tensor ... .bulk_group): the
+/// issuing thread groups its stores with store_commit, and before anyone rewrites `smem` (or
+/// the CTA exits) waits with store_wait_read. Ordinary shared-memory stores the copy reads need
+/// fence.proxy.async.shared::cta (spio::warpgroup::fence_async_proxy) in each writing thread,
+/// then a barrier, before the copy is issued.
+SPIO_DEVICE void store_2d(const Descriptor* map, int c0, int c1, const void* smem) {
+    asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];\n" ::
+                     "l"(map),
+                 "r"(c0), "r"(c1), "r"(smem_address(smem))
+                 : "memory");
+}
+
+/// Closes this thread's bulk stores issued since the last commit into one group.
+SPIO_DEVICE void store_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+
+/// Waits until at most N of this thread's committed store groups are still reading their
+/// shared memory (the older ones have read it: it may be rewritten).
+template <int N>
+SPIO_DEVICE void store_wait_read() {
+    asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(N) : "memory");
+}
+
+/// Waits until at most N of this thread's committed store groups are incomplete (their writes
+/// to global memory done).
+template <int N>
+SPIO_DEVICE void store_wait() {
+    asm volatile("cp.async.bulk.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
 }  // namespace spio::tma

@@ -10,7 +10,11 @@ makes the padded CTA of the last cluster compute on zero-filled A and store noth
 peer still needs its half of B. Persistent configs (every one of `configs()`) run every shape,
 and shapes with several tiles per CTA: more tiles than the grid, a tile count that is not a
 multiple of it (some CTAs walk one tile more), K of a single k tile (the ring turns over tile
-by tile) and of several.
+by tile) and of several. Where C's rows are whole 16-byte units (N = 128, 264, 1000 here, and
+the aligned N of the persistent and cluster tests) the 128- and 256-wide configs store C by TMA
+from shared memory (`stores_by_tma`: its staging buffers alternate across a persistent CTA's
+tiles, its boxes clipped at M and N, a padded cluster CTA's boxes wholly past M); elsewhere, and
+for a C one element off (`test_output_not_two_element_aligned`), from registers.
 """
 
 from __future__ import annotations
@@ -107,12 +111,14 @@ def test_persistent_ctas_walk_several_tiles(seed):
             big = _params(flags, 1 << 16, 1 << 16, 8)
             ctas = k90.grid(big, cfg, dev)[0]  # the most CTAs this config launches
             tiles_m = -(-(7 * ctas) // 9)  # by 3 N tiles: ~2.3 tiles a CTA
-            p = _params(flags, tiles_m * k90.BLOCK_M - 3, 3 * cfg.block_n - 5, 8)
-            grid = k90.grid(p, cfg, dev)[0]
-            tiles = k90.grid(p, replace(cfg, persistent=False), dev)[0]
-            assert grid == ctas and tiles > 2 * grid and tiles % grid != 0, (cfg, grid, tiles)
-            for kk in (24, 5 * 64 - 8):
-                check(replace(p, k=kk), cfg, seed)
+            # N odd: C stored from registers; N - 3 a multiple of 8: by TMA (128-, 256-wide).
+            for n in (3 * cfg.block_n - 5, 3 * cfg.block_n - 8):
+                p = _params(flags, tiles_m * k90.BLOCK_M - 3, n, 8)
+                grid = k90.grid(p, cfg, dev)[0]
+                tiles = k90.grid(p, replace(cfg, persistent=False), dev)[0]
+                assert grid == ctas and tiles > 2 * grid and tiles % grid != 0, (cfg, grid, tiles)
+                for kk in (24, 5 * 64 - 8):
+                    check(replace(p, k=kk), cfg, seed)
 
 
 def test_persistent_smallest_tile_on_1000_square(seed):
@@ -134,7 +140,8 @@ def test_clusters_with_an_odd_number_of_m_tiles(seed):
         p0 = _params(flags, 1, 1, 8)
         for cfg in k90.configs(p0, _device()):
             if cfg.cluster_m == 2:
-                check(_params(flags, 3 * 128 - 7, 3 * cfg.block_n + 5, 8 * 64 + 24), cfg, seed)
+                for n in (3 * cfg.block_n + 5, 3 * cfg.block_n + 8):  # registers, TMA stores
+                    check(_params(flags, 3 * 128 - 7, n, 8 * 64 + 24), cfg, seed)
 
 
 def test_output_not_two_element_aligned(seed):

@@ -170,3 +170,44 @@ def test_cluster_probe_sass():
     sass = disassemble(spio_compile(CLUSTER_PROBE, arch="sm_90", name="cluster_probe.cu"))
     for op in ("UTMALDG.2D.MULTICAST", "SYNCS.ARRIVE.TRANS64.RED", "UCGABAR_ARV", "UCGABAR_WAIT"):
         assert op in sass, f"{op} missing:\n{sass}"
+
+
+STORE_PROBE = """
+#include "spio/cta.h"
+#include "spio/tma.h"
+extern "C" __global__ void store_probe(const __grid_constant__ spio::tma::Descriptor c_map) {
+    __shared__ __align__(1024) unsigned tile[64 * 32];
+    for (int i = threadIdx.x; i < 64 * 32; i += 128) tile[i] = i;
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+    spio::named_barrier_sync<128>(1);
+    if (threadIdx.x == 0) {
+        spio::tma::store_2d(&c_map, 64 * blockIdx.x, 0, tile);
+        spio::tma::store_commit();
+        spio::tma::store_wait_read<1>();
+        spio::tma::store_wait<0>();
+    }
+}
+"""
+
+
+def test_store_probe_ptx_and_sass():
+    """tma::store_2d / store_commit / store_wait_read / store_wait and spio::named_barrier_sync
+    compile for sm_90 to the bulk tensor store from shared memory, its group commit and waits
+    (.read: the shared memory read; plain: the writes done) and bar.sync with a thread count,
+    UTMASTG in SASS; the Hopper matmul's TMA-store epilogue is their GPU test."""
+    ptx = spio_compile(STORE_PROBE, arch="sm_90", name="store_probe.cu", ptx=True).decode()
+    for op in (
+        "cp.async.bulk.tensor.2d.global.shared::cta.bulk_group",
+        "cp.async.bulk.commit_group",
+        "cp.async.bulk.wait_group.read 1",
+        "cp.async.bulk.wait_group 0",
+        "bar.sync",
+    ):
+        assert op in ptx, op
+    cubin = spio_compile(STORE_PROBE, arch="sm_90", name="store_probe.cu")
+    assert kernel_resources(cubin)["store_probe"].local_bytes == 0
+    if find_tool("cuobjdump") is not None:
+        from spio.compiler.disasm import disassemble
+
+        sass = disassemble(cubin)
+        assert "UTMASTG.2D" in sass and "BAR.SYNC" in sass, sass[:3000]

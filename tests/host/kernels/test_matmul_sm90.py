@@ -88,6 +88,53 @@ def test_space_fits_shared_memory_and_is_sm90_only():
     for other in ({"cluster_m": 2}, {"persistent": True}):
         with pytest.raises(ValueError, match="split_k > 1 runs plain CTAs"):
             k90.MatmulSm90Config(split_k=2, **other)
+    for bad in (1, 0, "yes", None):
+        with pytest.raises(ValueError, match="tma_store must be a bool"):
+            k90.MatmulSm90Config(tma_store=bad)
+
+
+def test_tma_store_where_the_tile_and_c_allow_it(monkeypatch):
+    """The TMA-store epilogue runs for 128- and 256-wide tiles without split-K, needs 32 KiB
+    of staging (still 4 slots of 128 x 256), and `bound` turns it off where C's rows are not
+    whole 16-byte units, `launch` also for a C that does not start 16-byte aligned: each case
+    loads the register-epilogue variant (" rs" in the label)."""
+    import torch
+
+    C = k90.MatmulSm90Config
+    assert [k90.stores_by_tma(C(n)) for n in k90.BLOCK_NS] == [False, True, True]
+    assert not k90.stores_by_tma(C(128, 6, split_k=4)) and not k90.stores_by_tma(C(tma_store=False))
+    assert C(256, 4).smem() == C(256, 4, tma_store=False).smem() + k90.STAGING_BYTES
+    assert C(64, 4).smem() == C(64, 4, tma_store=False).smem()
+    assert C(256, 4).smem() <= H100.max_smem_per_block_optin
+    assert (
+        C(256, 4, tma_store=False).label() == "n256 s4 rs"
+        and C(64, tma_store=False).label() == "n64 s4"
+    )
+    cases = ((8, "float16", True), (12, "float16", False), (4, "float32", True),
+             (6, "float32", False), (1000, "float16", True), (257, "float32", False))  # fmt: skip
+    for n, out, fits in cases:
+        assert k90.tma_store_fits(MatmulParams(5, n, 64, "float16", out, b_transposed=True)) == fits
+
+    loaded: list = []
+
+    class Cache:
+        def get(self, kdef, params, cfg, dev):
+            loaded.append(cfg)
+            return SimpleNamespace(bind=lambda grid, dependent=False: lambda args, stream: None)
+
+    for n, block_n, want in ((264, 256, True), (257, 256, False), (264, 64, False)):
+        p = MatmulParams(130, n, 64, "float16", "float16", b_transposed=True)
+        k90.bound(p, C(block_n, 2), H100, Cache())
+        assert loaded[-1].tma_store == want, (n, block_n)
+    from spio.cuda import driver
+
+    p = MatmulParams(16, 64, 64, "float16", "float16", b_transposed=True)
+    a, b = torch.empty(16, 64, dtype=torch.float16), torch.empty(64, 64, dtype=torch.float16)
+    c_odd = torch.empty(16 * 64 + 1, dtype=torch.float16)[1:].view(16, 64)  # 2 bytes off
+    monkeypatch.setattr(driver, "tensor_map_encode_tiled", lambda *args: bytes(128))
+    for c, want in ((torch.empty(16, 64, dtype=torch.float16), True), (c_odd, False)):
+        k90.launch(p, C(128, 2), c, a, b, device=H100, cache=Cache())
+        assert loaded[-1].tma_store == want
 
 
 @pytest.mark.parametrize(
@@ -229,6 +276,15 @@ def test_sass_has_wgmma_tma_and_barriers(block_n, cluster_m, persistent):
     for op in ("UTMALDG.2D", "SYNCS.ARRIVE.TRANS64", "SYNCS.PHASECHK.TRANS64.TRYWAIT"):
         assert op in sass, op
     assert not re.search(r"\b(STL|LDL)\b", sass), "local memory traffic"
+    # The wgmma of a slot are one batch: only its last waits on the scoreboard (gsb0). When
+    # ptxas serializes them (C7515: every HGMMA with gsb0, a wait after each), the tensor cores
+    # idle between k-steps: seen once when the TMA-store variants zeroed the accumulators.
+    hgmma = re.findall(r"HGMMA\.[^;]*;", sass)
+    assert sum("gsb0" not in h for h in hgmma) >= len(hgmma) // 2, (
+        "wgmma serialized:\n" + "\n".join(hgmma)
+    )
+    # The TMA-store epilogue (128- and 256-wide tiles) stores C by UTMASTG, the others by STG.
+    assert ("UTMASTG.2D" in sass) == k90.stores_by_tma(cfg), "the epilogue's stores"
     if cluster_m == 1:
         for op in CLUSTER_OPS:
             assert op not in sass, f"plain kernel has {op}"
@@ -406,7 +462,7 @@ def test_bound_launch_encodes_each_address_once(monkeypatch):
 
     launched: list = []
     run = k90.Sm90Launch(Kernel(), p, cfg, H100)
-    a, b, c, bias = _FakeTensor(0x10000), _FakeTensor(0x20000), object(), object()
+    a, b, c, bias = _FakeTensor(0x10000), _FakeTensor(0x20000), _FakeTensor(0x30000), object()
     run(c, a, b, bias, 7)
     run(c, a, b, bias, 7)
     # The reference: what tiled() hands the driver for the same tensors.
@@ -415,9 +471,11 @@ def test_bound_launch_encodes_each_address_once(monkeypatch):
                         bytes(128))  # fmt: skip
     tensor_map.tiled(0x10000, "bfloat16", (300, 72), (72, 1), (k90.BLOCK_M, 64), swizzle=128)
     tensor_map.tiled(0x20000, "bfloat16", (200, 72), (72, 1), (256, 64), swizzle=128)
+    # C (fp32) for the TMA-store epilogue: boxes of 64 rows x 128 bytes.
+    tensor_map.tiled(0x30000, "float32", (300, 200), (200, 1), (64, 32), swizzle=128)
     assert encoded == want
-    a_map, b_map = bytes([1]) * 128, bytes([2]) * 128
-    assert launched == [((c, a_map, b_map, bias, 300, 200, 72, 4), 7)] * 2
+    a_map, b_map, c_map = bytes([1]) * 128, bytes([2]) * 128, bytes([3]) * 128
+    assert launched == [((c, a_map, b_map, c_map, bias, 300, 200, 72, 4), 7)] * 2
 
     monkeypatch.setattr(driver, "tensor_map_encode_tiled", fake_encode)
     encoded.clear()
@@ -427,7 +485,7 @@ def test_bound_launch_encodes_each_address_once(monkeypatch):
     run(c, _FakeTensor(0x100000), b, None, 0)  # dropped: encoded again
     run(c, _FakeTensor(0x100000 + 16 * k90.Sm90Launch.MAP_CACHE), b, None, 0)  # kept
     assert len(encoded) == k90.Sm90Launch.MAP_CACHE + 2
-    assert launched[-1][0][3] is c  # no bias: C stands in for the unused pointer
+    assert launched[-1][0][4] is c  # no bias: C stands in for the unused pointer
 
 
 def test_cluster_launch_halves_the_b_box_and_pads_the_grid(monkeypatch):
@@ -447,8 +505,8 @@ def test_cluster_launch_halves_the_b_box_and_pads_the_grid(monkeypatch):
             grids.append(grid)
             return lambda args, stream: None
 
-    k90.Sm90Launch(Kernel(), p, cfg, H100)(object(), _FakeTensor(0x10000), _FakeTensor(0x20000),
-                                           None, 0)  # fmt: skip
+    k90.Sm90Launch(Kernel(), p, cfg, H100)(_FakeTensor(0x30000), _FakeTensor(0x10000),
+                                           _FakeTensor(0x20000), None, 0)  # fmt: skip
     assert grids == [(4, 1, 1)]
     # Persistent: no more CTAs than the SMs hold (8192 x 8192: 64 x 32 tiles of 128 x 256).
     big = MatmulParams(8192, 8192, 8192, b_transposed=True)
@@ -461,6 +519,7 @@ def test_cluster_launch_halves_the_b_box_and_pads_the_grid(monkeypatch):
                         bytes(128))  # fmt: skip
     tensor_map.tiled(0x10000, "bfloat16", (300, 72), (72, 1), (k90.BLOCK_M, 64), swizzle=128)
     tensor_map.tiled(0x20000, "bfloat16", (200, 72), (72, 1), (128, 64), swizzle=128)
+    tensor_map.tiled(0x30000, "float32", (300, 200), (200, 1), (64, 32), swizzle=128)
     assert encoded == want
 
 
@@ -563,4 +622,6 @@ def test_split_main_kernel_is_one_variant_for_every_output_and_bias():
     sums = {params for name, params, _ in keys if name == "matmul_splitk_reduce"}
     assert mains == {MatmulParams(1, 1, 8, "float16", "float32", True, False)}
     assert len(sums) == 2
-    assert all(c == replace(cfg, raster=1) for name, _, c in keys if name == "matmul_sm90")
+    # tma_store is moot for split-K: `bound` loads it off, one variant either way.
+    want = replace(cfg, raster=1, tma_store=False)
+    assert all(c == want for name, _, c in keys if name == "matmul_sm90")
