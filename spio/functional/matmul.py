@@ -183,7 +183,7 @@ def _plan(a, b, bias, out_dtype, b_transposed) -> Any:
 
 def kernel_choice(p: Any, dev: Any) -> tuple[str, Any]:
     """The kernel and config the op runs for `p` (a MatmulParams) on `dev`: ("sm90", its
-    `heuristic` config) on sm_90 GPUs when B is (N, K), the Hopper TMA + wgmma kernel; else
+    `heuristic` config) on sm_90 GPUs, the Hopper TMA + wgmma kernel (B either way); else
     ("mma_sync", the config the selector picks for the bucketed token count)."""
     from spio.kernels import matmul as mm
     from spio.kernels import matmul_sm90 as k90
@@ -225,7 +225,8 @@ class _Plan:
         with torch.cuda.device(a.device):
             family, cfg = kernel_choice(p, dev)
             if family == "sm90":
-                self.launch = k90.bound(p, cfg, dev)
+                # A row-major B's rows are padded to a multiple of 8 (TMA's 16-byte rule).
+                self.launch = k90.bound(p, cfg, dev, ldb=None if b_transposed else n + self.pad_n)
                 self.workspace = self.launch.workspace
             else:
                 kernel = default_function_cache().get(mm.DEF, mm.DEF.compiled(p), cfg, dev)

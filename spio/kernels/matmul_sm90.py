@@ -1,10 +1,11 @@
-"""Hopper matmul (sm_90a): TMA-fed, warp-specialized wgmma kernel for C = A @ B^T (+ bias).
+"""Hopper matmul (sm_90a): TMA-fed, warp-specialized wgmma kernel for C = A @ B (+ bias).
 The kernel is `spio/src/matmul_sm90.cu`; its header comment states the tiling, pipeline and
-bound. Scope: B given as (N, K) (`MatmulParams.b_transposed`, nn.Linear's weight layout),
-fp16/bf16 operands, fp16/bf16/fp32 output, optional bias; M, N, K runtime (K % 8 == 0).
-`spio.functional.matmul` runs it on sm_90 GPUs whenever B is (N, K) (`supported`), with the
-config `heuristic` picks (no performance model yet: not a registered family); row-major B and
-other GPUs run the mma.sync kernel (`spio.kernels.matmul`).
+bound. Scope: B given as (N, K) (`MatmulParams.b_transposed`, nn.Linear's weight layout) or as
+(K, N) row-major (read N-major: the gradients of nn.Linear), fp16/bf16 operands,
+fp16/bf16/fp32 output, optional bias; M, N, K runtime (K % 8 == 0; a row-major B's rows whole
+16-byte units: its leading dimension `ldb` a multiple of 8, the op pads N). `spio.functional.matmul`
+runs it on sm_90 GPUs (`supported`), with the config `heuristic` picks (no performance model
+yet: not a registered family); other GPUs run the mma.sync kernel (`spio.kernels.matmul`).
 """
 
 from __future__ import annotations
@@ -136,20 +137,21 @@ def tma_store_fits(p: MatmulParams) -> bool:
 
 
 def supported(p: MatmulParams, dev: Any) -> bool:
-    """Whether this kernel serves p on dev: an sm_90 GPU (wgmma is sm_90a's) and B as (N, K)."""
-    return dev.arch == "sm_90" and p.b_transposed
+    """Whether this kernel serves p on dev: an sm_90 GPU (wgmma is sm_90a's), B either way."""
+    del p
+    return dev.arch == "sm_90"
 
 
 def configs(p: MatmulParams, dev: Any) -> list[MatmulSm90Config]:
     """Every config whose shared memory fits the device (empty where `supported` is false):
-    each (block_n, stages) plain, then each again as a cluster of two, then all of those again
-    persistent (`heuristic` never picks a persistent config), then the split-K ones
-    (SPLIT_BLOCK_NS x SPLIT_STAGE_COUNTS x each split_k > 1)."""
+    each (block_n, stages) plain, then each again as a cluster of two (B as (N, K) only), then
+    all of those again persistent (`heuristic` never picks a persistent config), then the
+    split-K ones (SPLIT_BLOCK_NS x SPLIT_STAGE_COUNTS x each split_k > 1)."""
     if not supported(p, dev):
         return []
     out = []
     for persistent in (False, True):
-        for cluster_m in CLUSTER_MS:
+        for cluster_m in CLUSTER_MS if p.b_transposed else (1,):
             for block_n in BLOCK_NS:
                 for stages in STAGE_COUNTS:
                     out.append(
@@ -200,10 +202,10 @@ def spec(p: MatmulParams, cfg: MatmulSm90Config, dev: Any = None) -> KernelSpec:
     from spio.generators import Constant, Macro, Type, dtype
 
     del dev
-    if not p.b_transposed:
+    if not p.b_transposed and cfg.cluster_m > 1:
         raise ValueError(
-            "matmul_sm90 reads B as (N, K) (b_transposed=True); transpose B first or use "
-            "spio.kernels.matmul"
+            f"matmul_sm90: a row-major (K, N) B runs without clusters (cluster_m=1), got "
+            f"cluster_m={cfg.cluster_m}; pass B as (N, K) (b_transposed=True) for clusters"
         )
     types = {"float16": dtype.half, "bfloat16": dtype.bfloat16, "float32": dtype.float}
     split = cfg.split_k > 1
@@ -215,7 +217,7 @@ def spec(p: MatmulParams, cfg: MatmulSm90Config, dev: Any = None) -> KernelSpec:
         "PERSISTENT": int(cfg.persistent),
         "SPLIT_K": cfg.split_k,
     }
-    tiles = smem_tiles(cfg)
+    tiles = smem_tiles(cfg, p.b_transposed)
     return KernelSpec(
         source="matmul_sm90.cu",
         entry="matmul_sm90",
@@ -228,9 +230,12 @@ def spec(p: MatmulParams, cfg: MatmulSm90Config, dev: Any = None) -> KernelSpec:
             **{name: Constant(value) for name, value in constants.items()},
             "CLUSTER_M": Macro(cfg.cluster_m),
             "EPI_TMA": Macro(int(epi_tma)),
+            "B_MN_MAJOR": Macro(int(not p.b_transposed)),
         },
         title=(
-            f"matmul_sm90 {p.dtype}->{p.out_dtype} bias={p.has_bias} tile {BLOCK_M}x"
+            f"matmul_sm90 {p.dtype}->{p.out_dtype} bias={p.has_bias}"
+            + ("" if p.b_transposed else " B (K, N)")
+            + f" tile {BLOCK_M}x"
             f"{cfg.block_n}x{BLOCK_K} stages {cfg.stages}"
             + (f" cluster {cfg.cluster_m}x1" if cfg.cluster_m > 1 else "")
             + (" persistent" if cfg.persistent else "")
@@ -243,11 +248,14 @@ def spec(p: MatmulParams, cfg: MatmulSm90Config, dev: Any = None) -> KernelSpec:
     )
 
 
-def smem_tiles(cfg: MatmulSm90Config) -> dict[str, Any]:
+def smem_tiles(cfg: MatmulSm90Config, b_transposed: bool = True) -> dict[str, Any]:
     """The typed shared-memory ring the TMA maps write: SmemA (STAGE, M 128, K8 8) and SmemB
     (STAGE, N block_n, K8 8) of 16-byte chunks (8 elements along K), each row one 128-byte
     line, XOR-swizzled as the 128-byte swizzle places chunks: chunk k8 of row m at k8 ^ (m % 8).
     The wgmma descriptors read the same layout (Swizzle::B128, 8-row atoms of 1024 bytes).
+    A row-major (K, N) B (`b_transposed` false) is N-major instead: SmemB (STAGE, NB block_n /
+    64, KROW 64, N8 8), block nb one TMA box of 64 k rows x 64 n, chunk n8 of row k at
+    n8 ^ (k % 8).
     With the TMA-store epilogue (`stores_by_tma`), also its staging SmemC (EPI 4, ROW 64, CH 8):
     two buffers per consumer warpgroup, each 64 rows of one 128-byte box row in 16-byte chunks,
     in the same swizzle (chunk ch of row r at ch ^ (r % 8)): what TMA's store reads."""
@@ -270,8 +278,27 @@ def smem_tiles(cfg: MatmulSm90Config) -> dict[str, Any]:
                 swizzle=Xor(ROW, CH, 3),
             ),
         }
+    if b_transposed:
+        b_ring: dict[str, Any] = {
+            "SmemB": Tensor(
+                (STAGE(cfg.stages), N(cfg.block_n), K8(chunks)), dtype.uint4, swizzle=Xor(N, K8, 3)
+            )
+        }
+    else:
+        NB, KROW, N8 = Dim(), Dim(), Dim()
+        b_ring = {
+            "NB": NB,
+            "KROW": KROW,
+            "N8": N8,
+            "SmemB": Tensor(
+                (STAGE(cfg.stages), NB(cfg.block_n // 64), KROW(BLOCK_K), N8(8)),
+                dtype.uint4,
+                swizzle=Xor(KROW, N8, 3),
+            ),
+        }
     return {
         **staging,
+        **b_ring,
         "M": M,
         "N": N,
         "K": K,
@@ -279,9 +306,6 @@ def smem_tiles(cfg: MatmulSm90Config) -> dict[str, Any]:
         "STAGE": STAGE,
         "SmemA": Tensor(
             (STAGE(cfg.stages), M(BLOCK_M), K8(chunks)), dtype.uint4, swizzle=Xor(M, K8, 3)
-        ),
-        "SmemB": Tensor(
-            (STAGE(cfg.stages), N(cfg.block_n), K8(chunks)), dtype.uint4, swizzle=Xor(N, K8, 3)
         ),
     }
 
@@ -298,9 +322,10 @@ def launch(
     cache: Any = None,
     device: Any = None,
 ) -> None:
-    """Runs C = A @ B^T (+ bias) with one config on torch tensors (C allocated, (M, N)); the
-    variant is loaded through `cache` (default: the process's shared function cache). A C that
-    does not start 16-byte aligned is stored from registers (`tma_store` off)."""
+    """Runs C = A @ B^T (+ bias) with one config on torch tensors (C allocated, (M, N); B (N, K)
+    or with `p.b_transposed` false (K, N), N a multiple of 8 there: its rows start 16-byte
+    aligned); the variant is loaded through `cache` (default: the process's shared function
+    cache). A C that does not start 16-byte aligned is stored from registers (`tma_store` off)."""
     import torch
 
     from spio.cuda import device_attributes
@@ -308,7 +333,7 @@ def launch(
     dt = getattr(torch, p.dtype)
     for name, t, shape, dtype in (
         ("a", a, (p.m, p.k), dt),
-        ("b", b, (p.n, p.k), dt),
+        ("b", b, p.b_shape, dt),
         ("c", c, (p.m, p.n), getattr(torch, p.out_dtype)),
     ):
         if tuple(t.shape) != shape or t.dtype != dtype or not t.is_contiguous():
@@ -321,6 +346,12 @@ def launch(
                 f"matmul_sm90 launch: {name} must start 16-byte aligned (TMA reads it), got "
                 f"address {t.data_ptr():#x}; pass {name}.clone() (a fresh allocation is aligned)"
             )
+    if not p.b_transposed and p.n % 8:
+        raise ValueError(
+            f"matmul_sm90 launch: a row-major (K, N) b needs N % 8 == 0 (TMA reads rows that "
+            f"start 16-byte aligned), got N={p.n}; pad b's columns with zeros to a multiple of 8 "
+            "and slice C, or pass B as (N, K) (b_transposed=True)"
+        )
     if p.has_bias != (bias is not None):
         raise ValueError(f"matmul_sm90 launch: has_bias={p.has_bias} but bias is {bias!r:.40}")
     if bias is not None and (
@@ -383,11 +414,15 @@ def split_choice(p: MatmulParams, dev: Any) -> MatmulSm90Config | None:
     return None
 
 
-def bound(p: MatmulParams, cfg: MatmulSm90Config, dev: Any, cache: Any = None) -> Sm90Launch:
+def bound(
+    p: MatmulParams, cfg: MatmulSm90Config, dev: Any, cache: Any = None, ldb: int | None = None
+) -> Sm90Launch:
     """The variant of (p, cfg) (and with split_k > 1 its sum's) loaded through `cache`
     (default: the process's shared function cache) and bound to p's problem: what the op's plan
-    launches. `tma_store` is turned off where C's rows are not whole 16-byte units, and is
-    moot for split-K and 64-wide tiles (`stores_by_tma`): each of those runs one variant."""
+    launches. `ldb`: a row-major (K, N) B's row stride in elements (default N; the op pads its
+    rows to a multiple of 8). `tma_store` is turned off where C's rows are not whole 16-byte
+    units, and is moot for split-K and 64-wide tiles (`stores_by_tma`): each of those runs one
+    variant."""
     from spio.kernels.loader import default_function_cache
 
     cache = cache if cache is not None else default_function_cache()
@@ -401,7 +436,7 @@ def bound(p: MatmulParams, cfg: MatmulSm90Config, dev: Any, cache: Any = None) -
         # Its partials are fp32 without the bias whatever p's output: one variant serves all.
         variant = replace(variant, out_dtype="float32", has_bias=False)
     kernel = cache.get(DEF, variant, replace(cfg, raster=1), dev)
-    return Sm90Launch(kernel, p, cfg, dev, reduce)
+    return Sm90Launch(kernel, p, cfg, dev, reduce, ldb)
 
 
 class Sm90Launch:
@@ -427,7 +462,13 @@ class Sm90Launch:
                  "_workspace")  # fmt: skip
 
     def __init__(
-        self, kernel: Any, p: MatmulParams, cfg: MatmulSm90Config, dev: Any, reduce: Any = None
+        self,
+        kernel: Any,
+        p: MatmulParams,
+        cfg: MatmulSm90Config,
+        dev: Any,
+        reduce: Any = None,
+        ldb: int | None = None,
     ) -> None:
         from spio.kernels.map_cache import MapCache
 
@@ -450,10 +491,19 @@ class Sm90Launch:
                             limit=self.MAP_CACHE)  # fmt: skip
 
         self._a_maps = maps(p.m, BLOCK_M)
-        # With a cluster each CTA copies 1 / cluster_m of the B tile (multicast to both).
-        self._b_maps = maps(p.n, cfg.block_n // cfg.cluster_m)
+        if p.b_transposed:
+            # With a cluster each CTA copies 1 / cluster_m of the B tile (multicast to both).
+            self._b_maps = maps(p.n, cfg.block_n // cfg.cluster_m)
+        else:  # (K, N) rows of ldb elements, in boxes of 64 k rows x 64 n (128 bytes)
+            self._b_maps = MapCache(p.dtype, (p.k, p.n), (ldb or p.n, 1), (BLOCK_K, 64),
+                                    swizzle=128, limit=self.MAP_CACHE)  # fmt: skip
         # The epilogue's boxes: 64 rows x 128 bytes of C, in the staging's 128-byte swizzle.
         self._c_maps = None
+        if stores_by_tma(cfg) and not tma_store_fits(p):
+            raise ValueError(
+                f"Sm90Launch: tma_store needs C's rows in whole 16-byte units, N={p.n} of "
+                f"{p.out_dtype} are not; bind with `bound`, which turns tma_store off there"
+            )
         if stores_by_tma(cfg):
             box_cols = BOX_BYTES // (4 if p.out_dtype == "float32" else 2)
             self._c_maps = MapCache(p.out_dtype, (p.m, p.n), (p.n, 1), (BOX_ROWS, box_cols),

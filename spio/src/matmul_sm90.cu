@@ -1,7 +1,9 @@
 /// Hopper matmul (sm_90a):  C[m, n] = Σ_k A[m, k] · B[n, k]  (+ bias[n]),  fp32 accumulation.
-///   A (M, K) row-major and B (N, K) row-major (nn.Linear's weight layout: both K-major), read
-///   through TMA tensor maps (spio/tma.h) with the 128-byte swizzle; C (M, N) row-major in OUT
-///   (fp16, bf16 or fp32). M, N, K are runtime arguments (the maps carry the operands' shapes).
+///   A (M, K) row-major and B (N, K) row-major (nn.Linear's weight layout: both K-major), or
+///   with B_MN_MAJOR B stored (K, N) row-major (N-major: a row-major right operand, as the
+///   gradients of nn.Linear read theirs), read through TMA tensor maps (spio/tma.h) with the
+///   128-byte swizzle; C (M, N) row-major in OUT (fp16, bf16 or fp32). M, N, K are runtime
+///   arguments (the maps carry the operands' shapes).
 ///
 /// Tiling: one CTA per BLOCK_M x BLOCK_N tile of C (BLOCK_M = 128), 1-D grid rasterized in groups
 ///   of `raster` M-tiles (spio/raster.h). Three warpgroups: warpgroup 0 is the producer (one
@@ -59,14 +61,18 @@
 ///   float, no bias): C is then their ordered sum (+ bias), rounded once, by
 ///   matmul_splitk_reduce.cu. An empty range (more splits than k tiles) stores zeros.
 ///   SPLIT_K 1 compiles the code without it.
-/// Not yet: multicast of A (clusters along N), row-major B
-///   (the op runs the mma.sync kernel for it).
+/// B_MN_MAJOR: each slot holds B as BLOCK_N / 64 blocks of 64 rows (k) x 128 bytes (64 n), one
+///   TMA box each, in the 128-byte swizzle: wgmma reads it in its transposed-B mode (descriptor
+///   SBO 1024 between 8-row atoms along K, LBO between the 64-wide blocks along N). Plain and
+///   persistent CTAs and split-K; no clusters yet (their B halves are cut along N).
+/// Not yet: multicast of A (clusters along N), clusters with an N-major B.
 /// Assumes: K % 8 == 0 (16-byte row strides for TMA), A, B 16-byte aligned (launch checks, the
 ///   op copies), C and bias element-aligned; sm_90a.
 // The generated header (included first) defines Element (__half or __nv_bfloat16), Out (the
 // same or float), BLOCK_N, STAGES, HAS_BIAS, PERSISTENT (0 or 1), SPLIT_K, the macros CLUSTER_M
-// (1 or 2) and EPI_TMA (0 or 1), the dims M, N, K, K8, STAGE and the swizzled shared-memory
-// rings SmemA, SmemB, and with EPI_TMA the staging buffers SmemC (EPI, ROW, CH); see
+// (1 or 2), EPI_TMA and B_MN_MAJOR (0 or 1), the dims M, N, K, K8, STAGE and the swizzled
+// shared-memory rings SmemA (STAGE, M, K8) and SmemB (STAGE, N, K8; B_MN_MAJOR: STAGE, NB,
+// KROW, N8), and with EPI_TMA the staging buffers SmemC (EPI, ROW, CH); see
 // spio/kernels/matmul_sm90.py.
 #include "spio/cta.h"
 #include "spio/mbarrier.h"
@@ -101,6 +107,10 @@ static_assert(SPLIT_K == 1 || (CLUSTER_M == 1 && !PERSISTENT && !HAS_BIAS && !EP
               "matmul_sm90: split-K runs plain CTAs writing fp32 partials (no bias) from registers");
 
 constexpr int B_ROWS = BLOCK_N / CLUSTER_M;  // rows of the B box this CTA's producer copies
+static_assert(!B_MN_MAJOR || CLUSTER_M == 1, "matmul_sm90: an N-major B runs without clusters");
+#if B_MN_MAJOR
+constexpr int B_BLOCKS = BLOCK_N / 64;  // 64-wide blocks of an N-major B slot (one box each)
+#endif
 
 #if CLUSTER_M == 2
 #define SPIO_MATMUL_CLUSTER __cluster_dims__(2, 1, 1)
@@ -256,6 +266,15 @@ SPIO_DEVICE void load_slot(const Smem& smem, int s, unsigned phase, int kt, int 
     spio::mbarrier::arrive_expect_tx(&smem.full[s], SLOT_BYTES);
     spio::tma::load_2d(smem.a[STAGE(s)].get(), a_map, kt * BLOCK_K, tile_m * BLOCK_M,
                        &smem.full[s]);
+#if B_MN_MAJOR
+    // B (K, N): block nb is 64 k rows x 64 n columns from column tile_n BLOCK_N + 64 nb.
+#pragma unroll
+    for (int nb = 0; nb < B_BLOCKS; ++nb) {
+        spio::tma::load_2d(smem.b[STAGE(s)][NB(nb)].get(), b_map, tile_n * BLOCK_N + 64 * nb,
+                           kt * BLOCK_K, &smem.full[s]);
+    }
+    (void)rank;
+#else
     if constexpr (CLUSTER_M == 1) {
         spio::tma::load_2d(smem.b[STAGE(s)].get(), b_map, kt * BLOCK_K, tile_n * BLOCK_N,
                            &smem.full[s]);
@@ -265,6 +284,7 @@ SPIO_DEVICE void load_slot(const Smem& smem, int s, unsigned phase, int kt, int 
                                      tile_n * BLOCK_N + row, &smem.full[s],
                                      (1u << CLUSTER_M) - 1);
     }
+#endif
 }
 
 /// One consumer warpgroup's wgmma batch on slot s (its 64 rows from `rows`), accumulating onto
@@ -279,9 +299,18 @@ SPIO_DEVICE void mma_slot(float (&d)[ACC], const Smem& smem, int s, int rows, bo
         // the atom's row 0, whose XOR key is 0; the hardware swizzles the other rows.
         const auto da = spio::warpgroup::make_desc(a[K8(2 * ks)].get(), 16, SWIZZLE_ATOM,
                                                    spio::warpgroup::Swizzle::B128);
+#if B_MN_MAJOR
+        // Rows 16 ks.. of every 64-wide block (2 atoms of 8 rows along K, SBO apart); the
+        // blocks along N are one block's bytes apart (LBO).
+        constexpr unsigned B_BLOCK_BYTES = 64 * 128;
+        const auto db = spio::warpgroup::make_desc(b[NB(0)][KROW(16 * ks)].get(), B_BLOCK_BYTES,
+                                                   SWIZZLE_ATOM, spio::warpgroup::Swizzle::B128);
+        spio::warpgroup::mma_async<Element, BLOCK_N, true>(d, da, db, accumulate || ks > 0);
+#else
         const auto db = spio::warpgroup::make_desc(b[K8(2 * ks)].get(), 16, SWIZZLE_ATOM,
                                                    spio::warpgroup::Swizzle::B128);
         spio::warpgroup::mma_async<Element, BLOCK_N>(d, da, db, accumulate || ks > 0);
+#endif
     }
     spio::warpgroup::commit_group();
 }

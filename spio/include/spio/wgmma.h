@@ -96,18 +96,25 @@ template <int N>
 struct Mma;
 }  // namespace detail
 
-/// D(64xN) = A(64x16) B(16xN) + (accumulate ? D : 0) with fp32 accumulators, both operands
-/// K-major in shared memory. Warpgroup-wide; asynchronous (see commit_group / wait_group).
+/// D(64xN) = A(64x16) B(16xN) + (accumulate ? D : 0) with fp32 accumulators, A K-major in
+/// shared memory, B K-major or (NMajorB) N-major. Warpgroup-wide; asynchronous (see
+/// commit_group / wait_group).
 ///
 /// Template parameters:
-///   T   the operand type, __half or __nv_bfloat16
-///   N   64, 128 or 256: the columns of D (N / 2 accumulators per thread)
+///   T           the operand type, __half or __nv_bfloat16
+///   N           64, 128 or 256: the columns of D (N / 2 accumulators per thread)
+///   NMajorB     false: B stored as N rows along K (B transposed, K-major); true: B stored as
+///               16 rows along K of N elements (N-major, the wgmma's transposed-B mode: 16-bit
+///               types only). With the 128-byte swizzle an N-major operand is 64-element
+///               (128-byte) rows of N, one per k, in 1024-byte atoms of 8 rows: `sbo_bytes`
+///               between atoms along K (1024 for rows stored one after another), `lbo_bytes`
+///               between the 64-wide blocks along N.
 /// Parameters:
 ///   d           this thread's accumulators (layout in the file comment)
 ///   desc_a      A's descriptor (64 rows x 16 along K)
-///   desc_b      B's descriptor (N rows x 16 along K: B transposed, K-major)
+///   desc_b      B's descriptor (16 along K x N)
 ///   accumulate  false: D = A B; true: D += A B
-template <typename T, int N>
+template <typename T, int N, bool NMajorB = false>
 SPIO_DEVICE void mma_async(float (&d)[N / 2], unsigned long long desc_a, unsigned long long desc_b,
                            bool accumulate) {
     // Preconditions
@@ -117,7 +124,7 @@ SPIO_DEVICE void mma_async(float (&d)[N / 2], unsigned long long desc_a, unsigne
     static_assert(N == 64 || N == 128 || N == 256,
                   "spio::warpgroup::mma_async<T, N>: N must be 64, 128 or 256 (the wrapped "
                   "shapes); tile wider N as several calls");  // N
-    detail::Mma<N>::template run<T>(d, desc_a, desc_b, accumulate);
+    detail::Mma<N>::template run<T, NMajorB>(d, desc_a, desc_b, accumulate);
 }
 
 namespace detail {
@@ -183,26 +190,34 @@ namespace detail {
     "+f"(d[126]), "+f"(d[127])
 // The asm text of one wgmma m64nNk16 with fp32 accumulators: TY the operand type's PTX name,
 // REGS the accumulators' operand list, IA/IB/IP the operand numbers of the two descriptors and
-// the accumulate flag (after the N / 2 accumulators).
-#define SPIO_WGMMA_ASM(N, TY, REGS, IA, IB, IP)                                    \
+// the accumulate flag (after the N / 2 accumulators), TB B's transpose flag (1: N-major).
+#define SPIO_WGMMA_ASM(N, TY, REGS, IA, IB, IP, TB)                                \
     "{\n.reg .pred p;\nsetp.ne.b32 p, %" #IP ", 0;\n"                             \
     "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." TY "." TY " {" REGS "}, %" #IA \
-    ", %" #IB ", p, 1, 1, 0, 0;\n}\n"
+    ", %" #IB ", p, 1, 1, 0, " #TB ";\n}\n"
 
 // One specialization Mma<N>: the fp16 and bf16 forms of wgmma m64nNk16 (N / 2 accumulators,
 // then the descriptors and the accumulate flag as operands N / 2, N / 2 + 1, N / 2 + 2).
 #define SPIO_WGMMA_SPECIALIZE(N, HALF_N, IA, IB, IP)                                             \
     template <>                                                                                \
     struct Mma<N> {                                                                            \
-        template <typename T>                                                                  \
+        template <typename T, bool TB>                                                         \
         SPIO_DEVICE static void run(float (&d)[HALF_N], unsigned long long a,                  \
                                     unsigned long long b, bool acc) {                          \
-            if constexpr (spio::detail::is_half_v<T>) {                                        \
-                asm volatile(SPIO_WGMMA_ASM(N, "f16", SPIO_WGMMA_REGS_##N, IA, IB, IP)         \
+            if constexpr (spio::detail::is_half_v<T> && !TB) {                                 \
+                asm volatile(SPIO_WGMMA_ASM(N, "f16", SPIO_WGMMA_REGS_##N, IA, IB, IP, 0)      \
+                             : SPIO_WGMMA_OUTS_##N                                             \
+                             : "l"(a), "l"(b), "r"(static_cast<int>(acc)));                    \
+            } else if constexpr (spio::detail::is_half_v<T>) {                                 \
+                asm volatile(SPIO_WGMMA_ASM(N, "f16", SPIO_WGMMA_REGS_##N, IA, IB, IP, 1)      \
+                             : SPIO_WGMMA_OUTS_##N                                             \
+                             : "l"(a), "l"(b), "r"(static_cast<int>(acc)));                    \
+            } else if constexpr (!TB) {                                                        \
+                asm volatile(SPIO_WGMMA_ASM(N, "bf16", SPIO_WGMMA_REGS_##N, IA, IB, IP, 0)     \
                              : SPIO_WGMMA_OUTS_##N                                             \
                              : "l"(a), "l"(b), "r"(static_cast<int>(acc)));                    \
             } else {                                                                           \
-                asm volatile(SPIO_WGMMA_ASM(N, "bf16", SPIO_WGMMA_REGS_##N, IA, IB, IP)        \
+                asm volatile(SPIO_WGMMA_ASM(N, "bf16", SPIO_WGMMA_REGS_##N, IA, IB, IP, 1)     \
                              : SPIO_WGMMA_OUTS_##N                                             \
                              : "l"(a), "l"(b), "r"(static_cast<int>(acc)));                    \
             }                                                                                  \

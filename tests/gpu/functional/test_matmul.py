@@ -46,7 +46,7 @@ def test_matches_fp64(seed, dtype, m, n, k, b_transposed, bias, out_dtype):
     assert_close(y, _reference(a, b, c, b_transposed), tol, where=f"seed={seed}")
 
 
-@pytest.mark.parametrize("b_transposed", [False, True])  # on sm_90, True: the Hopper kernel
+@pytest.mark.parametrize("b_transposed", [False, True])  # on sm_90: the Hopper kernel, either
 def test_non_contiguous_and_offset_inputs(seed, b_transposed):
     """Transposed views and storage offsets that break 16-byte alignment are copied, not misread
     (the Hopper kernel's TMA maps need 16-byte aligned A and B)."""
@@ -110,7 +110,7 @@ def test_autograd_matches_fp64(seed, b_transposed, m, n):
         assert_close(got, want, tol, where=f"{name} seed={seed}")
 
 
-@pytest.mark.parametrize("b_transposed", [False, True])  # on sm_90, True: the Hopper kernel
+@pytest.mark.parametrize("b_transposed", [False, True])  # on sm_90: the Hopper kernel, either
 def test_cuda_graph_replay(seed, b_transposed):
     """A captured call replays on new values. With the Hopper kernel, A inside the capture is a
     fresh tensor (a clone made during capture): its tensor map is encoded during the capture and

@@ -45,10 +45,10 @@ def _device():
     return device_attributes(torch.cuda.current_device())
 
 
-def _params(flags, m, n, k) -> MatmulParams:
+def _params(flags, m, n, k, b_transposed=True) -> MatmulParams:
     dtype, fp32_out, bias = flags
     out = "float32" if fp32_out else dtype
-    return MatmulParams(m, n, k, dtype, out, b_transposed=True, has_bias=bias)
+    return MatmulParams(m, n, k, dtype, out, b_transposed=b_transposed, has_bias=bias)
 
 
 def _skip_unless_hopper():
@@ -62,7 +62,7 @@ def check(p: MatmulParams, cfg: k90.MatmulSm90Config, seed: int, shift: int = 0)
     g = torch.Generator("cuda").manual_seed(seed)
     dt, out_dt = getattr(torch, p.dtype), getattr(torch, p.out_dtype)
     a = torch.randn(p.m, p.k, generator=g, device="cuda").to(dt)
-    b = torch.randn(p.n, p.k, generator=g, device="cuda").to(dt)
+    b = torch.randn(*p.b_shape, generator=g, device="cuda").to(dt)
     bias = torch.randn(p.n, generator=g, device="cuda").to(dt) if p.has_bias else None
     start = GUARD + shift
     buf = poison(torch.empty(start + p.m * p.n + GUARD, dtype=out_dt, device="cuda"))
@@ -72,7 +72,8 @@ def check(p: MatmulParams, cfg: k90.MatmulSm90Config, seed: int, shift: int = 0)
     where = f"{p} {cfg} seed={seed}"
     guard = torch.cat([buf[:start], buf[start + p.m * p.n :]])
     assert torch.isnan(guard).all(), f"{where}: stores outside C (guard band overwritten)"
-    assert_close(c, mm.reference(a, b, bias, True), tolerance(out_dt, depth=p.k), where=where)
+    want = mm.reference(a, b, bias, p.b_transposed)
+    assert_close(c, want, tolerance(out_dt, depth=p.k), where=where)
 
 
 @pytest.mark.parametrize("flags", FLAG_SETS, ids=str)
@@ -83,6 +84,24 @@ def test_every_config_on_every_shape(flags, seed):
     for cfg in cfgs:
         for m, n, kk in SHAPES:
             check(_params(flags, m, n, kk), cfg, seed)
+
+
+# A row-major (K, N) B: N a multiple of 8 (its rows start 16-byte aligned; the op pads), M and
+# N ragged against every tile, K from one chunk to many k tiles.
+ROW_MAJOR_SHAPES = [(1, 8, 8), (128, 128, 64), (17, 40, 24), (255, 1000, 72), (1000, 264, 1032),
+                    (130, 264, 4096), (300, 136, 200)]  # fmt: skip
+
+
+@pytest.mark.parametrize("flags", FLAG_SETS, ids=str)
+def test_row_major_b_every_config_on_every_shape(flags, seed):
+    """B stored (K, N) row-major, read N-major (wgmma's transposed-B mode, 64 x 64 boxes):
+    every config (no clusters) on ragged shapes, against fp64."""
+    _skip_unless_hopper()
+    cfgs = k90.configs(_params(flags, 1, 8, 8, b_transposed=False), _device())
+    assert cfgs and all(c.cluster_m == 1 for c in cfgs), cfgs
+    for cfg in cfgs:
+        for m, n, kk in ROW_MAJOR_SHAPES:
+            check(_params(flags, m, n, kk, b_transposed=False), cfg, seed)
 
 
 def test_rasterization_covers_every_tile(seed):
@@ -104,16 +123,18 @@ def test_persistent_ctas_walk_several_tiles(seed):
     ragged M and N; bias and fp32 output on the second flag set."""
     _skip_unless_hopper()
     dev = _device()
-    for flags in (FLAG_SETS[0], FLAG_SETS[1]):
-        for cfg in k90.configs(_params(flags, 1, 1, 8), dev):
+    for flags, bt in ((FLAG_SETS[0], True), (FLAG_SETS[1], True), (FLAG_SETS[1], False)):
+        for cfg in k90.configs(_params(flags, 1, 1, 8, bt), dev):
             if not cfg.persistent:
                 continue
             big = _params(flags, 1 << 16, 1 << 16, 8)
             ctas = k90.grid(big, cfg, dev)[0]  # the most CTAs this config launches
             tiles_m = -(-(7 * ctas) // 9)  # by 3 N tiles: ~2.3 tiles a CTA
-            # N odd: C stored from registers; N - 3 a multiple of 8: by TMA (128-, 256-wide).
-            for n in (3 * cfg.block_n - 5, 3 * cfg.block_n - 8):
-                p = _params(flags, tiles_m * k90.BLOCK_M - 3, n, 8)
+            # N odd: C stored from registers; 3 block_n - 8 (a multiple of 8): by TMA (128-,
+            # 256-wide tiles).
+            # A row-major B needs N % 8 == 0: the second only.
+            for n in (3 * cfg.block_n - 5, 3 * cfg.block_n - 8)[0 if bt else 1 :]:
+                p = _params(flags, tiles_m * k90.BLOCK_M - 3, n, 8, bt)
                 grid = k90.grid(p, cfg, dev)[0]
                 tiles = k90.grid(p, replace(cfg, persistent=False), dev)[0]
                 assert grid == ctas and tiles > 2 * grid and tiles % grid != 0, (cfg, grid, tiles)

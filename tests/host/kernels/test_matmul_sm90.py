@@ -70,10 +70,11 @@ def test_space_fits_shared_memory_and_is_sm90_only():
     assert [c for c in cfgs if c.persistent] == [replace(c, persistent=True) for c in once]
     assert cfgs == once + [replace(c, persistent=True) for c in once] + split
     assert k90.DEF.compiled(MatmulParams(300, 70, 16, b_transposed=True)) == _p()
-    assert k90.configs(_p(b_transposed=False), H100) == []
+    # A row-major (K, N) B: the same space without clusters.
+    assert k90.configs(_p(b_transposed=False), H100) == [c for c in cfgs if c.cluster_m == 1]
     assert k90.configs(_p(), known_device("A100")) == []
-    with pytest.raises(ValueError, match="b_transposed=True"):
-        k90.spec(_p(b_transposed=False), k90.MatmulSm90Config())
+    with pytest.raises(ValueError, match="row-major .* runs without clusters"):
+        k90.spec(_p(b_transposed=False), k90.MatmulSm90Config(cluster_m=2))
     with pytest.raises(ValueError, match="block_n must be one of"):
         k90.MatmulSm90Config(block_n=96)
     for bad in (3, 4, True, 0):
@@ -238,9 +239,10 @@ def test_split_sum_compiles_without_local_memory(flags):
     assert sk.grid(MatmulParams(3, 70, 64), sk.SplitSumConfig(4, 1)) == (1, 1, 1)
 
 
+@pytest.mark.parametrize("b_transposed", [True, False])
 @pytest.mark.parametrize("flags", FLAGS, ids=str)
-def test_every_config_compiles_without_local_memory(flags):
-    p = _p(*flags)
+def test_every_config_compiles_without_local_memory(flags, b_transposed):
+    p = _p(*flags, b_transposed=b_transposed)
     for cfg in k90.configs(p, H100):
         res = kernel_resources(compile_spec(k90.spec(p, cfg, H100), H100.arch))["matmul_sm90"]
         assert res.local_bytes == 0, f"{cfg}: {res}"
@@ -264,14 +266,18 @@ CLUSTER_OPS = (
 
 
 @needs_cuobjdump
+@pytest.mark.parametrize("b_transposed", [True, False])
 @pytest.mark.parametrize("persistent", [False, True])
 @pytest.mark.parametrize("cluster_m", k90.CLUSTER_MS)
 @pytest.mark.parametrize("block_n", k90.BLOCK_NS)
-def test_sass_has_wgmma_tma_and_barriers(block_n, cluster_m, persistent):
+def test_sass_has_wgmma_tma_and_barriers(block_n, cluster_m, persistent, b_transposed):
     from spio.compiler.disasm import disassemble
 
+    if cluster_m > 1 and not b_transposed:
+        pytest.skip("a row-major B runs without clusters")
     cfg = k90.MatmulSm90Config(block_n, stages=2, cluster_m=cluster_m, persistent=persistent)
-    sass = disassemble(compile_spec(k90.spec(_p(), cfg, H100), H100.arch))
+    p = _p(b_transposed=b_transposed)
+    sass = disassemble(compile_spec(k90.spec(p, cfg, H100), H100.arch))
     assert re.search(rf"HGMMA\.64x{block_n}x16\.F32", sass), sass[:3000]
     for op in ("UTMALDG.2D", "SYNCS.ARRIVE.TRANS64", "SYNCS.PHASECHK.TRANS64.TRYWAIT"):
         assert op in sass, op
@@ -285,6 +291,9 @@ def test_sass_has_wgmma_tma_and_barriers(block_n, cluster_m, persistent):
     )
     # The TMA-store epilogue (128- and 256-wide tiles) stores C by UTMASTG, the others by STG.
     assert ("UTMASTG.2D" in sass) == k90.stores_by_tma(cfg), "the epilogue's stores"
+    # A row-major B: one box per 64-wide block of the slot (A's box + block_n / 64).
+    loads = len(re.findall(r"UTMALDG\.2D", sass))
+    assert b_transposed or loads >= 1 + block_n // 64, loads
     if cluster_m == 1:
         for op in CLUSTER_OPS:
             assert op not in sass, f"plain kernel has {op}"
@@ -429,6 +438,92 @@ int main() {{
     assert build.returncode == 0, build.stderr[-3000:] + header
     run = subprocess.run([str(exe)], capture_output=True, text=True)
     assert run.returncode == 0 and run.stdout.strip() == "ok", run.stdout[-3000:]
+
+
+@pytest.mark.skipif(
+    GXX is None, reason="needs g++ (the typed-dimension headers compile on the host)"
+)
+def test_typed_n_major_b_ring_is_the_tma_swizzle(tmp_path):
+    """A row-major (K, N) B's ring, SmemB (STAGE, NB, KROW, N8): block nb of slot s holds 64 k
+    rows of 8 chunks, chunk n8 of row k at ((s * blocks + nb) * 64 + k) * 8 + (n8 ^ (k % 8)),
+    what a TMA box of 64 x 64 with the 128-byte swizzle writes at the block's start."""
+    from spio.generators import generate
+
+    cfg = k90.MatmulSm90Config(block_n=128, stages=2)
+    header = generate(k90.smem_tiles(cfg, b_transposed=False), "matmul_sm90 n-major tiles")
+    blocks = cfg.block_n // 64
+    checks = []
+    for s in range(cfg.stages):
+        for nb in range(blocks):
+            for k in range(64):
+                for n8 in range(8):
+                    want = ((s * blocks + nb) * 64 + k) * 8 + (n8 ^ (k % 8))
+                    checks.append(
+                        f"CHECK(SmemB(buf)[STAGE({s})][NB({nb})][KROW({k})][N8({n8})].get() - buf,"
+                        f" {want});"
+                    )
+    (tmp_path / "tiles.h").write_text(header)
+    body = "\n    ".join(checks)
+    (tmp_path / "tiles.cpp").write_text(f"""
+#include <cstdio>
+struct uint4 {{ unsigned x, y, z, w; }};
+#include "tiles.h"
+static uint4 buf[SmemB::storage_size()];
+static int failures = 0;
+#define CHECK(expr, expected) do {{ long long got_ = (expr); if (got_ != (expected)) {{ \\
+    std::printf("FAIL %s = %lld, expected %lld\\n", #expr, got_, (long long)(expected)); \\
+    ++failures; }} }} while (0)
+int main() {{
+    static_assert(SmemB::storage_size() == {cfg.stages * blocks * 64 * 8}, "size");
+    {body}
+    if (failures == 0) std::printf("ok\\n");
+    return failures != 0;
+}}
+""")
+    include = Path(__file__).resolve().parents[3] / "spio" / "include"
+    exe = tmp_path / "tiles"
+    build = subprocess.run(
+        [GXX, "-std=c++20", "-I", str(include), "-I", str(tmp_path), str(tmp_path / "tiles.cpp"),
+         "-o", str(exe)],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert build.returncode == 0, build.stderr[-3000:] + header
+    run = subprocess.run([str(exe)], capture_output=True, text=True)
+    assert run.returncode == 0 and run.stdout.strip() == "ok", run.stdout[-3000:]
+
+
+def test_row_major_b_launch_reads_k_by_n_boxes(monkeypatch):
+    """A row-major (K, N) B: its map is (K, N) with the caller's row stride `ldb` (the op's
+    padded N) in boxes of 64 k x 64 n; `launch` names an N that is not a multiple of 8."""
+    import torch
+
+    from spio.cuda import driver, tensor_map
+
+    encoded: list[tuple] = []
+    monkeypatch.setattr(driver, "tensor_map_encode_tiled", lambda *args: encoded.append(args)
+                        or bytes(128))  # fmt: skip
+    p = MatmulParams(300, 203, 72, "float16", "float16", b_transposed=False)
+
+    class Kernel:
+        def bind(self, grid):
+            return lambda args, stream: None
+
+    with pytest.raises(ValueError, match="tma_store needs C's rows in whole 16-byte units"):
+        k90.Sm90Launch(Kernel(), p, k90.MatmulSm90Config(256, 3), H100, ldb=208)
+    k90.Sm90Launch(Kernel(), p, k90.MatmulSm90Config(256, 3, tma_store=False), H100, ldb=208)(
+        _FakeTensor(0x30000), _FakeTensor(0x10000), _FakeTensor(0x20000), None, 0
+    )
+    want: list[tuple] = []
+    monkeypatch.setattr(driver, "tensor_map_encode_tiled", lambda *args: want.append(args) or
+                        bytes(128))  # fmt: skip
+    tensor_map.tiled(0x10000, "float16", (300, 72), (72, 1), (k90.BLOCK_M, 64), swizzle=128)
+    tensor_map.tiled(0x20000, "float16", (72, 203), (208, 1), (64, 64), swizzle=128)
+    assert encoded == want  # N = 203: C's rows are not 16-byte units, no C map
+    a = torch.empty(300, 72, dtype=torch.float16)
+    b = torch.empty(72, 203, dtype=torch.float16)
+    c = torch.empty(300, 203, dtype=torch.float16)
+    with pytest.raises(ValueError, match=r"row-major \(K, N\) b needs N % 8 == 0"):
+        k90.launch(p, k90.MatmulSm90Config(), c, a, b, device=H100)
 
 
 class _FakeTensor:
