@@ -13,6 +13,7 @@ Each result is checked against cuBLAS's (max relative error).
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 from pathlib import Path
 
 SHAPES = [(8192, 8192, 8192), (4096, 11008, 4096), (4096, 4096, 4096), (2048, 2048, 2048),
@@ -21,8 +22,11 @@ SHAPES = [(8192, 8192, 8192), (4096, 11008, 4096), (4096, 4096, 4096), (2048, 20
 QUICK = [(8192, 8192, 8192), (4096, 4096, 4096), (16, 4096, 4096)]
 
 
-def measure(m: int, n: int, k: int, dtype_name: str, reps: int, every: list) -> dict:
-    """The row of one shape; every config's TFLOP/s appended to `every`."""
+def measure(
+    m: int, n: int, k: int, dtype_name: str, reps: int, every: list, tma_store: bool = True
+) -> dict:
+    """The row of one shape; every config's TFLOP/s appended to `every`. `tma_store` False
+    times every config with the register epilogue instead of the TMA store."""
     import torch
 
     from spio.bench.timing import bench
@@ -49,6 +53,7 @@ def measure(m: int, n: int, k: int, dtype_name: str, reps: int, every: list) -> 
     pick = k90.heuristic(p, dev)
     t_pick = None
     for cfg90 in k90.configs(p, dev):
+        cfg90 = replace(cfg90, tma_store=tma_store)
         if cfg90.split_k > 1 and cfg90.tiles(p)[0] > 1:
             continue  # split-K is for one row of tiles (its workspace is split_k x M x N fp32)
         c.fill_(float("nan"))
@@ -84,6 +89,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--csv", type=Path)
     ap.add_argument("--configs-csv", type=Path, help="every config's TFLOP/s per shape")
+    ap.add_argument(
+        "--registers",
+        action="store_true",
+        help="every config with the register epilogue (tma_store=False): the TMA store's baseline",
+    )
     args = ap.parse_args(argv)
     import torch
 
@@ -96,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     every: list[dict] = []
     for dtype_name in ("float16",) if args.quick else ("float16", "bfloat16"):
         for m, n, k in QUICK if args.quick else SHAPES:
-            rows.append(measure(m, n, k, dtype_name, args.reps, every))
+            rows.append(measure(m, n, k, dtype_name, args.reps, every, not args.registers))
             print(rows[-1], flush=True)
     print_table(rows)
     if args.csv:
