@@ -387,31 +387,10 @@ def test_plain_kernel_sass_is_pinned():
 GXX = shutil.which("g++")
 
 
-@pytest.mark.skipif(
-    GXX is None, reason="needs g++ (the typed-dimension headers compile on the host)"
-)
-def test_typed_smem_tiles_are_the_tma_swizzle(tmp_path):
-    """SmemA / SmemB, the kernel's typed rings, put chunk k8 of row m of slot s where the TMA
-    128-byte swizzle does: s * rows * 8 + m * 8 + (k8 ^ (m % 8)) chunks (every point, on the
-    host through the generated header and the C++ library)."""
-    from spio.generators import generate
-
-    cfg = k90.MatmulSm90Config(block_n=64, stages=2)
-    tiles = k90.smem_tiles(cfg)
-    header = generate(tiles, "matmul_sm90 tiles")
-    checks = []
-    for name, dim, rows in (("SmemA", "M", k90.BLOCK_M), ("SmemB", "N", cfg.block_n)):
-        checks.append(f"static uint4 buf_{name}[{name}::storage_size()];")
-        for s in range(cfg.stages):
-            for m in range(rows):
-                for k8 in range(8):
-                    want = (s * rows + m) * 8 + (k8 ^ (m % 8))
-                    checks.append(
-                        f"CHECK({name}(buf_{name})[STAGE({s})][{dim}({m})][K8({k8})].get()"
-                        f" - buf_{name}, {want});"
-                    )
-    decls = "\n".join(c for c in checks if c.startswith("static"))
-    body = "\n    ".join(c for c in checks if not c.startswith("static"))
+def _run_tile_checks(tmp_path: Path, header: str, decls: str, checks: list[str]) -> None:
+    """Compiles `checks` (CHECK(expr, expected) lines of C++) against the generated `header`
+    with the host C++ library, `decls` at file scope, runs them and asserts every one held."""
+    body = "\n    ".join(checks)
     (tmp_path / "tiles.h").write_text(header)
     (tmp_path / "tiles.cpp").write_text(f"""
 #include <cstdio>
@@ -443,6 +422,33 @@ int main() {{
 @pytest.mark.skipif(
     GXX is None, reason="needs g++ (the typed-dimension headers compile on the host)"
 )
+def test_typed_smem_tiles_are_the_tma_swizzle(tmp_path):
+    """SmemA / SmemB, the kernel's typed rings, put chunk k8 of row m of slot s where the TMA
+    128-byte swizzle does: s * rows * 8 + m * 8 + (k8 ^ (m % 8)) chunks (every point, on the
+    host through the generated header and the C++ library)."""
+    from spio.generators import generate
+
+    cfg = k90.MatmulSm90Config(block_n=64, stages=2)
+    tiles = k90.smem_tiles(cfg)
+    header = generate(tiles, "matmul_sm90 tiles")
+    checks = []
+    for name, dim, rows in (("SmemA", "M", k90.BLOCK_M), ("SmemB", "N", cfg.block_n)):
+        checks.append(f"static uint4 buf_{name}[{name}::storage_size()];")
+        for s in range(cfg.stages):
+            for m in range(rows):
+                for k8 in range(8):
+                    want = (s * rows + m) * 8 + (k8 ^ (m % 8))
+                    checks.append(
+                        f"CHECK({name}(buf_{name})[STAGE({s})][{dim}({m})][K8({k8})].get()"
+                        f" - buf_{name}, {want});"
+                    )
+    decls = "\n".join(c for c in checks if c.startswith("static"))
+    _run_tile_checks(tmp_path, header, decls, [c for c in checks if not c.startswith("static")])
+
+
+@pytest.mark.skipif(
+    GXX is None, reason="needs g++ (the typed-dimension headers compile on the host)"
+)
 def test_typed_n_major_b_ring_is_the_tma_swizzle(tmp_path):
     """A row-major (K, N) B's ring, SmemB (STAGE, NB, KROW, N8): block nb of slot s holds 64 k
     rows of 8 chunks, chunk n8 of row k at ((s * blocks + nb) * 64 + k) * 8 + (n8 ^ (k % 8)),
@@ -462,34 +468,10 @@ def test_typed_n_major_b_ring_is_the_tma_swizzle(tmp_path):
                         f"CHECK(SmemB(buf)[STAGE({s})][NB({nb})][KROW({k})][N8({n8})].get() - buf,"
                         f" {want});"
                     )
-    (tmp_path / "tiles.h").write_text(header)
-    body = "\n    ".join(checks)
-    (tmp_path / "tiles.cpp").write_text(f"""
-#include <cstdio>
-struct uint4 {{ unsigned x, y, z, w; }};
-#include "tiles.h"
-static uint4 buf[SmemB::storage_size()];
-static int failures = 0;
-#define CHECK(expr, expected) do {{ long long got_ = (expr); if (got_ != (expected)) {{ \\
-    std::printf("FAIL %s = %lld, expected %lld\\n", #expr, got_, (long long)(expected)); \\
-    ++failures; }} }} while (0)
-int main() {{
-    static_assert(SmemB::storage_size() == {cfg.stages * blocks * 64 * 8}, "size");
-    {body}
-    if (failures == 0) std::printf("ok\\n");
-    return failures != 0;
-}}
-""")
-    include = Path(__file__).resolve().parents[3] / "spio" / "include"
-    exe = tmp_path / "tiles"
-    build = subprocess.run(
-        [GXX, "-std=c++20", "-I", str(include), "-I", str(tmp_path), str(tmp_path / "tiles.cpp"),
-         "-o", str(exe)],
-        capture_output=True, text=True,
-    )  # fmt: skip
-    assert build.returncode == 0, build.stderr[-3000:] + header
-    run = subprocess.run([str(exe)], capture_output=True, text=True)
-    assert run.returncode == 0 and run.stdout.strip() == "ok", run.stdout[-3000:]
+    checks.append(
+        f'static_assert(SmemB::storage_size() == {cfg.stages * blocks * 64 * 8}, "size");'
+    )
+    _run_tile_checks(tmp_path, header, "static uint4 buf[SmemB::storage_size()];", checks)
 
 
 def test_row_major_b_launch_reads_k_by_n_boxes(monkeypatch):
