@@ -17,6 +17,7 @@ whose CUDA implementation runs the same plans (see spio.functional.conv2d_gw8).
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -199,7 +200,7 @@ class _Plan:
 
     __slots__ = (
         "launch", "size", "out_dtype", "device", "index", "a_contig", "b_contig", "bias_contig",
-        "pad_n", "b_transposed", "has_bias", "workspace",
+        "pad_n", "b_transposed", "has_bias", "workspace", "a_t",
     )  # fmt: skip
 
     def __init__(self, a, b, bias, out_dtype: torch.dtype, b_transposed: bool) -> None:
@@ -220,11 +221,17 @@ class _Plan:
         self.pad_n = 0 if b_transposed else (-n) % 8
         self.launch: Any
         self.workspace = None
+        self.a_t = False
         # On the tensors' GPU: an autotune measures there, and the kernel is loaded into that
         # GPU's context (the function cache files it under dev's ordinal).
         with torch.cuda.device(a.device):
             family, cfg = kernel_choice(p, dev)
             if family == "sm90":
+                # An A that is the transposed view of a contiguous (K, M) tensor with 16-byte
+                # rows (dB = dC^T A's dC^T) is read as it lies, M-major: no copy.
+                self.a_t = m > 1 and m % 8 == 0 and a.stride() == (1, m)
+                if self.a_t:
+                    cfg = replace(cfg, a_transposed=True)
                 # A row-major B's rows are padded to a multiple of 8 (TMA's 16-byte rule).
                 self.launch = k90.bound(p, cfg, dev, ldb=None if b_transposed else n + self.pad_n)
                 self.workspace = self.launch.workspace
@@ -242,7 +249,10 @@ class _Plan:
         self.has_bias = bias is not None
 
     def forward(self, a, b, bias) -> torch.Tensor:
-        if not self.a_contig or a.data_ptr() & 15:
+        if self.a_t:  # the (K, M) storage behind A is read; a misaligned one is copied
+            if a.data_ptr() & 15:
+                a = a.t().clone().t()
+        elif not self.a_contig or a.data_ptr() & 15:
             a = a.contiguous() if not self.a_contig else a.clone()
         if self.pad_n:
             b = torch.nn.functional.pad(b, (0, self.pad_n))
@@ -353,9 +363,11 @@ def _gradients(ctx, grad, product) -> tuple:
         # The reduction runs over M, which the kernel needs as a multiple of 8: zero rows add 0.
         m8 = a.shape[0] + (-a.shape[0]) % 8
         if bt:  # dB (N, K) = dCᵀ (N, M) @ A (M, K)
-            lhs, rhs = _pad_rows(g, m8).t().contiguous(), _pad_rows(a, m8)
+            lhs, rhs = _pad_rows(g, m8).t(), _pad_rows(a, m8)
         else:  # dB (K, N) = Aᵀ (K, M) @ dC (M, N)
-            lhs, rhs = _pad_rows(a, m8).t().contiguous(), _pad_rows(g, m8)
+            lhs, rhs = _pad_rows(a, m8).t(), _pad_rows(g, m8)
+        # lhs is a transposed view: the Hopper kernel reads it as it lies (a_transposed), the
+        # mma.sync path copies it contiguous.
         grad_b = product(lhs, rhs, None, None, False)
     if ctx.has_bias and ctx.needs_input_grad[2]:
         grad_bias = grad.float().sum(0).to(a.dtype)

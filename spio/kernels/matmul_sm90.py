@@ -58,7 +58,11 @@ class MatmulSm90Config:
     memory and stores it with TMA in 128-byte lines, asynchronously (a persistent CTA stores a
     tile under the next one's main loop); else the accumulators are stored from registers.
     It needs C's rows in whole 16-byte units (`tma_store_fits`): `bound` turns it off for a
-    problem whose rows are not, `launch` also for a C that does not start 16-byte aligned."""
+    problem whose rows are not, `launch` also for a C that does not start 16-byte aligned.
+    `a_transposed` reads A from its transpose's storage, (K, M) row-major (M % 8 == 0; no
+    clusters), in wgmma's transposed-A mode: the op's plan sets it for an A that is the
+    transposed view of a contiguous tensor (dB = dC^T A), so nothing is copied; `configs` never
+    lists it (the layout is the caller's, not a tuning choice)."""
 
     block_n: int = 128
     stages: int = 4
@@ -67,12 +71,22 @@ class MatmulSm90Config:
     persistent: bool = False
     split_k: int = 1
     tma_store: bool = True
+    a_transposed: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.persistent, bool):
             raise ValueError(f"MatmulSm90Config.persistent must be a bool, got {self.persistent!r}")
         if not isinstance(self.tma_store, bool):
             raise ValueError(f"MatmulSm90Config.tma_store must be a bool, got {self.tma_store!r}")
+        if not isinstance(self.a_transposed, bool):
+            raise ValueError(
+                f"MatmulSm90Config.a_transposed must be a bool, got {self.a_transposed!r}"
+            )
+        if self.a_transposed and self.cluster_m > 1:
+            raise ValueError(
+                "MatmulSm90Config: an A given as (K, M) (a_transposed) runs without clusters; "
+                f"set cluster_m=1 (got {self.cluster_m})"
+            )
         if self.block_n not in BLOCK_NS:
             raise ValueError(
                 f"MatmulSm90Config.block_n must be one of {BLOCK_NS}, got {self.block_n}"
@@ -120,6 +134,7 @@ class MatmulSm90Config:
             + (" p" if self.persistent else "")
             + split
             + regs
+            + (" at" if self.a_transposed else "")
         )
 
 
@@ -231,9 +246,11 @@ def spec(p: MatmulParams, cfg: MatmulSm90Config, dev: Any = None) -> KernelSpec:
             "CLUSTER_M": Macro(cfg.cluster_m),
             "EPI_TMA": Macro(int(epi_tma)),
             "B_MN_MAJOR": Macro(int(not p.b_transposed)),
+            "A_MN_MAJOR": Macro(int(cfg.a_transposed)),
         },
         title=(
             f"matmul_sm90 {p.dtype}->{p.out_dtype} bias={p.has_bias}"
+            + (" A (K, M)" if cfg.a_transposed else "")
             + ("" if p.b_transposed else " B (K, N)")
             + f" tile {BLOCK_M}x"
             f"{cfg.block_n}x{BLOCK_K} stages {cfg.stages}"
@@ -255,7 +272,8 @@ def smem_tiles(cfg: MatmulSm90Config, b_transposed: bool = True) -> dict[str, An
     The wgmma descriptors read the same layout (Swizzle::B128, 8-row atoms of 1024 bytes).
     A row-major (K, N) B (`b_transposed` false) is N-major instead: SmemB (STAGE, NB block_n /
     64, KROW 64, N8 8), block nb one TMA box of 64 k rows x 64 n, chunk n8 of row k at
-    n8 ^ (k % 8).
+    n8 ^ (k % 8). An A given as (K, M) (`cfg.a_transposed`) likewise: SmemA (STAGE, MB 2,
+    KROW 64, M8 8), block mb holding m 64 mb.. of the tile.
     With the TMA-store epilogue (`stores_by_tma`), also its staging SmemC (EPI 4, ROW 64, CH 8):
     two buffers per consumer warpgroup, each 64 rows of one 128-byte box row in 16-byte chunks,
     in the same swizzle (chunk ch of row r at ch ^ (r % 8)): what TMA's store reads."""
@@ -296,6 +314,25 @@ def smem_tiles(cfg: MatmulSm90Config, b_transposed: bool = True) -> dict[str, An
                 swizzle=Xor(KROW, N8, 3),
             ),
         }
+    if cfg.a_transposed:
+        MB, M8 = Dim(), Dim()
+        KROW = b_ring.get("KROW", Dim())
+        a_ring: dict[str, Any] = {
+            "MB": MB,
+            "M8": M8,
+            "KROW": KROW,
+            "SmemA": Tensor(
+                (STAGE(cfg.stages), MB(BLOCK_M // 64), KROW(BLOCK_K), M8(8)),
+                dtype.uint4,
+                swizzle=Xor(KROW, M8, 3),
+            ),
+        }
+    else:
+        a_ring = {
+            "SmemA": Tensor(
+                (STAGE(cfg.stages), M(BLOCK_M), K8(chunks)), dtype.uint4, swizzle=Xor(M, K8, 3)
+            )
+        }
     return {
         **staging,
         **b_ring,
@@ -304,9 +341,7 @@ def smem_tiles(cfg: MatmulSm90Config, b_transposed: bool = True) -> dict[str, An
         "K": K,
         "K8": K8,
         "STAGE": STAGE,
-        "SmemA": Tensor(
-            (STAGE(cfg.stages), M(BLOCK_M), K8(chunks)), dtype.uint4, swizzle=Xor(M, K8, 3)
-        ),
+        **a_ring,
     }
 
 
@@ -332,7 +367,7 @@ def launch(
 
     dt = getattr(torch, p.dtype)
     for name, t, shape, dtype in (
-        ("a", a, (p.m, p.k), dt),
+        ("a", a, (p.k, p.m) if cfg.a_transposed else (p.m, p.k), dt),
         ("b", b, p.b_shape, dt),
         ("c", c, (p.m, p.n), getattr(torch, p.out_dtype)),
     ):
@@ -346,6 +381,11 @@ def launch(
                 f"matmul_sm90 launch: {name} must start 16-byte aligned (TMA reads it), got "
                 f"address {t.data_ptr():#x}; pass {name}.clone() (a fresh allocation is aligned)"
             )
+    if cfg.a_transposed and p.m % 8:
+        raise ValueError(
+            f"matmul_sm90 launch: an a given as (K, M) (a_transposed) needs M % 8 == 0 (TMA reads "
+            f"rows that start 16-byte aligned), got M={p.m}; pass A as (M, K) instead"
+        )
     if not p.b_transposed and p.n % 8:
         raise ValueError(
             f"matmul_sm90 launch: a row-major (K, N) b needs N % 8 == 0 (TMA reads rows that "
@@ -415,12 +455,18 @@ def split_choice(p: MatmulParams, dev: Any) -> MatmulSm90Config | None:
 
 
 def bound(
-    p: MatmulParams, cfg: MatmulSm90Config, dev: Any, cache: Any = None, ldb: int | None = None
+    p: MatmulParams,
+    cfg: MatmulSm90Config,
+    dev: Any,
+    cache: Any = None,
+    ldb: int | None = None,
+    lda: int | None = None,
 ) -> Sm90Launch:
     """The variant of (p, cfg) (and with split_k > 1 its sum's) loaded through `cache`
     (default: the process's shared function cache) and bound to p's problem: what the op's plan
     launches. `ldb`: a row-major (K, N) B's row stride in elements (default N; the op pads its
-    rows to a multiple of 8). `tma_store` is turned off where C's rows are not whole 16-byte
+    rows to a multiple of 8); `lda` likewise an A given as (K, M) (`cfg.a_transposed`, default
+    M). `tma_store` is turned off where C's rows are not whole 16-byte
     units, and is moot for split-K and 64-wide tiles (`stores_by_tma`): each of those runs one
     variant."""
     from spio.kernels.loader import default_function_cache
@@ -436,7 +482,7 @@ def bound(
         # Its partials are fp32 without the bias whatever p's output: one variant serves all.
         variant = replace(variant, out_dtype="float32", has_bias=False)
     kernel = cache.get(DEF, variant, replace(cfg, raster=1), dev)
-    return Sm90Launch(kernel, p, cfg, dev, reduce, ldb)
+    return Sm90Launch(kernel, p, cfg, dev, reduce, ldb, lda)
 
 
 class Sm90Launch:
@@ -469,6 +515,7 @@ class Sm90Launch:
         dev: Any,
         reduce: Any = None,
         ldb: int | None = None,
+        lda: int | None = None,
     ) -> None:
         from spio.kernels.map_cache import MapCache
 
@@ -490,7 +537,11 @@ class Sm90Launch:
             return MapCache(p.dtype, (rows, p.k), (p.k, 1), (box_rows, BLOCK_K), swizzle=128,
                             limit=self.MAP_CACHE)  # fmt: skip
 
-        self._a_maps = maps(p.m, BLOCK_M)
+        if cfg.a_transposed:  # (K, M) rows of lda elements, in boxes of 64 k rows x 64 m
+            self._a_maps = MapCache(p.dtype, (p.k, p.m), (lda or p.m, 1), (BLOCK_K, 64),
+                                    swizzle=128, limit=self.MAP_CACHE)  # fmt: skip
+        else:
+            self._a_maps = maps(p.m, BLOCK_M)
         if p.b_transposed:
             # With a cluster each CTA copies 1 / cluster_m of the B tile (multicast to both).
             self._b_maps = maps(p.n, cfg.block_n // cfg.cluster_m)

@@ -61,6 +61,10 @@
 ///   float, no bias): C is then their ordered sum (+ bias), rounded once, by
 ///   matmul_splitk_reduce.cu. An empty range (more splits than k tiles) stores zeros.
 ///   SPLIT_K 1 compiles the code without it.
+/// A_MN_MAJOR: A is given as its transpose's storage, (K, M) row-major (M-major: the op's dB =
+///   dC^T A reads dC^T from dC this way, no copy); each slot holds A as 2 blocks of 64 k rows x
+///   128 bytes (64 m), one box each, read in wgmma's transposed-A mode: consumer warpgroup w
+///   reads block w (its 64 rows), descriptor SBO 1024 between 8-row atoms along K. No clusters.
 /// B_MN_MAJOR: each slot holds B as BLOCK_N / 64 blocks of 64 rows (k) x 128 bytes (64 n), one
 ///   TMA box each, in the 128-byte swizzle: wgmma reads it in its transposed-B mode (descriptor
 ///   SBO 1024 between 8-row atoms along K, LBO between the 64-wide blocks along N). Plain and
@@ -70,9 +74,9 @@
 ///   op copies), C and bias element-aligned; sm_90a.
 // The generated header (included first) defines Element (__half or __nv_bfloat16), Out (the
 // same or float), BLOCK_N, STAGES, HAS_BIAS, PERSISTENT (0 or 1), SPLIT_K, the macros CLUSTER_M
-// (1 or 2), EPI_TMA and B_MN_MAJOR (0 or 1), the dims M, N, K, K8, STAGE and the swizzled
-// shared-memory rings SmemA (STAGE, M, K8) and SmemB (STAGE, N, K8; B_MN_MAJOR: STAGE, NB,
-// KROW, N8), and with EPI_TMA the staging buffers SmemC (EPI, ROW, CH); see
+// (1 or 2), EPI_TMA, A_MN_MAJOR and B_MN_MAJOR (0 or 1), the dims M, N, K, K8, STAGE and the
+// swizzled shared-memory rings SmemA (STAGE, M, K8; A_MN_MAJOR: STAGE, MB, KROW, M8) and SmemB
+// (STAGE, N, K8; B_MN_MAJOR: STAGE, NB, KROW, N8), and with EPI_TMA the staging buffers SmemC (EPI, ROW, CH); see
 // spio/kernels/matmul_sm90.py.
 #include "spio/cta.h"
 #include "spio/mbarrier.h"
@@ -108,6 +112,7 @@ static_assert(SPLIT_K == 1 || (CLUSTER_M == 1 && !PERSISTENT && !HAS_BIAS && !EP
 
 constexpr int B_ROWS = BLOCK_N / CLUSTER_M;  // rows of the B box this CTA's producer copies
 static_assert(!B_MN_MAJOR || CLUSTER_M == 1, "matmul_sm90: an N-major B runs without clusters");
+static_assert(!A_MN_MAJOR || CLUSTER_M == 1, "matmul_sm90: an M-major A runs without clusters");
 #if B_MN_MAJOR
 constexpr int B_BLOCKS = BLOCK_N / 64;  // 64-wide blocks of an N-major B slot (one box each)
 #endif
@@ -264,8 +269,17 @@ SPIO_DEVICE void load_slot(const Smem& smem, int s, unsigned phase, int kt, int 
     spio::mbarrier::wait(&smem.empty[s], phase ^ 1);
     // A's box and all of B's (with a cluster, half of it comes from the peer).
     spio::mbarrier::arrive_expect_tx(&smem.full[s], SLOT_BYTES);
+#if A_MN_MAJOR
+    // A^T (K, M): block mb is 64 k rows x 64 m columns from column tile_m BLOCK_M + 64 mb.
+#pragma unroll
+    for (int mb = 0; mb < BLOCK_M / 64; ++mb) {
+        spio::tma::load_2d(smem.a[STAGE(s)][MB(mb)].get(), a_map, tile_m * BLOCK_M + 64 * mb,
+                           kt * BLOCK_K, &smem.full[s]);
+    }
+#else
     spio::tma::load_2d(smem.a[STAGE(s)].get(), a_map, kt * BLOCK_K, tile_m * BLOCK_M,
                        &smem.full[s]);
+#endif
 #if B_MN_MAJOR
     // B (K, N): block nb is 64 k rows x 64 n columns from column tile_n BLOCK_N + 64 nb.
 #pragma unroll
@@ -290,26 +304,39 @@ SPIO_DEVICE void load_slot(const Smem& smem, int s, unsigned phase, int kt, int 
 /// One consumer warpgroup's wgmma batch on slot s (its 64 rows from `rows`), accumulating onto
 /// d, or overwriting it at the first k step when `accumulate` is false; committed.
 SPIO_DEVICE void mma_slot(float (&d)[ACC], const Smem& smem, int s, int rows, bool accumulate) {
+#if A_MN_MAJOR
+    const auto a = smem.a[STAGE(s)][MB(rows / 64)];  // the warpgroup's 64-wide block
+#else
     const auto a = smem.a[STAGE(s)][M(rows)];  // row 64 (w - 1): an 8-row atom's start
+#endif
     const auto b = smem.b[STAGE(s)];
     spio::warpgroup::fence();
 #pragma unroll
     for (int ks = 0; ks < K_STEPS; ++ks) {
         // K-step ks: chunks 2 ks, 2 ks + 1 of the rows. The descriptor takes the address of
         // the atom's row 0, whose XOR key is 0; the hardware swizzles the other rows.
+#if A_MN_MAJOR
+        // Rows 16 ks.. of the block: 2 atoms of 8 rows along K, SBO apart (LBO unused: the
+        // wgmma's 64 rows of M are one block).
+        const auto da = spio::warpgroup::make_desc(a[KROW(16 * ks)].get(), 64 * 128, SWIZZLE_ATOM,
+                                                   spio::warpgroup::Swizzle::B128);
+#else
         const auto da = spio::warpgroup::make_desc(a[K8(2 * ks)].get(), 16, SWIZZLE_ATOM,
                                                    spio::warpgroup::Swizzle::B128);
+#endif
 #if B_MN_MAJOR
         // Rows 16 ks.. of every 64-wide block (2 atoms of 8 rows along K, SBO apart); the
         // blocks along N are one block's bytes apart (LBO).
         constexpr unsigned B_BLOCK_BYTES = 64 * 128;
         const auto db = spio::warpgroup::make_desc(b[NB(0)][KROW(16 * ks)].get(), B_BLOCK_BYTES,
                                                    SWIZZLE_ATOM, spio::warpgroup::Swizzle::B128);
-        spio::warpgroup::mma_async<Element, BLOCK_N, true>(d, da, db, accumulate || ks > 0);
+        spio::warpgroup::mma_async<Element, BLOCK_N, true, A_MN_MAJOR>(d, da, db,
+                                                                       accumulate || ks > 0);
 #else
         const auto db = spio::warpgroup::make_desc(b[K8(2 * ks)].get(), 16, SWIZZLE_ATOM,
                                                    spio::warpgroup::Swizzle::B128);
-        spio::warpgroup::mma_async<Element, BLOCK_N>(d, da, db, accumulate || ks > 0);
+        spio::warpgroup::mma_async<Element, BLOCK_N, false, A_MN_MAJOR>(d, da, db,
+                                                                        accumulate || ks > 0);
 #endif
     }
     spio::warpgroup::commit_group();

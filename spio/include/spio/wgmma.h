@@ -96,9 +96,9 @@ template <int N>
 struct Mma;
 }  // namespace detail
 
-/// D(64xN) = A(64x16) B(16xN) + (accumulate ? D : 0) with fp32 accumulators, A K-major in
-/// shared memory, B K-major or (NMajorB) N-major. Warpgroup-wide; asynchronous (see
-/// commit_group / wait_group).
+/// D(64xN) = A(64x16) B(16xN) + (accumulate ? D : 0) with fp32 accumulators, A K-major or
+/// (MMajorA) M-major in shared memory, B K-major or (NMajorB) N-major. Warpgroup-wide;
+/// asynchronous (see commit_group / wait_group).
 ///
 /// Template parameters:
 ///   T           the operand type, __half or __nv_bfloat16
@@ -109,12 +109,15 @@ struct Mma;
 ///               (128-byte) rows of N, one per k, in 1024-byte atoms of 8 rows: `sbo_bytes`
 ///               between atoms along K (1024 for rows stored one after another), `lbo_bytes`
 ///               between the 64-wide blocks along N.
+///   MMajorA     the same for A: false, 64 rows along K (K-major); true, 16 rows along K of
+///               64 elements of M (M-major, the transposed-A mode), `sbo_bytes` between the
+///               8-row atoms along K.
 /// Parameters:
 ///   d           this thread's accumulators (layout in the file comment)
 ///   desc_a      A's descriptor (64 rows x 16 along K)
 ///   desc_b      B's descriptor (16 along K x N)
 ///   accumulate  false: D = A B; true: D += A B
-template <typename T, int N, bool NMajorB = false>
+template <typename T, int N, bool NMajorB = false, bool MMajorA = false>
 SPIO_DEVICE void mma_async(float (&d)[N / 2], unsigned long long desc_a, unsigned long long desc_b,
                            bool accumulate) {
     // Preconditions
@@ -124,7 +127,7 @@ SPIO_DEVICE void mma_async(float (&d)[N / 2], unsigned long long desc_a, unsigne
     static_assert(N == 64 || N == 128 || N == 256,
                   "spio::warpgroup::mma_async<T, N>: N must be 64, 128 or 256 (the wrapped "
                   "shapes); tile wider N as several calls");  // N
-    detail::Mma<N>::template run<T, NMajorB>(d, desc_a, desc_b, accumulate);
+    detail::Mma<N>::template run<T, MMajorA, NMajorB>(d, desc_a, desc_b, accumulate);
 }
 
 namespace detail {
@@ -190,36 +193,43 @@ namespace detail {
     "+f"(d[126]), "+f"(d[127])
 // The asm text of one wgmma m64nNk16 with fp32 accumulators: TY the operand type's PTX name,
 // REGS the accumulators' operand list, IA/IB/IP the operand numbers of the two descriptors and
-// the accumulate flag (after the N / 2 accumulators), TB B's transpose flag (1: N-major).
-#define SPIO_WGMMA_ASM(N, TY, REGS, IA, IB, IP, TB)                                \
+// the accumulate flag (after the N / 2 accumulators), TA / TB the transpose flags of A and B
+// (1: M-major / N-major).
+#define SPIO_WGMMA_ASM(N, TY, REGS, IA, IB, IP, TA, TB)                            \
     "{\n.reg .pred p;\nsetp.ne.b32 p, %" #IP ", 0;\n"                             \
     "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." TY "." TY " {" REGS "}, %" #IA \
-    ", %" #IB ", p, 1, 1, 0, " #TB ";\n}\n"
+    ", %" #IB ", p, 1, 1, " #TA ", " #TB ";\n}\n"
+// One wgmma statement of Mma<N>::run (a, b, acc and d in scope).
+#define SPIO_WGMMA_ONE(N, TY, IA, IB, IP, TA, TB)                                \
+    asm volatile(SPIO_WGMMA_ASM(N, TY, SPIO_WGMMA_REGS_##N, IA, IB, IP, TA, TB) \
+                 : SPIO_WGMMA_OUTS_##N                                          \
+                 : "l"(a), "l"(b), "r"(static_cast<int>(acc)))
 
 // One specialization Mma<N>: the fp16 and bf16 forms of wgmma m64nNk16 (N / 2 accumulators,
 // then the descriptors and the accumulate flag as operands N / 2, N / 2 + 1, N / 2 + 2).
 #define SPIO_WGMMA_SPECIALIZE(N, HALF_N, IA, IB, IP)                                             \
     template <>                                                                                \
     struct Mma<N> {                                                                            \
-        template <typename T, bool TB>                                                         \
+        template <typename T, bool TA, bool TB>                                                \
         SPIO_DEVICE static void run(float (&d)[HALF_N], unsigned long long a,                  \
                                     unsigned long long b, bool acc) {                          \
-            if constexpr (spio::detail::is_half_v<T> && !TB) {                                 \
-                asm volatile(SPIO_WGMMA_ASM(N, "f16", SPIO_WGMMA_REGS_##N, IA, IB, IP, 0)      \
-                             : SPIO_WGMMA_OUTS_##N                                             \
-                             : "l"(a), "l"(b), "r"(static_cast<int>(acc)));                    \
-            } else if constexpr (spio::detail::is_half_v<T>) {                                 \
-                asm volatile(SPIO_WGMMA_ASM(N, "f16", SPIO_WGMMA_REGS_##N, IA, IB, IP, 1)      \
-                             : SPIO_WGMMA_OUTS_##N                                             \
-                             : "l"(a), "l"(b), "r"(static_cast<int>(acc)));                    \
+            constexpr bool H = spio::detail::is_half_v<T>;                                     \
+            if constexpr (H && !TA && !TB) {                                                   \
+                SPIO_WGMMA_ONE(N, "f16", IA, IB, IP, 0, 0);                                    \
+            } else if constexpr (H && !TA) {                                                   \
+                SPIO_WGMMA_ONE(N, "f16", IA, IB, IP, 0, 1);                                    \
+            } else if constexpr (H && !TB) {                                                   \
+                SPIO_WGMMA_ONE(N, "f16", IA, IB, IP, 1, 0);                                    \
+            } else if constexpr (H) {                                                          \
+                SPIO_WGMMA_ONE(N, "f16", IA, IB, IP, 1, 1);                                    \
+            } else if constexpr (!TA && !TB) {                                                 \
+                SPIO_WGMMA_ONE(N, "bf16", IA, IB, IP, 0, 0);                                   \
+            } else if constexpr (!TA) {                                                        \
+                SPIO_WGMMA_ONE(N, "bf16", IA, IB, IP, 0, 1);                                   \
             } else if constexpr (!TB) {                                                        \
-                asm volatile(SPIO_WGMMA_ASM(N, "bf16", SPIO_WGMMA_REGS_##N, IA, IB, IP, 0)     \
-                             : SPIO_WGMMA_OUTS_##N                                             \
-                             : "l"(a), "l"(b), "r"(static_cast<int>(acc)));                    \
+                SPIO_WGMMA_ONE(N, "bf16", IA, IB, IP, 1, 0);                                   \
             } else {                                                                           \
-                asm volatile(SPIO_WGMMA_ASM(N, "bf16", SPIO_WGMMA_REGS_##N, IA, IB, IP, 1)     \
-                             : SPIO_WGMMA_OUTS_##N                                             \
-                             : "l"(a), "l"(b), "r"(static_cast<int>(acc)));                    \
+                SPIO_WGMMA_ONE(N, "bf16", IA, IB, IP, 1, 1);                                   \
             }                                                                                  \
         }                                                                                      \
     };
@@ -235,6 +245,7 @@ SPIO_WGMMA_SPECIALIZE(256, 128, 128, 129, 130)
 #undef SPIO_WGMMA_REGS_256
 #undef SPIO_WGMMA_OUTS_256
 #undef SPIO_WGMMA_ASM
+#undef SPIO_WGMMA_ONE
 #undef SPIO_WGMMA_SPECIALIZE
 
 }  // namespace detail

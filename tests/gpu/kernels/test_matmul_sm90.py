@@ -58,16 +58,19 @@ def _skip_unless_hopper():
 
 def check(p: MatmulParams, cfg: k90.MatmulSm90Config, seed: int, shift: int = 0) -> None:
     """Launches (p, cfg) once on fresh random inputs and compares with the fp64 reference;
-    `shift` moves C by that many elements (an odd shift: C not 2-element aligned)."""
+    `shift` moves C by that many elements (an odd shift: C not 2-element aligned). With
+    `cfg.a_transposed` A is drawn as its transpose's storage (K, M) and the kernel reads that."""
     g = torch.Generator("cuda").manual_seed(seed)
     dt, out_dt = getattr(torch, p.dtype), getattr(torch, p.out_dtype)
-    a = torch.randn(p.m, p.k, generator=g, device="cuda").to(dt)
+    a_shape = (p.k, p.m) if cfg.a_transposed else (p.m, p.k)
+    a_store = torch.randn(*a_shape, generator=g, device="cuda").to(dt)
+    a = a_store.t() if cfg.a_transposed else a_store
     b = torch.randn(*p.b_shape, generator=g, device="cuda").to(dt)
     bias = torch.randn(p.n, generator=g, device="cuda").to(dt) if p.has_bias else None
     start = GUARD + shift
     buf = poison(torch.empty(start + p.m * p.n + GUARD, dtype=out_dt, device="cuda"))
     c = buf[start : start + p.m * p.n].view(p.m, p.n)
-    k90.launch(p, cfg, c, a, b, bias, stream=torch.cuda.current_stream().cuda_stream)
+    k90.launch(p, cfg, c, a_store, b, bias, stream=torch.cuda.current_stream().cuda_stream)
     torch.cuda.synchronize()
     where = f"{p} {cfg} seed={seed}"
     guard = torch.cat([buf[:start], buf[start + p.m * p.n :]])
@@ -102,6 +105,20 @@ def test_row_major_b_every_config_on_every_shape(flags, seed):
     for cfg in cfgs:
         for m, n, kk in ROW_MAJOR_SHAPES:
             check(_params(flags, m, n, kk, b_transposed=False), cfg, seed)
+
+
+@pytest.mark.parametrize("flags", FLAG_SETS[:2], ids=str)
+def test_transposed_a_every_config(flags, seed):
+    """A given as its transpose's storage (K, M), read M-major (wgmma's transposed-A mode, 64 x 64
+    boxes, each consumer warpgroup its own block): every config without clusters, B either way,
+    M a multiple of 8 and ragged against the tiles, against fp64."""
+    _skip_unless_hopper()
+    for bt in (True, False):
+        for cfg in k90.configs(_params(flags, 8, 8, 8, bt), _device()):
+            if cfg.cluster_m > 1:
+                continue
+            for m, n, kk in ((8, 8, 8), (136, 264, 72), (1000, 136, 200), (264, 40, 1032)):
+                check(_params(flags, m, n, kk, bt), replace(cfg, a_transposed=True), seed)
 
 
 def test_rasterization_covers_every_tile(seed):

@@ -232,6 +232,37 @@ def test_plan_loads_its_kernel_on_the_tensors_gpu(monkeypatch, b_transposed):
     assert loads == [("matmul_sm90", str(a.device))]
 
 
+@pytest.mark.parametrize("shape, strided, want", [((64, 72), True, True), ((64, 72), False, False),
+                                                  ((60, 72), True, False)])  # fmt: skip
+def test_plan_reads_a_transposed_view_as_it_lies(monkeypatch, shape, strided, want):
+    """On an H100 an A that is the transposed view of a contiguous (K, M) tensor with M a
+    multiple of 8 (dB's dCᵀ or Aᵀ) runs the Hopper kernel with `a_transposed`, so the plan copies
+    nothing; a contiguous A, or M not a multiple of 8, keeps the (M, K) layout."""
+    import contextlib
+    import importlib
+
+    from spio.cuda import known_device
+    from spio.kernels import loader
+
+    fm = importlib.import_module("spio.functional.matmul")
+    cfgs: list = []
+
+    class Cache:
+        def get(self, kdef, params, cfg, dev):
+            cfgs.append(cfg)
+            return type("K", (), {"bind": lambda self, grid, **kw: lambda args, stream: None})()
+
+    monkeypatch.setattr(loader, "default_function_cache", lambda: Cache())
+    monkeypatch.setattr(fm, "device_attributes", lambda index: known_device("H100"))
+    monkeypatch.setattr(torch.cuda, "device", lambda d: contextlib.nullcontext())
+    m, k = shape
+    a = torch.empty(k, m, dtype=torch.float16, device="meta").t() if strided else \
+        torch.empty(m, k, dtype=torch.float16, device="meta")  # fmt: skip
+    b = torch.empty(64, k, dtype=torch.float16, device="meta")
+    plan = fm._Plan(a, b, None, torch.float16, True)
+    assert plan.a_t == want and cfgs[-1].a_transposed == want
+
+
 def test_split_plan_passes_its_workspace(monkeypatch):
     """At a decode shape on an H100 the plan runs split-K (`matmul_sm90.heuristic`): it loads the
     main kernel and the sum, and each call allocates the fp32 (split_k x M x N) workspace as it

@@ -92,6 +92,13 @@ def test_space_fits_shared_memory_and_is_sm90_only():
     for bad in (1, 0, "yes", None):
         with pytest.raises(ValueError, match="tma_store must be a bool"):
             k90.MatmulSm90Config(tma_store=bad)
+        with pytest.raises(ValueError, match="a_transposed must be a bool"):
+            k90.MatmulSm90Config(a_transposed=bad)
+    with pytest.raises(ValueError, match=r"\(K, M\) \(a_transposed\) runs without clusters"):
+        k90.MatmulSm90Config(a_transposed=True, cluster_m=2)
+    # The layout of A is the caller's: the space never lists it.
+    assert not any(c.a_transposed for c in cfgs)
+    assert k90.MatmulSm90Config(a_transposed=True).label() == "n128 s4 at"
 
 
 def test_tma_store_where_the_tile_and_c_allow_it(monkeypatch):
@@ -251,6 +258,29 @@ def test_every_config_compiles_without_local_memory(flags, b_transposed):
         # Within the budget the persistent grid counts on (same CTAs per SM either way).
         assert res.registers <= k90.REGISTERS[cfg.block_n], f"{cfg}: {res}"
         assert k90.ctas_per_sm(cfg, H100, res.registers) == k90.ctas_per_sm(cfg, H100)
+
+
+@pytest.mark.parametrize("b_transposed", [True, False])
+def test_transposed_a_compiles_without_local_memory(b_transposed):
+    """An A given as (K, M) (`a_transposed`): every config without clusters, B either way,
+    compiles with no local memory, within the register budget and (SASS, where cuobjdump is
+    found) with its wgmma batches unserialized and A's two boxes a slot."""
+    p = _p(b_transposed=b_transposed)
+    for cfg in k90.configs(p, H100):
+        if cfg.cluster_m > 1:
+            continue
+        cfg = replace(cfg, a_transposed=True)
+        cubin = compile_spec(k90.spec(p, cfg, H100), H100.arch)
+        res = kernel_resources(cubin)["matmul_sm90"]
+        assert res.local_bytes == 0 and res.registers <= k90.REGISTERS[cfg.block_n], (cfg, res)
+        if find_tool("cuobjdump") is not None and cfg.stages == 2:
+            from spio.compiler.disasm import disassemble
+
+            sass = disassemble(cubin)
+            hgmma = re.findall(r"HGMMA\.[^;]*;", sass)
+            assert hgmma and sum("gsb0" not in h for h in hgmma) >= len(hgmma) // 2, cfg
+            want = 2 + (1 if b_transposed else cfg.block_n // 64)
+            assert len(re.findall(r"UTMALDG\.2D", sass)) >= want, cfg
 
 
 NO_CUOBJDUMP = find_tool("cuobjdump") is None
@@ -472,6 +502,68 @@ def test_typed_n_major_b_ring_is_the_tma_swizzle(tmp_path):
         f'static_assert(SmemB::storage_size() == {cfg.stages * blocks * 64 * 8}, "size");'
     )
     _run_tile_checks(tmp_path, header, "static uint4 buf[SmemB::storage_size()];", checks)
+
+
+@pytest.mark.skipif(
+    GXX is None, reason="needs g++ (the typed-dimension headers compile on the host)"
+)
+def test_typed_m_major_a_ring_is_the_tma_swizzle(tmp_path):
+    """An A given as (K, M): SmemA (STAGE, MB, KROW, M8), block mb of slot s holds 64 k rows of 8
+    chunks, chunk m8 of row k at ((s * 2 + mb) * 64 + k) * 8 + (m8 ^ (k % 8)), what a TMA box of
+    64 x 64 with the 128-byte swizzle writes at the block's start; with a row-major B too (the
+    two rings share the KROW dim)."""
+    from spio.generators import generate
+
+    cfg = k90.MatmulSm90Config(block_n=64, stages=2, a_transposed=True)
+    header = generate(k90.smem_tiles(cfg, b_transposed=False), "matmul_sm90 m-major tiles")
+    checks = []
+    for s in range(cfg.stages):
+        for mb in range(2):
+            for k in range(64):
+                for m8 in range(8):
+                    want = ((s * 2 + mb) * 64 + k) * 8 + (m8 ^ (k % 8))
+                    checks.append(
+                        f"CHECK(SmemA(buf)[STAGE({s})][MB({mb})][KROW({k})][M8({m8})].get() - buf,"
+                        f" {want});"
+                    )
+    checks.append(f'static_assert(SmemA::storage_size() == {cfg.stages * 2 * 64 * 8}, "size");')
+    _run_tile_checks(tmp_path, header, "static uint4 buf[SmemA::storage_size()];", checks)
+
+
+def test_transposed_a_launch_reads_k_by_m_boxes(monkeypatch):
+    """An A given as (K, M): its map is (K, M) with the row stride `lda` in boxes of 64 k x 64 m;
+    `launch` checks a's (K, M) shape and names an M that is not a multiple of 8."""
+    import torch
+
+    from spio.cuda import driver, tensor_map
+
+    encoded: list[tuple] = []
+    monkeypatch.setattr(driver, "tensor_map_encode_tiled", lambda *args: encoded.append(args)
+                        or bytes(128))  # fmt: skip
+    p = MatmulParams(296, 200, 72, "float16", "float16", b_transposed=True)
+    cfg = k90.MatmulSm90Config(128, 3, a_transposed=True, tma_store=False)
+
+    class Kernel:
+        def bind(self, grid):
+            return lambda args, stream: None
+
+    k90.Sm90Launch(Kernel(), p, cfg, H100, lda=304)(
+        _FakeTensor(0x30000), _FakeTensor(0x10000), _FakeTensor(0x20000), None, 0
+    )
+    want: list[tuple] = []
+    monkeypatch.setattr(driver, "tensor_map_encode_tiled", lambda *args: want.append(args) or
+                        bytes(128))  # fmt: skip
+    tensor_map.tiled(0x10000, "float16", (72, 296), (304, 1), (64, 64), swizzle=128)
+    tensor_map.tiled(0x20000, "float16", (200, 72), (72, 1), (128, 64), swizzle=128)
+    assert encoded == want
+    b = torch.empty(200, 72, dtype=torch.float16)
+    c = torch.empty(296, 200, dtype=torch.float16)
+    with pytest.raises(ValueError, match=r"a must be a contiguous torch.float16 tensor of shape"):
+        k90.launch(p, cfg, c, torch.empty(296, 72, dtype=torch.float16), b, device=H100)
+    q = replace(p, m=297)
+    with pytest.raises(ValueError, match=r"needs M % 8 == 0"):
+        k90.launch(q, cfg, torch.empty(297, 200, dtype=torch.float16),
+                   torch.empty(72, 297, dtype=torch.float16), b, device=H100)  # fmt: skip
 
 
 def test_row_major_b_launch_reads_k_by_n_boxes(monkeypatch):
