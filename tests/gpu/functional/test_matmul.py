@@ -3,6 +3,8 @@ torch.compile (fullgraph), autograd vs fp64, CUDA graphs, no recompiles for new 
 
 from __future__ import annotations
 
+import importlib
+
 import pytest
 import torch
 
@@ -75,6 +77,9 @@ def test_opcheck(seed):
     a, b, c = _inputs(seed, 33, 40, 64, b_transposed=True, grad=True)
     torch.library.opcheck(torch.ops.spio.matmul, (a, b, c, torch.float32, True))
     torch.library.opcheck(torch.ops.spio.matmul, (a.detach(), b.detach().t(), None, None, False))
+    # A as the transposed view of a (K, M) tensor, M a multiple of 8: read as it lies on sm_90.
+    a_t = torch.randn(64, 40, device="cuda").to(a.dtype).t().requires_grad_()
+    torch.library.opcheck(torch.ops.spio.matmul, (a_t, b, c, None, True))
 
 
 def test_torch_compile_fullgraph(seed):
@@ -108,6 +113,15 @@ def test_autograd_matches_fp64(seed, b_transposed, m, n):
     ):
         tol = 2 * tolerance(torch.float16, depth=depth)
         assert_close(got, want, tol, where=f"{name} seed={seed}")
+    if torch.cuda.get_device_capability() == (9, 0):
+        # dB (rows, M8) = dCᵀ @ A or Aᵀ @ dC: its left operand is a transposed view, which the
+        # Hopper kernel reads as it lies (a_transposed) where its rows are a multiple of 8.
+        fm = importlib.import_module("spio.functional.matmul")
+        rows, m8 = (n if b_transposed else k), m + (-m) % 8
+        lhs = torch.empty(m8, rows, dtype=torch.float16, device="cuda").t()
+        rhs = torch.empty(m8, k if b_transposed else n, dtype=torch.float16, device="cuda")
+        plan = fm._PLANS.get(fm._key(lhs, rhs, None, None, False))
+        assert plan is not None and plan.a_t == (rows % 8 == 0), (rows, m8)
 
 
 @pytest.mark.parametrize("b_transposed", [False, True])  # on sm_90: the Hopper kernel, either

@@ -159,14 +159,17 @@ def test_backward_feeds_the_kernel_reductions_of_multiples_of_8(monkeypatch, b_t
     """The kernel path's backward pads the reduced dim (N for dA, M for dB) to a multiple of 8.
 
     The kernel is stood in for by a float64 matmul that enforces the kernel's K % 8 rule, so this
-    runs on the CPU.
+    runs on the CPU. dB's left operand (dCᵀ or Aᵀ) reaches the op as the transposed view of a
+    contiguous tensor, not copied (the Hopper kernel reads it as it lies, `a_transposed`).
     """
     import importlib
 
     fm = importlib.import_module("spio.functional.matmul")  # the module, not the function
+    lhs_strides: list = []
 
     def kernel(a, b, bias, out_dtype, bt):
         assert a.shape[1] % 8 == 0, f"kernel called with K = {a.shape[1]}"
+        lhs_strides.append((tuple(a.shape), a.stride()))
         out = a.double() @ (b.double().t() if bt else b.double())
         return (out + bias.double() if bias is not None else out).to(out_dtype)
 
@@ -185,6 +188,9 @@ def test_backward_feeds_the_kernel_reductions_of_multiples_of_8(monkeypatch, b_t
     (a2 @ (b2.t() if b_transposed else b2)).backward(g.double())
     assert_close(a.grad, a2.grad, tolerance(bf, depth=n, acc_dtype=torch.float64), "dA")
     assert_close(b.grad, b2.grad, tolerance(bf, depth=m, acc_dtype=torch.float64), "dB")
+    # The forward, dA, then dB: dB (rows, M8) reads a (M8, rows) tensor's transpose.
+    rows, m8 = (n if b_transposed else k), m + (-m) % 8
+    assert lhs_strides[-1] == ((rows, m8), (1, rows)), lhs_strides
 
 
 @pytest.mark.parametrize("b_transposed", [True, False])
@@ -261,6 +267,35 @@ def test_plan_reads_a_transposed_view_as_it_lies(monkeypatch, shape, strided, wa
     b = torch.empty(64, k, dtype=torch.float16, device="meta")
     plan = fm._Plan(a, b, None, torch.float16, True)
     assert plan.a_t == want and cfgs[-1].a_transposed == want
+
+
+def test_plan_runs_a_transposed_a_without_clusters(monkeypatch):
+    """A transposed-view A runs without clusters even where the Hopper kernel's config has them
+    (the heuristic picks none today): the plan drops the cluster rather than fail."""
+    import contextlib
+    import importlib
+
+    from spio.cuda import known_device
+    from spio.kernels import loader
+    from spio.kernels import matmul_sm90 as k90
+
+    fm = importlib.import_module("spio.functional.matmul")
+    cfgs: list = []
+
+    class Cache:
+        def get(self, kdef, params, cfg, dev):
+            cfgs.append(cfg)
+            return type("K", (), {"bind": lambda self, grid, **kw: lambda args, stream: None})()
+
+    monkeypatch.setattr(loader, "default_function_cache", lambda: Cache())
+    monkeypatch.setattr(fm, "device_attributes", lambda index: known_device("H100"))
+    monkeypatch.setattr(torch.cuda, "device", lambda d: contextlib.nullcontext())
+    monkeypatch.setattr(k90, "heuristic", lambda p, dev: k90.MatmulSm90Config(256, 4, cluster_m=2))
+    a = torch.empty(512, 1024, dtype=torch.float16, device="meta").t()  # (1024, 512), M-major
+    b = torch.empty(512, 512, dtype=torch.float16, device="meta")
+    plan = fm._Plan(a, b, None, torch.float16, True)
+    want = k90.MatmulSm90Config(256, 4, raster=1, a_transposed=True)  # the loaded variant
+    assert plan.a_t and cfgs == [want], cfgs
 
 
 def test_split_plan_passes_its_workspace(monkeypatch):
