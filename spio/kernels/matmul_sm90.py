@@ -524,6 +524,14 @@ class Sm90Launch:
                 f"Sm90Launch: split_k={cfg.split_k} needs the split-K sum's kernel exactly when "
                 "split_k > 1 (matmul_sm90.bound loads it)"
             )
+        for name, ld, least, used in (("lda", lda, p.m, cfg.a_transposed),
+                                      ("ldb", ldb, p.n, not p.b_transposed)):  # fmt: skip
+            if ld is not None and (not used or ld < least or ld % 8):
+                raise ValueError(
+                    f"Sm90Launch: {name}={ld} must be a row stride of at least {least} elements "
+                    f"and a multiple of 8, and is only taken for an operand given (K, M) / (K, N) "
+                    f"(a_transposed={cfg.a_transposed}, b_transposed={p.b_transposed})"
+                )
         self._launch = kernel.bind(grid(p, cfg, dev))
         self._tail = (p.m, p.n, p.k, cfg.raster)
         self._reduce = None

@@ -50,7 +50,8 @@
 ///   cluster; stride = gridDim.x / CLUSTER_M) in the same raster order (tile_of), as one k-tile
 ///   stream: producer and consumers carry their slot and phase from tile to tile, so the
 ///   producer fills the next tile's first slots while the consumers store this one. The
-///   consumers zero their accumulators per tile and release a tile's last slot as soon as its
+///   consumers zero their accumulators per tile (harmless: ptxas keeps the wgmma batches
+///   unserialized there, a host test checks) and release a tile's last slot as soon as its
 ///   batch completed (the plain kernel never releases it), before the epilogue. Both CTAs of a
 ///   cluster walk the same pairs, so their streams stay in step; the cluster barrier follows
 ///   the last tile. PERSISTENT 0 compiles the one-tile code, whose SASS the persistent path

@@ -62,6 +62,14 @@ def test_non_contiguous_and_offset_inputs(seed, b_transposed):
     y = matmul(a, b_odd, c, b_transposed=b_transposed)  # B 2 bytes off alignment
     where = f"offset B b_transposed={b_transposed}"
     assert_close(y, _reference(a, b, c, b_transposed), tolerance(y.dtype, depth=48), where=where)
+    # A as the transposed view of a (K, M) tensor, M a multiple of 8, 2 bytes off alignment: on
+    # sm_90 read as it lies once copied to an aligned (K, M) tensor.
+    a8 = a[:64]
+    at_odd = torch.empty(48 * 64 + 1, dtype=a.dtype, device="cuda")[1:].view(48, 64)
+    at_odd.copy_(a8.t())
+    y = matmul(at_odd.t(), b_view, c, b_transposed=b_transposed)
+    where = f"offset transposed A b_transposed={b_transposed}"
+    assert_close(y, _reference(a8, b, c, b_transposed), tolerance(y.dtype, depth=48), where=where)
 
 
 def test_empty_and_zero_k():

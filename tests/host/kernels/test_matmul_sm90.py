@@ -283,6 +283,27 @@ def test_transposed_a_compiles_without_local_memory(b_transposed):
             assert len(re.findall(r"UTMALDG\.2D", sass)) >= want, cfg
 
 
+@pytest.mark.parametrize("a_transposed", [False, True])
+@pytest.mark.parametrize("b_transposed", [True, False])
+def test_ptx_transpose_flags_and_descriptor_strides(b_transposed, a_transposed):
+    """Each layout's wgmma carries its transpose immediates (tnspA, tnspB: 1 for an M-major A / an
+    N-major B) and its descriptors the strides of that layout: the N-major B's LBO of 8 KiB (one
+    64-wide block, 0x200 in 16-byte units at bit 16) and every swizzled operand's SBO of 1024
+    (0x40 at bit 32). A wrong flag or stride would compute garbage that only a GPU test sees."""
+    from spio.compiler import compile as spio_compile
+
+    cfg = k90.MatmulSm90Config(block_n=256, stages=2, a_transposed=a_transposed)
+    spec = k90.spec(_p(b_transposed=b_transposed), cfg, H100)
+    ptx = spio_compile(spec.source_text(), H100.arch + spec.arch_suffix, options=spec.options,
+                       name=spec.source, scope=spec.specs, ptx=True).decode()  # fmt: skip
+    flags = set(re.findall(r"wgmma\.mma_async[^;]*?p, 1, 1, (\d), (\d);", ptx, re.S))
+    assert flags == {(str(int(a_transposed)), str(int(not b_transposed)))}, flags
+    # The descriptors' constant fields: (lbo << 16) | (sbo << 32) | (swizzle B128 << 62).
+    b128 = 1 << 62
+    want_b = ((8192 >> 4) << 16 if not b_transposed else 1 << 16) | (64 << 32) | b128
+    assert str(want_b) in ptx or hex(want_b)[2:] in ptx.lower(), "B's descriptor fields"
+
+
 NO_CUOBJDUMP = find_tool("cuobjdump") is None
 needs_cuobjdump = pytest.mark.skipif(
     NO_CUOBJDUMP, reason="needs cuobjdump (CUDA toolkit, on PATH or CUDA_HOME)"
@@ -564,6 +585,23 @@ def test_transposed_a_launch_reads_k_by_m_boxes(monkeypatch):
     with pytest.raises(ValueError, match=r"needs M % 8 == 0"):
         k90.launch(q, cfg, torch.empty(297, 200, dtype=torch.float16),
                    torch.empty(72, 297, dtype=torch.float16), b, device=H100)  # fmt: skip
+
+
+def test_leading_dimensions_are_checked():
+    """`lda` / `ldb` must cover the row (>= M / N), be a multiple of 8, and are taken only for an
+    operand given (K, M) / (K, N): anything else is a ValueError before a map is encoded."""
+
+    class Kernel:
+        def bind(self, grid):
+            return lambda args, stream: None
+
+    p = MatmulParams(296, 200, 72, "float16", "float16", b_transposed=False)
+    cfg = k90.MatmulSm90Config(128, 3)
+    for kw in ({"ldb": 192}, {"ldb": 204}, {"lda": 296}):
+        with pytest.raises(ValueError, match="must be a row stride of at least"):
+            k90.Sm90Launch(Kernel(), p, cfg, H100, **kw)
+    with pytest.raises(ValueError, match="lda=290 must be a row stride of at least 296"):
+        k90.Sm90Launch(Kernel(), p, replace(cfg, a_transposed=True), H100, lda=290)
 
 
 def test_row_major_b_launch_reads_k_by_n_boxes(monkeypatch):
