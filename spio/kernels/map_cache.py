@@ -46,13 +46,19 @@ class MapCache:
         self._limit = limit
 
     def get(self, address: int) -> bytes:
-        """The map at `address` (a 16-byte aligned device address: the caller checks)."""
+        """The map at `address` (a 16-byte aligned device address; a misaligned one is a
+        ValueError when it is first encoded)."""
         raw = self._maps.get(address)
         return raw if raw is not None else self._encode(address)
 
     def _encode(self, address: int) -> bytes:
         from spio.cuda import driver
 
+        if address % 16:  # checked on a miss only: a hit was aligned when it was encoded
+            raise ValueError(
+                f"tensor map: the tensor must start 16-byte aligned (TMA's rule), got address "
+                f"{address:#x}; pass a fresh allocation (e.g. t.clone())"
+            )
         with self._lock:
             raw = self._maps.get(address)
             if raw is None:
