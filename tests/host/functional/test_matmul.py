@@ -244,12 +244,9 @@ def test_plan_loads_its_kernel_on_the_tensors_gpu(monkeypatch, b_transposed):
     assert loads == [("matmul_sm90", str(a.device))]
 
 
-@pytest.mark.parametrize("shape, strided, want", [((64, 72), True, True), ((64, 72), False, False),
-                                                  ((60, 72), True, False)])  # fmt: skip
-def test_plan_reads_a_transposed_view_as_it_lies(monkeypatch, shape, strided, want):
-    """On an H100 an A that is the transposed view of a contiguous (K, M) tensor with M a
-    multiple of 8 (dB's dCᵀ or Aᵀ) runs the Hopper kernel with `a_transposed`, so the plan copies
-    nothing; a contiguous A, or M not a multiple of 8, keeps the (M, K) layout."""
+def _h100_plans(monkeypatch) -> tuple:
+    """The matmul module with plans built as on an H100 (no GPU: loads are recorded, launches do
+    nothing), and the list of configs the plans load."""
     import contextlib
     import importlib
 
@@ -267,6 +264,16 @@ def test_plan_reads_a_transposed_view_as_it_lies(monkeypatch, shape, strided, wa
     monkeypatch.setattr(loader, "default_function_cache", lambda: Cache())
     monkeypatch.setattr(fm, "device_attributes", lambda index: known_device("H100"))
     monkeypatch.setattr(torch.cuda, "device", lambda d: contextlib.nullcontext())
+    return fm, cfgs
+
+
+@pytest.mark.parametrize("shape, strided, want", [((64, 72), True, True), ((64, 72), False, False),
+                                                  ((60, 72), True, False)])  # fmt: skip
+def test_plan_reads_a_transposed_view_as_it_lies(monkeypatch, shape, strided, want):
+    """On an H100 an A that is the transposed view of a contiguous (K, M) tensor with M a
+    multiple of 8 (dB's dCᵀ or Aᵀ) runs the Hopper kernel with `a_transposed`, so the plan copies
+    nothing; a contiguous A, or M not a multiple of 8, keeps the (M, K) layout."""
+    fm, cfgs = _h100_plans(monkeypatch)
     m, k = shape
     a = torch.empty(k, m, dtype=torch.float16, device="meta").t() if strided else \
         torch.empty(m, k, dtype=torch.float16, device="meta")  # fmt: skip
@@ -278,24 +285,9 @@ def test_plan_reads_a_transposed_view_as_it_lies(monkeypatch, shape, strided, wa
 def test_plan_runs_a_transposed_a_without_clusters(monkeypatch):
     """A transposed-view A runs without clusters even where the Hopper kernel's config has them
     (the heuristic picks none today): the plan drops the cluster rather than fail."""
-    import contextlib
-    import importlib
-
-    from spio.cuda import known_device
-    from spio.kernels import loader
     from spio.kernels import matmul_sm90 as k90
 
-    fm = importlib.import_module("spio.functional.matmul")
-    cfgs: list = []
-
-    class Cache:
-        def get(self, kdef, params, cfg, dev):
-            cfgs.append(cfg)
-            return type("K", (), {"bind": lambda self, grid, **kw: lambda args, stream: None})()
-
-    monkeypatch.setattr(loader, "default_function_cache", lambda: Cache())
-    monkeypatch.setattr(fm, "device_attributes", lambda index: known_device("H100"))
-    monkeypatch.setattr(torch.cuda, "device", lambda d: contextlib.nullcontext())
+    fm, cfgs = _h100_plans(monkeypatch)
     monkeypatch.setattr(k90, "heuristic", lambda p, dev: k90.MatmulSm90Config(256, 4, cluster_m=2))
     a = torch.empty(512, 1024, dtype=torch.float16, device="meta").t()  # (1024, 512), M-major
     b = torch.empty(512, 512, dtype=torch.float16, device="meta")
