@@ -8,6 +8,10 @@ before every rep, median); cuBLAS runs `a @ b.t()`, the mma.sync column the conf
 picks, the sm90 column every config of its space (the best is reported, with the config, and the
 `heuristic` pick the op runs): a kernel diagnostic; the op as called is `spio bench matmul`.
 Each result is checked against cuBLAS's (max relative error).
+
+`--shapes "MxNxK;..."` times other shapes (a held-out yardstick for the heuristic); the run ends
+with the heuristic's regret over the shapes (its time over the best config's: median, p90,
+max), the measure issue 13 asks of every family's selection.
 """
 
 from __future__ import annotations
@@ -20,6 +24,49 @@ SHAPES = [(8192, 8192, 8192), (4096, 11008, 4096), (4096, 4096, 4096), (2048, 20
           (16, 4096, 4096), (1024, 4096, 4096), (8192, 4096, 11008), (1, 4096, 4096),
           (64, 4096, 4096), (16, 11008, 4096), (16, 4096, 11008)]  # fmt: skip
 QUICK = [(8192, 8192, 8192), (4096, 4096, 4096), (16, 4096, 4096)]
+SPLIT_WORKSPACE_MAX = 1 << 30  # bytes of fp32 partials a timed split-K config may take
+
+
+def parse_shapes(text: str) -> list[tuple[int, int, int]]:
+    """'MxNxK;...' -> [(M, N, K), ...]; a clear error for anything else."""
+    shapes = []
+    for item in text.split(";"):
+        dims = item.strip().lower().split("x")
+        if len(dims) != 3 or not all(d.isdigit() and int(d) > 0 for d in dims):
+            raise ValueError(f"--shapes: each shape is MxNxK (positive integers), got {item!r}")
+        shapes.append((int(dims[0]), int(dims[1]), int(dims[2])))
+    return shapes
+
+
+def regret_summary(rows: list[dict]) -> str:
+    """The heuristic's regret (its time over the best config's) across rows: median, p90, max,
+    and the worst shape."""
+    import statistics
+
+    regrets = sorted((r["sm90_tflops"] / r["heuristic_tflops"], r["shape"]) for r in rows)
+    values = [v for v, _ in regrets]
+    p90 = values[min(len(values) - 1, round(0.9 * (len(values) - 1)))]
+    worst, shape = regrets[-1]
+    return (
+        f"heuristic regret over {len(values)} shapes: median {statistics.median(values):.3f}, "
+        f"p90 {p90:.3f}, max {worst:.3f} ({shape})"
+    )
+
+
+def precompile(dtype_name: str) -> None:
+    """Every variant of the space for B (N, K) in dtype_name, compiled in parallel (the variant
+    does not depend on M, N, K)."""
+    import torch
+
+    from spio.cuda import device_attributes
+    from spio.kernels import matmul as mm
+    from spio.kernels import matmul_sm90 as k90
+    from spio.kernels.loader import compile_specs
+
+    dev = device_attributes(torch.cuda.current_device())
+    p = mm.MatmulParams(4096, 4096, 4096, dtype_name, dtype_name, b_transposed=True)
+    specs = {k90.spec(p, cfg, dev).title: k90.spec(p, cfg, dev) for cfg in k90.configs(p, dev)}
+    compile_specs(list(specs.values()), dev.arch, progress=None)
 
 
 def measure(
@@ -54,8 +101,8 @@ def measure(
     t_pick = None
     for cfg90 in k90.configs(p, dev):
         cfg90 = replace(cfg90, tma_store=tma_store)
-        if cfg90.split_k > 1 and cfg90.tiles(p)[0] > 1:
-            continue  # split-K is for one row of tiles (its workspace is split_k x M x N fp32)
+        if cfg90.split_k * m * n * 4 > SPLIT_WORKSPACE_MAX:
+            continue  # split-K's workspace (split_k x M x N fp32) would not fit comfortably
         c.fill_(float("nan"))
         run = k90.bound(p, cfg90, dev)
         run(c, a, b, None, stream)
@@ -87,6 +134,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="three shapes, fp16 only")
     ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--shapes", type=parse_shapes, help="MxNxK;... instead of the default shapes")
     ap.add_argument("--csv", type=Path)
     ap.add_argument("--configs-csv", type=Path, help="every config's TFLOP/s per shape")
     ap.add_argument(
@@ -104,11 +152,14 @@ def main(argv: list[str] | None = None) -> int:
 
     rows: list[dict] = []
     every: list[dict] = []
-    for dtype_name in ("float16",) if args.quick else ("float16", "bfloat16"):
-        for m, n, k in QUICK if args.quick else SHAPES:
+    shapes = args.shapes or (QUICK if args.quick else SHAPES)
+    for dtype_name in ("float16",) if args.quick or args.shapes else ("float16", "bfloat16"):
+        precompile(dtype_name)
+        for m, n, k in shapes:
             rows.append(measure(m, n, k, dtype_name, args.reps, every, not args.registers))
             print(rows[-1], flush=True)
     print_table(rows)
+    print(regret_summary(rows))
     if args.csv:
         write_csv(rows, args.csv)
     if args.configs_csv:

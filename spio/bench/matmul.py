@@ -2,10 +2,11 @@
 
 Shapes: square M = N = K in 1024..8192 with B stored (K, N) and with B stored (N, K), and LLM
 projections: M tokens (16..8192) x K 4096 x N 4096 / 11008 with the weight stored (N, K)
-(nn.Linear's layout, b_transposed=True; cuBLAS gets the same transposed view). fp16 and bf16,
-fp32 accumulation, output in the operand dtype. Which kernel the op runs is in the `kernel`
-column (`spio.functional.matmul.kernel_choice`): on an H100/H200 B as (N, K) runs the Hopper
-TMA + wgmma kernel, B as (K, N) the mma.sync kernel.
+(nn.Linear's layout, b_transposed=True; cuBLAS gets the same transposed view); `--shapes` times
+others (B as (N, K)). fp16 and bf16, fp32 accumulation, output in the operand dtype. Which kernel
+the op runs is in the `kernel` column (`spio.functional.matmul.kernel_choice`): on an H100/H200
+the Hopper TMA + wgmma kernel (B either way, its config from `matmul_sm90.heuristic`), on other
+GPUs the mma.sync kernel.
 
 For each shape and both libraries (µs per call as TFLOP/s):
   spio_tflops / cublas_tflops    the op as called: back-to-back eager calls, host path included
@@ -23,6 +24,7 @@ on every square size >= 2048. B (N, K), the Hopper kernel (issue 16): >= 95% at 
 4096 x 4096 x 11008, >= 90% at 4096^3, 2048^3 and 16 x 4096 x 4096.
 
     spio bench matmul [--quick] [--csv out.csv] [--plot out.png] [--dtype fp16|bf16|both]
+    spio bench matmul --shapes "512x1024x16384;1024x1024x8192"   # M x N x K, B as (N, K)
     spio bench matmul --sweep 8192    # every mma.sync config at 8192^3 fp16 (L2 flushed)
 """
 
@@ -45,6 +47,20 @@ LLM_N = (4096, 11008)
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 BATCHES = 5  # timed batches of back-to-back calls per shape and library
 BATCH_MS = 2.0  # about this much GPU work per batch (or graph replay): calls = BATCH_MS / call
+
+
+def parse_shapes(text: str) -> list[tuple[int, int, int]]:
+    """'MxNxK;...' -> [(M, N, K), ...]; a ValueError naming the bad item otherwise."""
+    out = []
+    for item in text.split(";"):
+        dims = item.strip().lower().split("x")
+        if len(dims) != 3 or not all(d.isdigit() and int(d) > 0 for d in dims):
+            raise ValueError(
+                f"--shapes: each shape is MxNxK (positive integers, e.g. 512x1024x16384), "
+                f"separated by ';'; got {item!r}"
+            )
+        out.append((int(dims[0]), int(dims[1]), int(dims[2])))
+    return out
 
 
 def shapes(quick: bool) -> list[tuple[str, int, int, int, bool]]:
@@ -203,6 +219,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--dtype", choices=("fp16", "bf16", "both"), default="both", help="default both"
     )
     ap.add_argument(
+        "--shapes",
+        type=str,
+        default=None,
+        metavar="MxNxK;...",
+        help="time these shapes instead (B stored (N, K), as nn.Linear keeps its weight)",
+    )
+    ap.add_argument(
         "--sweep",
         type=int,
         default=None,
@@ -216,6 +239,13 @@ def check_args(ap: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """Option combinations the parser cannot express (a usage error, before anything runs)."""
     if args.sweep is not None and args.sweep < 1:
         ap.error(f"--sweep SIZE: a matrix size of at least 1, got {args.sweep}")
+    if args.shapes is not None:
+        try:
+            parse_shapes(args.shapes)
+        except ValueError as e:
+            ap.error(str(e))
+        if args.sweep:
+            ap.error("--shapes times the op at those shapes; --sweep times configs at SIZE^3")
     if args.sweep and args.plot:
         ap.error(
             "--plot draws the shape table; --sweep prints its configs (use --csv to keep them)"
@@ -236,7 +266,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     dtypes = ("fp16", "bf16") if args.dtype == "both" else (args.dtype,)
     rows = []
-    for label, m, n, k, bt in shapes(args.quick):
+    todo = shapes(args.quick)
+    if args.shapes is not None:
+        todo = [(f"{m}x{n}x{k} W(N,K)", m, n, k, True) for m, n, k in parse_shapes(args.shapes)]
+    for label, m, n, k, bt in todo:
         for d in dtypes:
             rows.append(measure(label, m, n, k, bt, d, calls_per_batch(m, n, k)))
             print(

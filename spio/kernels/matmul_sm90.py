@@ -4,8 +4,9 @@ bound. Scope: B given as (N, K) (`MatmulParams.b_transposed`, nn.Linear's weight
 (K, N) row-major (read N-major: the gradients of nn.Linear), fp16/bf16 operands,
 fp16/bf16/fp32 output, optional bias; M, N, K runtime (K % 8 == 0; a row-major B's rows whole
 16-byte units: its leading dimension `ldb` a multiple of 8, the op pads N). `spio.functional.matmul`
-runs it on sm_90 GPUs (`supported`), with the config `heuristic` picks (no performance model
-yet: not a registered family); other GPUs run the mma.sync kernel (`spio.kernels.matmul`).
+runs it on sm_90 GPUs (`supported`), with the config `heuristic` picks (a fitted cost model of
+waves and split-K, not a registered family: no XGBoost model); other GPUs run the mma.sync kernel
+(`spio.kernels.matmul`).
 """
 
 from __future__ import annotations
@@ -407,21 +408,88 @@ def launch(
     bound(p, cfg, device, cache)(c, a, b, bias, stream)
 
 
+# The heuristic's cost model (`predicted_us`): a config of family (block_n, stages, split-K or
+# not) takes waves x (k tiles per CTA x A + B) µs, waves = the CTAs over the SMs' resident
+# slots rounded up (`cost_terms`: wave quantization is what separates the configs at mid-size
+# shapes), and split-K adds C µs per MB of fp32 partials (written, then read by the sum) plus D
+# (its second launch). A, B, C, D are fitted (least squares of the relative error) to every
+# config timed at 37 shapes on an H100 and an H200 (benchmarks/data/sweeps/
+# matmul_sm90_yardstick37__*.csv, `benchmarks/bench_matmul_sm90.py`); `benchmarks/
+# fit_matmul_sm90.py` reproduces these numbers and scores the picks (docs/ops/matmul.md).
+HEURISTIC_CANDIDATES = (
+    MatmulSm90Config(block_n=256, stages=4),
+    MatmulSm90Config(block_n=128, stages=6),
+    MatmulSm90Config(block_n=64, stages=8),
+    MatmulSm90Config(block_n=128, stages=6, split_k=2),
+    MatmulSm90Config(block_n=128, stages=6, split_k=4),
+    MatmulSm90Config(block_n=128, stages=6, split_k=8),
+)
+# (block_n, stages, split-K) -> (A: µs per wave and k tile, B: µs per wave)
+WAVE_COST_US = {
+    (256, 4, False): (0.6987, 5.518),
+    (128, 6, True): (0.4831, 5.07),
+    (128, 6, False): (0.4865, 3.349),
+    (64, 8, False): (0.3544, 2.704),
+}
+SPLIT_COST_US = (0.06117, 5.146)  # (C: µs per MB of fp32 partials, D: µs)
+# The most fp32 partials (MB) a split-K pick may take per call (the op allocates them).
+SPLIT_WORKSPACE_MAX_MB = 64
+
+
+def cost_terms(p: MatmulParams, cfg: MatmulSm90Config, dev: Any) -> tuple[int, int]:
+    """(waves, k tiles per CTA) of a plain or split-K config: waves = its CTAs over dev's SMs x
+    `ctas_per_sm` slots, rounded up; each CTA runs ceil(k tiles / split_k) k tiles."""
+    tm, tn = cfg.tiles(p)
+    slots = dev.sm_count * ctas_per_sm(cfg, dev)
+    waves = -(-(tm * tn * cfg.split_k) // slots)
+    k_tiles = -(-p.k // BLOCK_K)
+    return waves, -(-k_tiles // cfg.split_k)
+
+
+def split_mb(p: MatmulParams, cfg: MatmulSm90Config) -> float:
+    """MB of fp32 partials a split-K config writes (0 without split-K)."""
+    return cfg.split_k * p.m * p.n * 4 / 1e6 if cfg.split_k > 1 else 0.0
+
+
+def cost_family(cfg: MatmulSm90Config) -> tuple[int, int, bool]:
+    """The WAVE_COST_US key of a config: (block_n, stages, split-K or not)."""
+    return (cfg.block_n, cfg.stages, cfg.split_k > 1)
+
+
+def predicted_us(
+    p: MatmulParams,
+    cfg: MatmulSm90Config,
+    dev: Any,
+    wave_cost: Any = None,
+    split_cost: tuple[float, float] | None = None,
+) -> float:
+    """The cost model's time of a HEURISTIC_CANDIDATES config: WAVE_COST_US and SPLIT_COST_US,
+    or the tables given (what a fit is scored with)."""
+    a, b = (wave_cost or WAVE_COST_US)[cost_family(cfg)]
+    waves, k_tiles = cost_terms(p, cfg, dev)
+    us = waves * (k_tiles * a + b)
+    if cfg.split_k > 1:
+        c, d = split_cost or SPLIT_COST_US
+        us += split_mb(p, cfg) * c + d
+    return us
+
+
 def heuristic(p: MatmulParams, dev: Any) -> MatmulSm90Config:
-    """`split_choice`'s config for decode shapes (one row of tiles, K long enough), else 128 x
-    256 tiles with 4 slots, which the H100 timed within 0.92-1.00 of the best config at every
-    shape with M >= 1024 (`benchmarks/bench_matmul_sm90.py`, docs/ops/matmul.md); 128 x 128 with
-    6 slots when 256-wide tiles would leave more than half the SMs idle (0.71 -> 1.00 at 16 x
-    4096 x 4096 before split-K); 64-wide tiles for N <= 64."""
-    split = split_choice(p, dev)
-    if split is not None:
-        return split
+    """The HEURISTIC_CANDIDATES config of least `predicted_us` (split-K ones only within
+    SPLIT_WORKSPACE_MAX_MB); for N <= 64, 64-wide tiles (`split_choice`'s split-K config for
+    one row of tiles with K long enough, else 4 slots). On the 37 shapes of the yardstick,
+    each held out of the fit in turn, the picks' time over the best config's is median 1.011,
+    p90 1.100, max 1.152 on an H100 and an H200 together (the previous rule, 128 x 256 tiles
+    unless they left half the SMs idle: max 2.54 / 2.82, at 512 x 1024 x 16384, where split-K
+    wins; docs/ops/matmul.md)."""
     if p.n <= 64:
-        return MatmulSm90Config(block_n=64, stages=4)
-    tm, tn = MatmulSm90Config(block_n=256).tiles(p)
-    if 2 * tm * tn <= dev.sm_count:
-        return MatmulSm90Config(block_n=128, stages=6)
-    return MatmulSm90Config(block_n=256, stages=4)
+        return split_choice(p, dev) or MatmulSm90Config(block_n=64, stages=4)
+    candidates = [
+        c
+        for c in HEURISTIC_CANDIDATES
+        if c.smem() <= dev.max_smem_per_block_optin and split_mb(p, c) <= SPLIT_WORKSPACE_MAX_MB
+    ]
+    return min(candidates, key=lambda c: predicted_us(p, c, dev))
 
 
 # Not in spio.kernels.KERNELS (nothing selects or tunes it yet): the definition lets the loaded

@@ -331,14 +331,14 @@ def test_split_plan_passes_its_workspace(monkeypatch):
     monkeypatch.setattr(fm, "_empty", empty)
     monkeypatch.setattr(fm, "raw_stream", lambda index: 7)
     monkeypatch.setattr(torch.cuda, "device", lambda d: contextlib.nullcontext())
-    a = torch.empty(16, 1024, dtype=torch.float16, device="meta")
-    b = torch.empty(256, 1024, dtype=torch.float16, device="meta")
+    a = torch.empty(16, 4096, dtype=torch.float16, device="meta")
+    b = torch.empty(4096, 4096, dtype=torch.float16, device="meta")
     plan = fm._Plan(a, b, None, torch.float16, True)
     assert sorted(loads) == ["matmul_sm90", "matmul_splitk_reduce"]
-    assert plan.workspace == (2 * 16 * 256,)  # 16 k tiles: 2 splits of 8
+    assert plan.workspace == (4 * 16 * 4096,)  # 32 tiles x 4 splits of 16 k tiles
     out = plan.forward(a, b, None)
-    assert allocated == [((16, 256), torch.float16), ((2 * 16 * 256,), torch.float32)]
+    assert allocated == [((16, 4096), torch.float16), ((4 * 16 * 4096,), torch.float32)]
     (main, main_args, s1), (total, sum_args, s2) = launched
     assert (main, total, s1, s2) == ("matmul_sm90", "matmul_splitk_reduce", 7, 7)
     assert main_args[0] is sum_args[1] and sum_args[0] is out
-    assert main_args[0].shape == (2 * 16 * 256,) and main_args[0].dtype == torch.float32
+    assert main_args[0].shape == (4 * 16 * 4096,) and main_args[0].dtype == torch.float32

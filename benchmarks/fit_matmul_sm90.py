@@ -1,0 +1,173 @@
+"""Fits the Hopper matmul heuristic's cost model to every config's measured time, and scores it.
+
+`spio.kernels.matmul_sm90.heuristic` picks, among HEURISTIC_CANDIDATES, the config of least
+`predicted_us`: waves x (k tiles per CTA x A + B) per family, plus C per MB of fp32 partials + D
+for split-K (see WAVE_COST_US there). This script fits A, B, C, D by least squares of the relative
+error to the yardstick CSVs (`benchmarks/bench_matmul_sm90.py --configs-csv`: every config timed
+at each shape, one file per GPU), prints them as the literals matmul_sm90.py holds, and scores
+the picks against the best measured config of each shape:
+  - held out: each shape left out of the fit in turn (on every GPU), the honest number;
+  - shipped: the constants in matmul_sm90.py (fitted on all shapes: in-sample).
+
+    python benchmarks/fit_matmul_sm90.py            # fit, print, score
+    python benchmarks/fit_matmul_sm90.py --check    # exit 1 unless the shipped constants refit
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+from collections import defaultdict
+from pathlib import Path
+
+DATA = Path(__file__).resolve().parent / "data" / "sweeps"
+PATTERN = "matmul_sm90_yardstick*__*.csv"
+SIGNIFICANT = 4  # digits the shipped constants keep
+
+
+def load(paths: list[Path]) -> dict[str, dict[tuple[int, int, int], dict]]:
+    """{device name: {(m, n, k): {config: µs}}} from the CSVs (the device from the file name's
+    slug: `<name>__<device slug>.csv`)."""
+    from spio.cuda._known_devices import KNOWN
+    from spio.kernels import matmul_sm90 as k90
+    from spio.tune.store import slug
+
+    by_slug = {slug(d.name): d.name for d in KNOWN}
+    out: dict[str, dict[tuple[int, int, int], dict]] = {}
+    for path in paths:
+        name = by_slug[path.stem.split("__")[-1]]
+        table: dict[tuple[int, int, int], dict] = defaultdict(dict)
+        with path.open() as f:
+            for r in csv.DictReader(f):
+                m, n, k = (int(v) for v in r["shape"].split("x"))
+                cfg = k90.MatmulSm90Config(
+                    int(r["block_n"]), int(r["stages"]), cluster_m=int(r["cluster_m"]),
+                    persistent=r["persistent"] == "True", split_k=int(r["split_k"]),
+                )  # fmt: skip
+                table[(m, n, k)][cfg] = 2 * m * n * k / float(r["tflops"]) / 1e6
+        out[name] = dict(table)
+    return out
+
+
+def _device(name: str):
+    from spio.cuda._known_devices import KNOWN
+
+    return next(d for d in KNOWN if d.name == name)
+
+
+def _params(shape: tuple[int, int, int]):
+    from spio.kernels.matmul_params import MatmulParams
+
+    return MatmulParams(*shape, "float16", "float16", b_transposed=True)
+
+
+def _row(shape, cfg, dev, families) -> list[float]:
+    """The cost model's terms: A and B of cfg's family, then C and D (split-K)."""
+    from spio.kernels import matmul_sm90 as k90
+
+    p = _params(shape)
+    waves, k_tiles = k90.cost_terms(p, cfg, dev)
+    row = [0.0] * (2 * len(families) + 2)
+    i = families.index(k90.cost_family(cfg))
+    row[2 * i], row[2 * i + 1] = waves * k_tiles, waves
+    if cfg.split_k > 1:
+        row[-2], row[-1] = k90.split_mb(p, cfg), 1.0
+    return row
+
+
+def _round(x: float) -> float:
+    return float(f"{x:.{SIGNIFICANT}g}")
+
+
+def fit(data, leave_out: tuple[int, int, int] | None = None):
+    """(wave_cost, split_cost) fitted to every candidate's time at every shape but `leave_out`:
+    least squares of each term row divided by its measured time against 1 (relative error)."""
+    import numpy as np
+
+    from spio.kernels import matmul_sm90 as k90
+
+    families = sorted({k90.cost_family(c) for c in k90.HEURISTIC_CANDIDATES})
+    rows, ones = [], []
+    for name, table in data.items():
+        dev = _device(name)
+        for shape, times in table.items():
+            if shape == leave_out:
+                continue
+            for cfg in k90.HEURISTIC_CANDIDATES:
+                if cfg in times:
+                    rows.append([v / times[cfg] for v in _row(shape, cfg, dev, families)])
+                    ones.append(1.0)
+    coef = np.linalg.lstsq(np.array(rows), np.array(ones), rcond=None)[0]
+    wave_cost = {f: (_round(coef[2 * i]), _round(coef[2 * i + 1])) for i, f in enumerate(families)}
+    return wave_cost, (_round(coef[-2]), _round(coef[-1]))
+
+
+def pick(shape, dev, wave_cost=None, split_cost=None):
+    """The heuristic's pick with the given constants (default: the shipped ones)."""
+    from spio.kernels import matmul_sm90 as k90
+
+    p = _params(shape)
+    if wave_cost is None:
+        return k90.heuristic(p, dev)
+    candidates = [
+        c
+        for c in k90.HEURISTIC_CANDIDATES
+        if c.smem() <= dev.max_smem_per_block_optin
+        and k90.split_mb(p, c) <= k90.SPLIT_WORKSPACE_MAX_MB
+    ]
+    return min(candidates, key=lambda c: k90.predicted_us(p, c, dev, wave_cost, split_cost))
+
+
+def summary(regrets: list[tuple[float, str, tuple]]) -> str:
+    values = sorted(r for r, _, _ in regrets)
+    p90 = values[min(len(values) - 1, round(0.9 * (len(values) - 1)))]
+    worst = max(regrets)
+    return (
+        f"{len(values)} (GPU, shape) pairs: median {values[(len(values) - 1) // 2]:.3f}, "
+        f"p90 {p90:.3f}, max {worst[0]:.3f} ({worst[1]}, {'x'.join(map(str, worst[2]))})"
+    )
+
+
+def score(data, held_out: bool) -> list[tuple[float, str, tuple]]:
+    """(pick's time / best config's time, device, shape) for every shape of every GPU."""
+    out = []
+    shapes = sorted({s for table in data.values() for s in table})
+    for shape in shapes:
+        tables = fit(data, leave_out=shape) if held_out else (None, None)
+        for name, table in data.items():
+            if shape not in table:
+                continue
+            cfg = pick(shape, _device(name), *tables)
+            times = table[shape]
+            if cfg in times:
+                out.append((times[cfg] / min(times.values()), name, shape))
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--csv", type=Path, action="append", help=f"default: {DATA}/{PATTERN}")
+    ap.add_argument(
+        "--check", action="store_true", help="exit 1 unless the shipped constants refit"
+    )
+    args = ap.parse_args(argv)
+    from spio.kernels import matmul_sm90 as k90
+
+    data = load(args.csv or sorted(DATA.glob(PATTERN)))
+    wave_cost, split_cost = fit(data)
+    if args.check:
+        same = wave_cost == k90.WAVE_COST_US and split_cost == k90.SPLIT_COST_US
+        print("shipped constants refit" if same else "shipped constants differ from the fit")
+        return 0 if same else 1
+    print("WAVE_COST_US = {")
+    for fam, (a, b) in sorted(wave_cost.items(), reverse=True):
+        print(f"    {fam}: ({a}, {b}),")
+    print("}")
+    print(f"SPLIT_COST_US = {split_cost}")
+    print("held out (each shape left out of the fit):", summary(score(data, held_out=True)))
+    print("shipped constants (in-sample):", summary(score(data, held_out=False)))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

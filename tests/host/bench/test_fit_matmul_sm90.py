@@ -1,0 +1,55 @@
+"""benchmarks/fit_matmul_sm90.py on the host: the Hopper matmul heuristic's cost model refits
+from the committed yardstick CSVs, and its held-out picks meet issue 13's targets."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from script_module import load_script
+
+from spio.kernels import matmul_sm90 as k90
+
+SCRIPT = Path(__file__).parents[3] / "benchmarks" / "fit_matmul_sm90.py"
+
+
+@pytest.fixture(scope="module")
+def fit():
+    pytest.importorskip("numpy")
+    yield from load_script(SCRIPT)
+
+
+@pytest.fixture(scope="module")
+def data(fit):
+    return fit.load(sorted(fit.DATA.glob(fit.PATTERN)))
+
+
+def test_yardstick_covers_both_gpus(data):
+    assert len(data) == 2 and all(len(table) >= 30 for table in data.values())
+    for table in data.values():
+        for times in table.values():  # every candidate timed at every shape
+            assert all(c in times for c in k90.HEURISTIC_CANDIDATES if c.split_k == 1)
+
+
+def test_shipped_constants_are_the_fit(fit, data):
+    """Reproducible from the repo: refitting the CSVs gives matmul_sm90's literals."""
+    assert fit.fit(data) == (k90.WAVE_COST_US, k90.SPLIT_COST_US)
+    assert fit.main(["--check"]) == 0
+
+
+def test_held_out_picks_meet_the_selection_targets(fit, data):
+    """Each shape left out of the fit in turn, the pick's time over the best config's on both
+    GPUs: median <= 1.05, p90 <= 1.15, max <= 1.30."""
+    regrets = sorted(r for r, _, _ in fit.score(data, held_out=True))
+    assert len(regrets) == sum(len(t) for t in data.values())
+    assert regrets[(len(regrets) - 1) // 2] <= 1.05
+    assert regrets[round(0.9 * (len(regrets) - 1))] <= 1.15
+    assert regrets[-1] <= 1.30
+
+
+def test_a_wrong_constant_is_caught(fit, data, monkeypatch):
+    """--check fails when the shipped constants are not what the CSVs fit."""
+    wrong = dict(k90.WAVE_COST_US)
+    wrong[(256, 4, False)] = (0.5, 5.518)
+    monkeypatch.setattr(k90, "WAVE_COST_US", wrong)
+    assert fit.main(["--check"]) == 1
