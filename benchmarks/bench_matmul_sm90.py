@@ -34,6 +34,8 @@ def parse_shapes(text: str) -> list[tuple[int, int, int]]:
         dims = item.strip().lower().split("x")
         if len(dims) != 3 or not all(d.isdigit() and int(d) > 0 for d in dims):
             raise ValueError(f"--shapes: each shape is MxNxK (positive integers), got {item!r}")
+        if int(dims[2]) % 8:
+            raise ValueError(f"--shapes: K must be a multiple of 8 (16-byte rows), got {item!r}")
         shapes.append((int(dims[0]), int(dims[1]), int(dims[2])))
     return shapes
 
