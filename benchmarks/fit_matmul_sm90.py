@@ -44,7 +44,10 @@ def load(paths: list[Path]) -> dict[str, dict[tuple[int, int, int], dict]]:
                     int(r["block_n"]), int(r["stages"]), cluster_m=int(r["cluster_m"]),
                     persistent=r["persistent"] == "True", split_k=int(r["split_k"]),
                 )  # fmt: skip
-                table[(m, n, k)][cfg] = 2 * m * n * k / float(r["tflops"]) / 1e6
+                if r.get("us"):
+                    table[(m, n, k)][cfg] = float(r["us"])
+                elif float(r["tflops"]) > 0:  # older files: TFLOP/s to one decimal only
+                    table[(m, n, k)][cfg] = 2 * m * n * k / float(r["tflops"]) / 1e6
         out[name] = dict(table)
     return out
 

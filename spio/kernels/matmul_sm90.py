@@ -413,25 +413,24 @@ def launch(
 # slots rounded up (`cost_terms`: wave quantization is what separates the configs at mid-size
 # shapes), and split-K adds C µs per MB of fp32 partials (written, then read by the sum) plus D
 # (its second launch). A, B, C, D are fitted (least squares of the relative error) to every
-# config timed at 37 shapes on an H100 and an H200 (benchmarks/data/sweeps/
-# matmul_sm90_yardstick37__*.csv, `benchmarks/bench_matmul_sm90.py`); `benchmarks/
+# config timed at 57 shapes on an H100 and an H200 (benchmarks/data/sweeps/
+# matmul_sm90_yardstick57__*.csv, `benchmarks/bench_matmul_sm90.py`); `benchmarks/
 # fit_matmul_sm90.py` reproduces these numbers and scores the picks (docs/ops/matmul.md).
 HEURISTIC_CANDIDATES = (
     MatmulSm90Config(block_n=256, stages=4),
     MatmulSm90Config(block_n=128, stages=6),
-    MatmulSm90Config(block_n=64, stages=8),
-    MatmulSm90Config(block_n=128, stages=6, split_k=2),
-    MatmulSm90Config(block_n=128, stages=6, split_k=4),
-    MatmulSm90Config(block_n=128, stages=6, split_k=8),
+    MatmulSm90Config(block_n=64, stages=4),
+    *(MatmulSm90Config(block_n=n, stages=6, split_k=k) for n in (128, 64) for k in (2, 4, 8)),
 )
 # (block_n, stages, split-K) -> (A: µs per wave and k tile, B: µs per wave)
 WAVE_COST_US = {
-    (256, 4, False): (0.6987, 5.518),
-    (128, 6, True): (0.4831, 5.07),
-    (128, 6, False): (0.4865, 3.349),
-    (64, 8, False): (0.3544, 2.704),
+    (256, 4, False): (0.6777, 6.547),
+    (128, 6, True): (0.4669, 5.687),
+    (128, 6, False): (0.4659, 4.349),
+    (64, 6, True): (0.3729, 3.268),
+    (64, 4, False): (0.5202, 5.228),
 }
-SPLIT_COST_US = (0.06117, 5.146)  # (C: µs per MB of fp32 partials, D: µs)
+SPLIT_COST_US = (0.00737, 5.011)  # (C: µs per MB of fp32 partials, D: µs)
 # The most fp32 partials (MB) a split-K pick may take per call (the op allocates them).
 SPLIT_WORKSPACE_MAX_MB = 64
 
@@ -477,9 +476,9 @@ def predicted_us(
 def heuristic(p: MatmulParams, dev: Any) -> MatmulSm90Config:
     """The HEURISTIC_CANDIDATES config of least `predicted_us` (split-K ones only within
     SPLIT_WORKSPACE_MAX_MB); for N <= 64, 64-wide tiles (`split_choice`'s split-K config for
-    one row of tiles with K long enough, else 4 slots). On the 37 shapes of the yardstick,
-    each held out of the fit in turn, the picks' time over the best config's is median 1.011,
-    p90 1.100, max 1.152 on an H100 and an H200 together (the previous rule, 128 x 256 tiles
+    one row of tiles with K long enough, else 4 slots). On the 57 shapes of the yardstick,
+    each held out of the fit in turn, the picks' time over the best config's is median 1.012,
+    p90 1.111, max 1.152 on an H100 and an H200 together (the previous rule, 128 x 256 tiles
     unless they left half the SMs idle: max 2.54 / 2.82, at 512 x 1024 x 16384, where split-K
     wins; docs/ops/matmul.md)."""
     if p.n <= 64:
