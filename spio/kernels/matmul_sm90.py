@@ -433,6 +433,12 @@ WAVE_COST_US = {
 SPLIT_COST_US = (0.00737, 5.011)  # (C: µs per MB of fp32 partials, D: µs)
 # The most fp32 partials (MB) a split-K pick may take per call (the op allocates them).
 SPLIT_WORKSPACE_MAX_MB = 64
+# Host µs of one eager call of the op (`spio bench matmul`'s spio_host_us on the H100 and H200
+# machines: 12-14 plain, 20-35 split-K, whose call also allocates the partials and launches the
+# sum). Back-to-back calls take the larger of host and GPU time, so `heuristic` splits only where
+# the split's predicted GPU time, floored at SPLIT_HOST_US, beats the plain pick's floored at
+# PLAIN_HOST_US: a product too small to keep the GPU busier than the host stays unsplit.
+PLAIN_HOST_US, SPLIT_HOST_US = 13.0, 25.0
 
 
 def cost_terms(p: MatmulParams, cfg: MatmulSm90Config, dev: Any) -> tuple[int, int]:
@@ -475,7 +481,8 @@ def predicted_us(
 
 def heuristic(p: MatmulParams, dev: Any) -> MatmulSm90Config:
     """The HEURISTIC_CANDIDATES config of least `predicted_us` (split-K ones only within
-    SPLIT_WORKSPACE_MAX_MB); for N <= 64, 64-wide tiles (`split_choice`'s split-K config for
+    SPLIT_WORKSPACE_MAX_MB, and only where they beat the plain pick as called: `cost_pick`,
+    PLAIN_HOST_US); for N <= 64, 64-wide tiles (`split_choice`'s split-K config for
     one row of tiles with K long enough, else 4 slots). On the 57 shapes of the yardstick,
     each held out of the fit in turn, the picks' time over the best config's is median 1.012,
     p90 1.111, max 1.152 on an H100 and an H200 together (the previous rule, 128 x 256 tiles
@@ -483,12 +490,32 @@ def heuristic(p: MatmulParams, dev: Any) -> MatmulSm90Config:
     wins; docs/ops/matmul.md)."""
     if p.n <= 64:
         return split_choice(p, dev) or MatmulSm90Config(block_n=64, stages=4)
-    candidates = [
+    return cost_pick(p, dev)
+
+
+def cost_pick(
+    p: MatmulParams,
+    dev: Any,
+    wave_cost: Any = None,
+    split_cost: tuple[float, float] | None = None,
+) -> MatmulSm90Config:
+    """`heuristic`'s rule for N > 64 (with the cost tables given, for a fit's scoring): the
+    plain and the split-K candidate of least `predicted_us`; the split one only where its time
+    floored at SPLIT_HOST_US is below the plain one's floored at PLAIN_HOST_US."""
+    fits = [
         c
         for c in HEURISTIC_CANDIDATES
         if c.smem() <= dev.max_smem_per_block_optin and split_mb(p, c) <= SPLIT_WORKSPACE_MAX_MB
     ]
-    return min(candidates, key=lambda c: predicted_us(p, c, dev))
+
+    def us(c: MatmulSm90Config) -> float:
+        return predicted_us(p, c, dev, wave_cost, split_cost)
+
+    plain = min((c for c in fits if c.split_k == 1), key=us)
+    split = min((c for c in fits if c.split_k > 1), key=us, default=None)
+    if split is not None and max(us(split), SPLIT_HOST_US) < max(us(plain), PLAIN_HOST_US):
+        return split
+    return plain
 
 
 # Not in spio.kernels.KERNELS (nothing selects or tunes it yet): the definition lets the loaded
