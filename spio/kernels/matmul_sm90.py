@@ -485,7 +485,8 @@ def heuristic(p: MatmulParams, dev: Any) -> MatmulSm90Config:
     PLAIN_HOST_US); for N <= 64, 64-wide tiles (`split_choice`'s split-K config for
     one row of tiles with K long enough, else 4 slots). On the 57 shapes of the yardstick,
     each held out of the fit in turn, the picks' time over the best config's is median 1.012,
-    p90 1.111, max 1.152 on an H100 and an H200 together (the previous rule, 128 x 256 tiles
+    p90 1.121, max 1.333 (as called 1.008 / 1.117 / 1.306) on an H100 and an H200 together,
+    the max at a 12 µs product, 333 x 777 x 1000 (the previous rule, 128 x 256 tiles
     unless they left half the SMs idle: max 2.54 / 2.82, at 512 x 1024 x 16384, where split-K
     wins; docs/ops/matmul.md)."""
     if p.n <= 64:
