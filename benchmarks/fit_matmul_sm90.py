@@ -25,11 +25,15 @@ from pathlib import Path
 DATA = Path(__file__).resolve().parent / "data" / "sweeps"
 PATTERN = "matmul_sm90_yardstick*__*.csv"
 SIGNIFICANT = 4  # digits the shipped constants keep
+# Rows without a "us" column (the yardstick's first files) give TFLOP/s to one decimal: below
+# this the time is known to worse than 1% and the row is left out.
+MIN_TFLOPS = 5.0
 
 
 def load(paths: list[Path]) -> dict[str, dict[tuple[int, int, int], dict]]:
-    """{device name: {(m, n, k): {config: µs}}} from the CSVs (the device from the file name's
-    slug: `<name>__<device slug>.csv`)."""
+    """{device name: {(m, n, k): {config: µs}}} from the CSVs' fp16 rows (the device from the
+    file name's slug: `<name>__<device slug>.csv`); rows timed too coarsely (MIN_TFLOPS) are left
+    out (slow configs of tiny products: never a best nor a pick)."""
     from spio.cuda._known_devices import KNOWN
     from spio.kernels import matmul_sm90 as k90
     from spio.tune.store import slug
@@ -46,9 +50,11 @@ def load(paths: list[Path]) -> dict[str, dict[tuple[int, int, int], dict]]:
                     int(r["block_n"]), int(r["stages"]), cluster_m=int(r["cluster_m"]),
                     persistent=r["persistent"] == "True", split_k=int(r["split_k"]),
                 )  # fmt: skip
+                if r["dtype"] != "float16":
+                    continue  # the model is fitted to fp16 timings
                 if r.get("us"):
                     table[(m, n, k)][cfg] = float(r["us"])
-                elif float(r["tflops"]) > 0:  # older files: TFLOP/s to one decimal only
+                elif float(r["tflops"]) >= MIN_TFLOPS:
                     table[(m, n, k)][cfg] = 2 * m * n * k / float(r["tflops"]) / 1e6
         out[name] = dict(table)
     return out
@@ -86,7 +92,8 @@ def _round(x: float) -> float:
 
 def fit(data, leave_out: tuple[int, int, int] | None = None):
     """(wave_cost, split_cost) fitted to every candidate's time at every shape but `leave_out`:
-    least squares of each term row divided by its measured time against 1 (relative error)."""
+    least squares of each term row divided by its measured time against 1 (relative error),
+    with C (µs per MB of partials) held at 0 where it would come out negative."""
     import numpy as np
 
     from spio.kernels import matmul_sm90 as k90
@@ -102,7 +109,11 @@ def fit(data, leave_out: tuple[int, int, int] | None = None):
                 if cfg in times:
                     rows.append([v / times[cfg] for v in _row(shape, cfg, dev, families)])
                     ones.append(1.0)
-    coef = np.linalg.lstsq(np.array(rows), np.array(ones), rcond=None)[0]
+    x, y = np.array(rows), np.array(ones)
+    coef = np.linalg.lstsq(x, y, rcond=None)[0]
+    if coef[-2] < 0:  # partials cannot make a split faster: C held at 0, the rest refitted
+        keep = [i for i in range(x.shape[1]) if i != x.shape[1] - 2]
+        coef = np.insert(np.linalg.lstsq(x[:, keep], y, rcond=None)[0], x.shape[1] - 2, 0.0)
     wave_cost = {f: (_round(coef[2 * i]), _round(coef[2 * i + 1])) for i, f in enumerate(families)}
     return wave_cost, (_round(coef[-2]), _round(coef[-1]))
 

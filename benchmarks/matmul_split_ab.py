@@ -5,8 +5,9 @@
 For each shape, `spio.functional.matmul` (B as (N, K)) is timed as called (back-to-back eager
 calls: the host's time to make them and the time until the GPU has run them,
 `spio.bench.host_timing.time_calls`) and replayed from a CUDA graph (`graph_time_us`), running the
-plain config (the heuristic's tiles without the split) or `matmul_sm90.split_choice`'s (what the
-heuristic picks at these shapes), each with SPIO_PDL on and off (the split sum is the only PDL
+plain config (the heuristic's tiles without the split) or `matmul_sm90.split_choice`'s (the
+split the heuristic picked at these shapes until the eighteenth session; its cost model may
+choose another split count now), each with SPIO_PDL on and off (the split sum is the only PDL
 launch here), next to torch.matmul. Needs an sm_90 GPU. docs/ops/matmul.md ("Split-K for decode
 shapes") has the measurements.
 """

@@ -25,10 +25,13 @@ def data(fit):
 
 
 def test_yardstick_covers_both_gpus(data):
-    assert len(data) == 2 and all(len(table) >= 30 for table in data.values())
+    """Both GPUs, the same 55 shapes (two tiny ones are timed too coarsely to keep), and at each
+    the best config and the candidates near it timed (the rows left out are slow ones)."""
+    assert len(data) == 2 and all(len(table) == 55 for table in data.values())
+    assert len({frozenset(t) for t in data.values()}) == 1
     for table in data.values():
-        for times in table.values():  # every candidate timed at every shape
-            assert all(c in times for c in k90.HEURISTIC_CANDIDATES if c.split_k == 1)
+        for times in table.values():
+            assert sum(c in times for c in k90.HEURISTIC_CANDIDATES) >= 6
 
 
 def test_shipped_constants_are_the_fit(fit, data):
@@ -40,8 +43,9 @@ def test_shipped_constants_are_the_fit(fit, data):
 def test_held_out_picks_against_the_selection_targets(fit, data):
     """Each shape left out of the fit in turn, the pick's time over the best config's on both
     GPUs, kernel time and as called (floored at the host's): median <= 1.05 and p90 <= 1.15
-    (issue 13's targets); the max target, 1.30, is missed by one host-bound shape (333 x 777 x
-    1000: 1.31 as called, 1.33 on kernel time, docs/ops/matmul.md), so it is held at 1.35."""
+    (issue 13's targets); the max target, 1.30, is missed at host-bound products (333 x 777 x
+    1000: 1.31 as called, 1.33 on kernel time; 256 x 1024 x 1024 1.31 on kernel time,
+    docs/ops/matmul.md), so it is held at 1.35."""
     for as_called in (False, True):
         regrets = sorted(r for r, _, _ in fit.score(data, held_out=True, as_called=as_called))
         assert len(regrets) == sum(len(t) for t in data.values())
@@ -56,3 +60,10 @@ def test_a_wrong_constant_is_caught(fit, data, monkeypatch):
     wrong[(256, 4, False)] = (0.5, 5.518)
     monkeypatch.setattr(k90, "WAVE_COST_US", wrong)
     assert fit.main(["--check"]) == 1
+
+
+def test_held_out_fit_leaves_the_shape_out(fit, data):
+    """Leaving a shape out changes the fit's input (and so, in general, its constants)."""
+    shape = (512, 1024, 16384)
+    assert all(shape in t for t in data.values())
+    assert fit.fit(data, leave_out=shape) != fit.fit(data)

@@ -848,9 +848,9 @@ def test_split_main_kernel_is_one_variant_for_every_output_and_bias():
     ],
 )
 def test_heuristic_picks_by_predicted_waves(m, n, k, label):
-    """The cost model's picks at shapes the yardstick measured (the best or within 1.15 of it
-    on both GPUs, benchmarks/fit_matmul_sm90.py): a refit that moves them is a change to look
-    at, not noise."""
+    """The cost model's picks (most at yardstick shapes; the N <= 64 ones follow split_choice):
+    a refit that moves them is a change to look at, not noise. 256 x 1024 x 1024 stays unsplit
+    for the host's sake though split-K's kernel is 1.26-1.31x faster."""
     assert k90.heuristic(MatmulParams(m, n, k, b_transposed=True), H100).label() == label
 
 
@@ -872,8 +872,11 @@ def test_cost_model_counts_waves_of_resident_ctas():
     assert k90.split_mb(q, C(128, 6, split_k=4)) == 4 * 16 * 4096 * 4 / 1e6
 
 
-def test_split_workspace_is_capped():
-    """A split-K pick takes at most SPLIT_WORKSPACE_MAX_MB of fp32 partials per call."""
-    for m, n, k in ((4096, 4096, 1 << 20), (2048, 8192, 1 << 18), (1024, 1024, 8192)):
-        p = MatmulParams(m, n, k, b_transposed=True)
-        assert k90.split_mb(p, k90.heuristic(p, H100)) <= k90.SPLIT_WORKSPACE_MAX_MB
+def test_split_workspace_is_capped(monkeypatch):
+    """A split-K pick takes at most SPLIT_WORKSPACE_MAX_MB of fp32 partials per call: at 512 x
+    4352 x 32768 the model would split 8 ways (71 MB) without the cap, 4 ways (36 MB) with it."""
+    p = MatmulParams(512, 4352, 32768, b_transposed=True)
+    capped = k90.heuristic(p, H100)
+    assert capped.split_k == 4 and k90.split_mb(p, capped) <= k90.SPLIT_WORKSPACE_MAX_MB
+    monkeypatch.setattr(k90, "SPLIT_WORKSPACE_MAX_MB", float("inf"))
+    assert k90.split_mb(p, k90.heuristic(p, H100)) > 64
