@@ -28,15 +28,14 @@ SPLIT_WORKSPACE_MAX = 1 << 30  # bytes of fp32 partials a timed split-K config m
 
 
 def parse_shapes(text: str) -> list[tuple[int, int, int]]:
-    """'MxNxK;...' -> [(M, N, K), ...]; a clear error for anything else."""
-    shapes = []
-    for item in text.split(";"):
-        dims = item.strip().lower().split("x")
-        if len(dims) != 3 or not all(d.isdigit() and int(d) > 0 for d in dims):
-            raise ValueError(f"--shapes: each shape is MxNxK (positive integers), got {item!r}")
-        if int(dims[2]) % 8:
-            raise ValueError(f"--shapes: K must be a multiple of 8 (16-byte rows), got {item!r}")
-        shapes.append((int(dims[0]), int(dims[1]), int(dims[2])))
+    """`spio bench matmul`'s --shapes parser ('MxNxK;...'), and K a multiple of 8 (the kernel
+    moves rows in 16-byte pieces; the op would pad it, this bench times the kernel directly)."""
+    from spio.bench.matmul import parse_shapes as op_shapes
+
+    shapes = op_shapes(text)
+    for m, n, k in shapes:
+        if k % 8:
+            raise ValueError(f"--shapes: K must be a multiple of 8 (16-byte rows), got {m}x{n}x{k}")
     return shapes
 
 
