@@ -57,7 +57,8 @@
 ///   the last tile. PERSISTENT 0 compiles the one-tile code, whose SASS the persistent path
 ///   leaves unchanged.
 /// Split-K (SPLIT_K > 1; plain CTAs only): for shapes with too few tiles to fill the GPU against
-///   long K (decode, small M x N at any M: the host's heuristic decides), the grid is (tiles, SPLIT_K) and CTA (t, y) sums k tiles [y per, (y + 1) per),
+///   long K (decode, small M x N at any M: the host's heuristic decides), the grid is (tiles,
+///   SPLIT_K) and CTA (t, y) sums k tiles [y per, (y + 1) per),
 ///   per = ceil(k tiles / SPLIT_K), into fp32 slice y of a workspace (c points at it; Out is
 ///   float, no bias): C is then their ordered sum (+ bias), rounded once, by
 ///   matmul_splitk_reduce.cu. An empty range (more splits than k tiles) stores zeros.
