@@ -71,10 +71,18 @@ def precompile(dtype_name: str) -> None:
 
 
 def measure(
-    m: int, n: int, k: int, dtype_name: str, reps: int, every: list, tma_store: bool = True
+    m: int,
+    n: int,
+    k: int,
+    dtype_name: str,
+    reps: int,
+    every: list,
+    tma_store: bool = True,
+    candidates: bool = False,
 ) -> dict:
     """The row of one shape; every config's TFLOP/s appended to `every`. `tma_store` False
-    times every config with the register epilogue instead of the TMA store."""
+    times every config with the register epilogue instead of the TMA store; `candidates` only
+    the heuristic's candidates and the split-tail configs (the best is then theirs)."""
     import torch
 
     from spio.bench.timing import bench
@@ -100,7 +108,10 @@ def measure(
     best = None
     pick = k90.heuristic(p, dev)
     t_pick = None
-    for cfg90 in k90.configs(p, dev):
+    space = k90.configs(p, dev)
+    if candidates:
+        space = [c for c in space if c in k90.HEURISTIC_CANDIDATES or c.tail or c == pick]
+    for cfg90 in space:
         cfg90 = replace(cfg90, tma_store=tma_store)
         if cfg90.split_k * m * n * 4 > SPLIT_WORKSPACE_MAX:
             continue  # split-K's workspace (split_k x M x N fp32) would not fit comfortably
@@ -112,6 +123,7 @@ def measure(
         every.append({"shape": f"{m}x{n}x{k}", "dtype": dtype_name, "block_n": cfg90.block_n,
                       "stages": cfg90.stages, "cluster_m": cfg90.cluster_m,
                       "persistent": cfg90.persistent, "split_k": cfg90.split_k,
+                      "tail": cfg90.tail,
                       "tflops": round(flop / t / 1e9, 1), "us": round(t * 1e3, 3)})  # fmt: skip
         if cfg90 == pick:
             t_pick = t
@@ -145,6 +157,11 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="every config with the register epilogue (tma_store=False): the TMA store's baseline",
     )
+    ap.add_argument(
+        "--candidates",
+        action="store_true",
+        help="only the heuristic's candidates and the split-tail configs, not the whole space",
+    )
     args = ap.parse_args(argv)
     import torch
 
@@ -159,7 +176,9 @@ def main(argv: list[str] | None = None) -> int:
     for dtype_name in ("float16",) if args.quick or args.shapes else ("float16", "bfloat16"):
         precompile(dtype_name)
         for m, n, k in shapes:
-            rows.append(measure(m, n, k, dtype_name, args.reps, every, not args.registers))
+            rows.append(
+                measure(m, n, k, dtype_name, args.reps, every, not args.registers, args.candidates)
+            )
             print(rows[-1], flush=True)
     print_table(rows)
     if args.csv:

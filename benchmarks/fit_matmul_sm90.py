@@ -49,6 +49,7 @@ def load(paths: list[Path]) -> dict[str, dict[tuple[int, int, int], dict]]:
                 cfg = k90.MatmulSm90Config(
                     int(r["block_n"]), int(r["stages"]), cluster_m=int(r["cluster_m"]),
                     persistent=r["persistent"] == "True", split_k=int(r["split_k"]),
+                    tail=r.get("tail") == "True",
                 )  # fmt: skip
                 if r["dtype"] != "float16":
                     continue  # the model is fitted to fp16 timings
@@ -125,7 +126,7 @@ def pick(shape, dev, wave_cost=None, split_cost=None):
     p = _params(shape)
     if wave_cost is None:
         return k90.heuristic(p, dev)
-    return k90.cost_pick(p, dev, wave_cost, split_cost)
+    return k90.cost_pick(p, dev, wave_cost, split_cost, tails=False)  # the files time no tails
 
 
 def summary(regrets: list[tuple[float, str, tuple]]) -> str:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from spio.kernels import matmul_splitk_reduce as splitk_sum
+from spio.kernels import matmul_tail_sum as tail_sum
 from spio.kernels.kernel_def import KernelDef, KernelSpec
 from spio.kernels.matmul import stats
 from spio.kernels.matmul_params import MatmulParams
@@ -29,6 +30,12 @@ SPLIT_KS = (1, *splitk_sum.SPLITS)  # CTAs per tile along K (split-K: fp32 parti
 # The split-K configs `configs` lists: few tiles want narrow ones, and deep rings per split.
 SPLIT_BLOCK_NS = (64, 128)
 SPLIT_STAGE_COUNTS = (4, 6, 8)
+# The split-tail configs `configs` lists (block_n, stages): the heuristic's plain tiles and one
+# shallower ring each. At most TAIL_MAX_SPLITS CTAs per tail tile, each of at least
+# TAIL_MIN_K_TILES k tiles (`tail_plan`).
+TAIL_CONFIGS = ((256, 3), (256, 4), (128, 4), (128, 6))
+TAIL_MAX_SPLITS = tail_sum.MAX_SPLITS
+TAIL_MIN_K_TILES = 2
 SWIZZLE_ALIGN = 1024  # the kernel aligns the ring to the 128-byte swizzle's 1024-byte atom
 # Registers a thread may use per block_n, what `ctas_per_sm` counts on: 80 keeps two CTAs of
 # 64-wide tiles on an SM, 168 is __launch_bounds__(384, 1)'s cap (NVRTC 13.0 uses 58-63 / 90-95 /
@@ -64,7 +71,11 @@ class MatmulSm90Config:
     `a_transposed` reads A from its transpose's storage, (K, M) row-major (M % 8 == 0; no
     clusters), in wgmma's transposed-A mode: the op's plan sets it for an A that is the
     transposed view of a contiguous tensor (dB = dC^T A), so nothing is copied; `configs` never
-    lists it (the layout is the caller's, not a tuning choice)."""
+    lists it (the layout is the caller's, not a tuning choice).
+    `tail` (plain 128- and 256-wide CTAs, no cluster, no split-K) splits the partial last wave:
+    the tiles of the whole waves run one CTA each, and each tile of the last, partial wave runs
+    over several CTAs along K, whose fp32 partials a second kernel sums in order (+ bias) into C
+    (`tail_plan` says how many; a problem whose tiles fill their waves runs the plain kernel)."""
 
     block_n: int = 128
     stages: int = 4
@@ -74,6 +85,7 @@ class MatmulSm90Config:
     split_k: int = 1
     tma_store: bool = True
     a_transposed: bool = False
+    tail: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.persistent, bool):
@@ -107,6 +119,17 @@ class MatmulSm90Config:
             raise ValueError(
                 f"MatmulSm90Config.split_k must be one of {SPLIT_KS}, got {self.split_k!r}"
             )
+        if not isinstance(self.tail, bool):
+            raise ValueError(f"MatmulSm90Config.tail must be a bool, got {self.tail!r}")
+        if self.tail and (
+            self.cluster_m > 1 or self.persistent or self.split_k > 1 or self.block_n == 64
+        ):
+            raise ValueError(
+                "MatmulSm90Config: tail runs plain 128- or 256-wide CTAs; set cluster_m=1, "
+                f"persistent=False, split_k=1 and block_n 128 or 256 (got cluster_m="
+                f"{self.cluster_m}, persistent={self.persistent}, split_k={self.split_k}, "
+                f"block_n={self.block_n})"
+            )
         if self.split_k > 1 and (self.cluster_m > 1 or self.persistent):
             raise ValueError(
                 "MatmulSm90Config: split_k > 1 runs plain CTAs; set cluster_m=1 and "
@@ -126,7 +149,7 @@ class MatmulSm90Config:
 
     def label(self) -> str:
         """Short name for reports: "n128 s4", with " c2" for a cluster of two, " p" for
-        persistent and " k4" for a split over K in 4."""
+        persistent, " k4" for a split over K in 4 and " t" for a split tail."""
         cluster = f" c{self.cluster_m}" if self.cluster_m > 1 else ""
         split = f" k{self.split_k}" if self.split_k > 1 else ""
         # " rs": a config that could store by TMA stores from registers.
@@ -135,6 +158,7 @@ class MatmulSm90Config:
             f"n{self.block_n} s{self.stages}{cluster}"
             + (" p" if self.persistent else "")
             + split
+            + (" t" if self.tail else "")
             + regs
             + (" at" if self.a_transposed else "")
         )
@@ -163,7 +187,8 @@ def configs(p: MatmulParams, dev: Any) -> list[MatmulSm90Config]:
     """Every config whose shared memory fits the device (empty where `supported` is false):
     each (block_n, stages) plain, then each again as a cluster of two (B as (N, K) only), then
     all of those again persistent (`heuristic` never picks a persistent config), then the
-    split-K ones (SPLIT_BLOCK_NS x SPLIT_STAGE_COUNTS x each split_k > 1)."""
+    split-K ones (SPLIT_BLOCK_NS x SPLIT_STAGE_COUNTS x each split_k > 1), then the split-tail
+    ones (TAIL_CONFIGS)."""
     if not supported(p, dev):
         return []
     out = []
@@ -180,6 +205,8 @@ def configs(p: MatmulParams, dev: Any) -> list[MatmulSm90Config]:
         for block_n in SPLIT_BLOCK_NS:
             for stages in SPLIT_STAGE_COUNTS:
                 out.append(MatmulSm90Config(block_n, stages, split_k=split_k))
+    for block_n, stages in TAIL_CONFIGS:
+        out.append(MatmulSm90Config(block_n, stages, tail=True))
     return [cfg for cfg in out if cfg.smem() <= dev.max_smem_per_block_optin]
 
 
@@ -203,15 +230,37 @@ def grid(p: MatmulParams, cfg: MatmulSm90Config, dev: Any) -> tuple[int, int, in
     tm, tn = cfg.tiles(p)
     tm = -(-tm // cfg.cluster_m) * cfg.cluster_m
     ctas = tm * tn
+    if cfg.tail:
+        dp_tiles, splits = tail_plan(p, cfg, dev)
+        ctas = dp_tiles + (ctas - dp_tiles) * splits
     if cfg.persistent:
         resident = dev.sm_count * ctas_per_sm(cfg, dev) // cfg.cluster_m * cfg.cluster_m
         ctas = min(ctas, max(resident, cfg.cluster_m))
     return (ctas, cfg.split_k, 1)
 
 
+def tail_plan(p: MatmulParams, cfg: MatmulSm90Config, dev: Any) -> tuple[int, int]:
+    """(dp_tiles, splits) of a `tail` config: the tiles of the whole waves (dev's SMs x
+    `ctas_per_sm` slots each) run whole, one CTA each, and each of the remaining tiles (the
+    partial last wave) over `splits` CTAs along K: as many as fill that wave's slots, at most
+    TAIL_MAX_SPLITS, each with at least TAIL_MIN_K_TILES k tiles. (all tiles, 1): no split tail
+    (not a `tail` config, fewer tiles than one wave, whole waves, or a tail too large or K too
+    short to split)."""
+    tm, tn = cfg.tiles(p)
+    tiles = tm * tn
+    slots = dev.sm_count * ctas_per_sm(cfg, dev)
+    waves, rest = divmod(tiles, slots)
+    k_tiles = -(-p.k // BLOCK_K)
+    splits = min(slots // rest, TAIL_MAX_SPLITS, k_tiles // TAIL_MIN_K_TILES) if rest else 1
+    if not cfg.tail or waves == 0 or splits < 2:
+        return tiles, 1
+    return tiles - rest, splits
+
+
 def spec(p: MatmulParams, cfg: MatmulSm90Config, dev: Any = None) -> KernelSpec:
     """The variant for (dtypes, bias, block_n, stages, cluster_m, persistent, split_k);
-    independent of m, n, k and raster. CLUSTER_M is a macro (the kernel's __cluster_dims__ is
+    independent of m, n, k and raster (and of the split tail's plan: `tail` adds the workspace,
+    dp_tiles and splits as launch arguments). CLUSTER_M is a macro (the kernel's __cluster_dims__ is
     preprocessed on it); PERSISTENT a constant (0: the one-tile-per-CTA code, unchanged by the
     persistent one). With split_k > 1 the kernel writes fp32 partials without the bias (Out
     float, HAS_BIAS 0); the sum (`spio.kernels.matmul_splitk_reduce`) applies p's output type
@@ -238,8 +287,8 @@ def spec(p: MatmulParams, cfg: MatmulSm90Config, dev: Any = None) -> KernelSpec:
     return KernelSpec(
         source="matmul_sm90.cu",
         entry="matmul_sm90",
-        # c, a_map, b_map, (c_map,) bias, m, n, k, raster
-        signature="ptttpiiii" if epi_tma else "pttpiiii",
+        # c, a_map, b_map, (c_map,) bias, m, n, k, raster, (ws, dp_tiles, splits)
+        signature=("ptttpiiii" if epi_tma else "pttpiiii") + ("pii" if cfg.tail else ""),
         specs={
             "Element": Type(types[p.dtype]),
             "Out": Type(types["float32" if split else p.out_dtype]),
@@ -247,6 +296,7 @@ def spec(p: MatmulParams, cfg: MatmulSm90Config, dev: Any = None) -> KernelSpec:
             **{name: Constant(value) for name, value in constants.items()},
             "CLUSTER_M": Macro(cfg.cluster_m),
             "EPI_TMA": Macro(int(epi_tma)),
+            "TAIL": Macro(int(cfg.tail)),
             "B_MN_MAJOR": Macro(int(not p.b_transposed)),
             "A_MN_MAJOR": Macro(int(cfg.a_transposed)),
         },
@@ -259,6 +309,7 @@ def spec(p: MatmulParams, cfg: MatmulSm90Config, dev: Any = None) -> KernelSpec:
             + (f" cluster {cfg.cluster_m}x1" if cfg.cluster_m > 1 else "")
             + (" persistent" if cfg.persistent else "")
             + (f" split-K {cfg.split_k} (fp32 partials)" if split else "")
+            + (" split tail" if cfg.tail else "")
             + (" TMA-store epilogue" if epi_tma else "")
         ),
         block=(THREADS, 1, 1),
@@ -432,6 +483,17 @@ WAVE_COST_US = {
     (64, 4, False): (0.525, 4.918),
 }
 SPLIT_COST_US = (0.0, 5.72)  # (C: µs per MB of fp32 partials, D: µs)
+# The split tail (`tail_plan`): the whole waves as the plain config, the tail's wave as one
+# wave of its split k range (the same family's A and B), and split-K's D for its sum. Its
+# candidates; the predicted share of the best other pick's time under which one is taken; and
+# the most whole waves before it. Measured on an H200 (docs/ops/matmul.md, "Nineteenth
+# session"): behind 1-5 whole waves it saved 8-30% where predicted to save more than 8%, and
+# lost up to 4% where predicted to save less (1152 x 4608 x 1152); behind 6 or 10 (5000³,
+# 4096 x 11008 x 4096) it saved nothing: with many waves the CTAs' finishing times spread, and
+# the plain kernel's last partial wave fills in behind them.
+TAIL_CANDIDATES = (MatmulSm90Config(block_n=256, stages=4, tail=True),)
+TAIL_MARGIN = 0.92
+TAIL_MAX_WAVES = 5
 # The most fp32 partials (MB) a split-K pick may take per call (the op allocates them).
 SPLIT_WORKSPACE_MAX_MB = 64
 # Host µs of one eager call of the op (`spio bench matmul`'s spio_host_us on the H100 and H200
@@ -469,9 +531,20 @@ def predicted_us(
     wave_cost: Any = None,
     split_cost: tuple[float, float] | None = None,
 ) -> float:
-    """The cost model's time of a HEURISTIC_CANDIDATES config: WAVE_COST_US and SPLIT_COST_US,
-    or the tables given (what a fit is scored with)."""
+    """The cost model's time of a HEURISTIC_CANDIDATES or TAIL_CANDIDATES config: WAVE_COST_US
+    and SPLIT_COST_US, or the tables given (what a fit is scored with). A split tail: its whole
+    waves as the plain config's, its tail one wave of ceil(k tiles / splits) k tiles, plus
+    split-K's D (the sum's launch); without a tail (`tail_plan`), the plain config's time."""
     a, b = (wave_cost or WAVE_COST_US)[cost_family(cfg)]
+    if cfg.tail and tail_plan(p, cfg, dev)[1] > 1:
+        dp_tiles, splits = tail_plan(p, cfg, dev)
+        k_tiles = -(-p.k // BLOCK_K)
+        whole = dp_tiles // (dev.sm_count * ctas_per_sm(cfg, dev))
+        return (
+            whole * (k_tiles * a + b)
+            + (-(-k_tiles // splits) * a + b)
+            + (split_cost or SPLIT_COST_US)[1]
+        )
     waves, k_tiles = cost_terms(p, cfg, dev)
     us = waves * (k_tiles * a + b)
     if cfg.split_k > 1:
@@ -500,10 +573,14 @@ def cost_pick(
     dev: Any,
     wave_cost: Any = None,
     split_cost: tuple[float, float] | None = None,
+    tails: bool = True,
 ) -> MatmulSm90Config:
     """`heuristic`'s rule for N > 64 (with the cost tables given, for a fit's scoring): the
     plain and the split-K candidate of least `predicted_us`; the split one only where its time
-    floored at SPLIT_HOST_US is below the plain one's floored at PLAIN_HOST_US."""
+    floored at SPLIT_HOST_US is below the plain one's floored at PLAIN_HOST_US. Then, with
+    `tails`, a TAIL_CANDIDATES config whose problem has a split tail where its time is under
+    TAIL_MARGIN of that pick's, behind at most TAIL_MAX_WAVES whole waves (the yardstick's fit
+    scores without tails: its files time none)."""
     fits = [
         c
         for c in HEURISTIC_CANDIDATES
@@ -515,9 +592,21 @@ def cost_pick(
 
     plain = min((c for c in fits if c.split_k == 1), key=us)
     split = min((c for c in fits if c.split_k > 1), key=us, default=None)
+    pick = plain
     if split is not None and max(us(split), SPLIT_HOST_US) < max(us(plain), PLAIN_HOST_US):
-        return split
-    return plain
+        pick = split
+    if tails:
+        for tail in TAIL_CANDIDATES:
+            dp_tiles, splits = tail_plan(p, tail, dev)
+            waves = dp_tiles // (dev.sm_count * ctas_per_sm(tail, dev))
+            if (
+                tail.smem() <= dev.max_smem_per_block_optin
+                and splits > 1
+                and waves <= TAIL_MAX_WAVES
+                and us(tail) < TAIL_MARGIN * us(pick)
+            ):
+                pick = tail
+    return pick
 
 
 # Not in spio.kernels.KERNELS (nothing selects or tunes it yet): the definition lets the loaded
@@ -564,15 +653,20 @@ def bound(
     rows to a multiple of 8); `lda` likewise an A given as (K, M) (`cfg.a_transposed`, default
     M). `tma_store` is turned off where C's rows are not whole 16-byte
     units, and is moot for split-K and 64-wide tiles (`stores_by_tma`): each of those runs one
-    variant."""
+    variant. A `tail` config whose problem has no split tail (`tail_plan`) runs the plain
+    variant; one that has loads the tail's sum too."""
     from spio.kernels.loader import default_function_cache
 
     cache = cache if cache is not None else default_function_cache()
     if cfg.tma_store and not (stores_by_tma(cfg) and tma_store_fits(p)):
         cfg = replace(cfg, tma_store=False)
     # raster is a launch argument: one loaded variant serves every value.
+    if cfg.tail and tail_plan(p, cfg, dev)[1] == 1:
+        cfg = replace(cfg, tail=False)
     variant = p.variant()
     reduce = None
+    if cfg.tail:
+        reduce = cache.get(tail_sum.DEF, variant, tail_sum.TailSumConfig(cfg.block_n), dev)
     if cfg.split_k > 1:
         reduce = cache.get(splitk_sum.DEF, variant, splitk_sum.config_for(p, cfg.split_k), dev)
         # Its partials are fp32 without the bias whatever p's output: one variant serves all.
@@ -597,11 +691,13 @@ class Sm90Launch:
     allocator on the current stream), else one from PyTorch's allocator (recorded on the launch
     stream when that is not the current one, so it is not reused before the kernels are done).
     The main kernel writes its partials there and the sum (a dependent launch: PDL on sm_90)
-    writes C. `stream` is a raw handle (an int)."""
+    writes C. A split tail (cfg.tail, `reduce` its sum) takes a workspace the same way: one
+    128 x block_n fp32 partial per CTA of the tail (`tail_plan`), summed per tail tile into C by
+    the dependent second launch. `stream` is a raw handle (an int)."""
 
     MAP_CACHE = 64
-    __slots__ = ("_launch", "_tail", "_a_maps", "_b_maps", "_c_maps", "_reduce", "_reduce_tail",
-                 "_workspace")  # fmt: skip
+    __slots__ = ("_launch", "_dims", "_a_maps", "_b_maps", "_c_maps", "_reduce", "_sum_args",
+                 "_workspace", "_plan")  # fmt: skip
 
     def __init__(
         self,
@@ -615,11 +711,19 @@ class Sm90Launch:
     ) -> None:
         from spio.kernels.map_cache import MapCache
 
-        if (cfg.split_k > 1) != (reduce is not None):
+        if (cfg.split_k > 1 or cfg.tail) != (reduce is not None):
             raise ValueError(
-                f"Sm90Launch: split_k={cfg.split_k} needs the split-K sum's kernel exactly when "
-                "split_k > 1 (matmul_sm90.bound loads it)"
+                f"Sm90Launch: split_k={cfg.split_k}, tail={cfg.tail} needs the second pass's "
+                "kernel exactly when split_k > 1 or tail (matmul_sm90.bound loads it)"
             )
+        self._plan: tuple[int, int] | None = None  # a split tail's (dp_tiles, splits)
+        if cfg.tail:
+            self._plan = tail_plan(p, cfg, dev)
+            if self._plan[1] == 1:
+                raise ValueError(
+                    f"Sm90Launch: tail=True but {p.m}x{p.n}x{p.k} has no split tail on this GPU "
+                    "(tail_plan); bind with `bound`, which runs the plain variant there"
+                )
         for name, ld, least, used in (("lda", lda, p.m, cfg.a_transposed),
                                       ("ldb", ldb, p.n, not p.b_transposed)):  # fmt: skip
             if ld is not None and (not used or ld < least or ld % 8):
@@ -629,11 +733,19 @@ class Sm90Launch:
                     f"(a_transposed={cfg.a_transposed}, b_transposed={p.b_transposed})"
                 )
         self._launch = kernel.bind(grid(p, cfg, dev))
-        self._tail = (p.m, p.n, p.k, cfg.raster)
+        self._dims = (p.m, p.n, p.k, cfg.raster)
         self._reduce = None
-        self._reduce_tail = (p.n, p.m * p.n)
+        self._sum_args = (p.n, p.m * p.n)
         self._workspace = (cfg.split_k * p.m * p.n,)
-        if reduce is not None:
+        if self._plan is not None:
+            dp_tiles, splits = self._plan
+            tm, tn = cfg.tiles(p)
+            tail_tiles = tm * tn - dp_tiles
+            self._workspace = (tail_tiles * splits * BLOCK_M * cfg.block_n,)
+            self._sum_args = (p.m, p.n, dp_tiles, splits, cfg.raster)
+            sum_grid = tail_sum.grid(tail_sum.TailSumConfig(cfg.block_n), tail_tiles)
+            self._reduce = reduce.bind(sum_grid, dependent=True)
+        elif reduce is not None:
             sum_grid = splitk_sum.grid(p, splitk_sum.config_for(p, cfg.split_k))
             self._reduce = reduce.bind(sum_grid, dependent=True)
 
@@ -666,7 +778,8 @@ class Sm90Launch:
 
     @property
     def workspace(self) -> tuple[int, ...] | None:
-        """The shape of the fp32 workspace a split-K call takes (None for a plain config)."""
+        """The shape of the fp32 workspace a split-K or split-tail call takes (None for a plain
+        config)."""
         return self._workspace if self._reduce is not None else None
 
     def __call__(
@@ -674,20 +787,44 @@ class Sm90Launch:
     ) -> None:
         a_map = self._a_maps.get(a.data_ptr())
         b_map = self._b_maps.get(b.data_ptr())
+        if self._plan is not None:
+            self._call_tail(c, a_map, b_map, bias, stream, workspace)
+            return
         if self._c_maps is not None:
             c_map = self._c_maps.get(c.data_ptr())
-            self._launch((c, a_map, b_map, c_map, c if bias is None else bias, *self._tail), stream)
+            self._launch((c, a_map, b_map, c_map, c if bias is None else bias, *self._dims), stream)
             return
         if self._reduce is None:
-            self._launch((c, a_map, b_map, c if bias is None else bias, *self._tail), stream)
+            self._launch((c, a_map, b_map, c if bias is None else bias, *self._dims), stream)
             return
-        ws = workspace
-        if ws is None:
-            import torch
+        ws = self._workspace_for(c, stream, workspace)
+        self._launch((ws, a_map, b_map, ws, *self._dims), stream)
+        self._reduce((c, ws, ws if bias is None else bias, *self._sum_args), stream)
 
-            ws = torch.empty(self._workspace, dtype=torch.float32, device=c.device)
-            if stream != torch.cuda.current_stream(c.device).cuda_stream:
-                # Freed when this returns: the allocator must not reuse it before `stream` is done.
-                ws.record_stream(torch.cuda.ExternalStream(stream, device=c.device))
-        self._launch((ws, a_map, b_map, ws, *self._tail), stream)
-        self._reduce((c, ws, ws if bias is None else bias, *self._reduce_tail), stream)
+    def _call_tail(
+        self, c: Any, a_map: Any, b_map: Any, bias: Any, stream: int, workspace: Any
+    ) -> None:
+        """A split tail's two launches: the main kernel (whole tiles to C, the tail's partials to
+        the workspace), then the tail's sum."""
+        assert self._plan is not None
+        ws = self._workspace_for(c, stream, workspace)
+        plan = (ws, *self._plan)
+        bias_arg = c if bias is None else bias
+        if self._c_maps is not None:
+            c_map = self._c_maps.get(c.data_ptr())
+            self._launch((c, a_map, b_map, c_map, bias_arg, *self._dims, *plan), stream)
+        else:
+            self._launch((c, a_map, b_map, bias_arg, *self._dims, *plan), stream)
+        self._reduce((c, ws, ws if bias is None else bias, *self._sum_args), stream)
+
+    def _workspace_for(self, c: Any, stream: int, workspace: Any) -> Any:
+        """The caller's workspace, else one from PyTorch's allocator for `stream`."""
+        if workspace is not None:
+            return workspace
+        import torch
+
+        ws = torch.empty(self._workspace, dtype=torch.float32, device=c.device)
+        if stream != torch.cuda.current_stream(c.device).cuda_stream:
+            # Freed when this returns: the allocator must not reuse it before `stream` is done.
+            ws.record_stream(torch.cuda.ExternalStream(stream, device=c.device))
+        return ws

@@ -63,6 +63,14 @@
 ///   float, no bias): C is then their ordered sum (+ bias), rounded once, by
 ///   matmul_splitk_reduce.cu. An empty range (more splits than k tiles) stores zeros.
 ///   SPLIT_K 1 compiles the code without it.
+/// Split tail (TAIL 1; plain CTAs, no cluster, no split-K): against wave quantization, the host
+///   (`matmul_sm90.tail_plan`) runs the first `dp_tiles` tiles of the raster order whole, one
+///   CTA each (their waves fill every SM), and splits each of the last tiles (the partial last
+///   wave) over `splits` CTAs along K: CTA dp_tiles + t takes tile dp_tiles + t / splits and the
+///   balanced k range y kt / splits .. (y + 1) kt / splits of split y = t % splits (never empty:
+///   splits <= k tiles), and stores its fp32 accumulators as they lie in the registers to
+///   partial t of `ws` (`store_partial`); matmul_tail_sum.cu then sums each tail tile's
+///   partials in order (+ bias) into C. The whole tiles' epilogue is the plain one.
 /// A_MN_MAJOR: A is given as its transpose's storage, (K, M) row-major (M-major: the op's dB =
 ///   dC^T A reads dC^T from dC this way, no copy); each slot holds A as 2 blocks of 64 k rows x
 ///   128 bytes (64 m), one box each, read in wgmma's transposed-A mode: consumer warpgroup w
@@ -77,7 +85,7 @@
 ///   element-aligned (EPI_TMA: C 16-byte aligned, its rows whole 16-byte units); sm_90a.
 // The generated header (included first) defines Element (__half or __nv_bfloat16), Out (the
 // same or float), BLOCK_N, STAGES, HAS_BIAS, PERSISTENT (0 or 1), SPLIT_K, the macros CLUSTER_M
-// (1 or 2), EPI_TMA, A_MN_MAJOR and B_MN_MAJOR (0 or 1), the dims M, N, K, K8, STAGE and the
+// (1 or 2), EPI_TMA, TAIL, A_MN_MAJOR and B_MN_MAJOR (0 or 1), the dims M, N, K, K8, STAGE and the
 // swizzled shared-memory rings SmemA (STAGE, M, K8; A_MN_MAJOR: STAGE, MB, KROW, M8) and SmemB
 // (STAGE, N, K8; B_MN_MAJOR: STAGE, NB, KROW, N8), and with EPI_TMA the staging buffers SmemC
 // (EPI, ROW, CH); see spio/kernels/matmul_sm90.py.
@@ -112,6 +120,9 @@ static_assert(CLUSTER_M == 1 || CLUSTER_M == 2, "matmul_sm90: CLUSTER_M must be 
 static_assert(SPLIT_K == 1 || (CLUSTER_M == 1 && !PERSISTENT && !HAS_BIAS && !EPI_TMA &&
                                spio::detail::is_same_v<Out, float>),
               "matmul_sm90: split-K runs plain CTAs writing fp32 partials (no bias) from registers");
+
+static_assert(!TAIL || (CLUSTER_M == 1 && !PERSISTENT && SPLIT_K == 1),
+              "matmul_sm90: a split tail runs plain CTAs without a cluster or split-K");
 
 constexpr int B_ROWS = BLOCK_N / CLUSTER_M;  // rows of the B box this CTA's producer copies
 static_assert(!B_MN_MAJOR || CLUSTER_M == 1, "matmul_sm90: an N-major B runs without clusters");
@@ -188,6 +199,24 @@ SPIO_DEVICE void store_tile(Out* __restrict__ c, const Element* __restrict__ bia
         }
     }
 }
+
+#if TAIL
+constexpr int CONSUMER_THREADS = CONSUMERS * 128;
+
+/// TAIL: this split CTA's fp32 accumulators to partial `part` of the workspace, as they lie in
+/// the registers (the sum maps them to C with acc_row / acc_col): float4 j of consumer thread t
+/// at float4 (part * ACC / 4 + j) * CONSUMER_THREADS + t, so a warp writes 512 consecutive bytes
+/// per store.
+SPIO_DEVICE void store_partial(float* __restrict__ ws, const float (&d)[ACC], int part) {
+    const int t = static_cast<int>(threadIdx.x) - 128;  // consumer thread 0..255
+    float4* dst = reinterpret_cast<float4*>(ws) +
+                  static_cast<long long>(part) * (ACC / 4) * CONSUMER_THREADS + t;
+#pragma unroll
+    for (int j = 0; j < ACC / 4; ++j) {
+        dst[j * CONSUMER_THREADS] = make_float4(d[4 * j], d[4 * j + 1], d[4 * j + 2], d[4 * j + 3]);
+    }
+}
+#endif
 
 #if EPI_TMA
 constexpr int BOX_COLS = 128 / int(sizeof(Out));  // columns of C in one 128-byte box row
@@ -373,7 +402,12 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) SPIO_MATMUL_CLUSTER
 #if EPI_TMA
                 const __grid_constant__ spio::tma::Descriptor c_map,  // C (M, N), box 64 x BOX_COLS
 #endif
-                const Element* __restrict__ bias, int m, int n, int k, int raster) {
+                const Element* __restrict__ bias, int m, int n, int k, int raster
+#if TAIL
+                ,
+                float* __restrict__ ws, int dp_tiles, int splits  // the split tail (tail_plan)
+#endif
+    ) {
     extern __shared__ unsigned char smem_raw[];
     const Smem smem = carve(smem_raw);
     const int warpgroup = threadIdx.x / 128;
@@ -386,17 +420,26 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) SPIO_MATMUL_CLUSTER
         if (spio::cluster::size() != CLUSTER_M) __trap();
         rank = spio::cluster::rank();
     }
-    // Cluster c takes the pair of M tiles 2 pair, 2 pair + 1 of one N tile (tile_of).
-    if constexpr (!PERSISTENT) {
-        tile_of(blockIdx.x / CLUSTER_M, tiles_m, tiles_n, raster, rank, tile_m, tile_n);
+    int k_tiles = (k + BLOCK_K - 1) / BLOCK_K;
+    int kt0 = 0;  // split-K or a split tail: this CTA's k tiles are kt0 .. kt0 + k_tiles - 1
+    int tile = static_cast<int>(blockIdx.x) / CLUSTER_M;  // in the raster order
+#if TAIL
+    // CTAs past the whole tiles split the last ones along K: partial `part`, split part % splits.
+    const int part = static_cast<int>(blockIdx.x) - dp_tiles;
+    if (part >= 0) {
+        const int y = part % splits;
+        tile = dp_tiles + part / splits;
+        kt0 = y * k_tiles / splits;
+        k_tiles = (y + 1) * k_tiles / splits - kt0;
     }
+#endif
+    // Cluster c takes the pair of M tiles 2 pair, 2 pair + 1 of one N tile (tile_of).
+    if constexpr (!PERSISTENT) tile_of(tile, tiles_m, tiles_n, raster, rank, tile_m, tile_n);
     // Persistent: this CTA (cluster) walks work items first, first + stride, ... (tiles, or
     // pairs of M tiles with a cluster) in the raster order, one continuous k-tile stream.
     const int work = (tiles_m + CLUSTER_M - 1) / CLUSTER_M * tiles_n;
     const int first = static_cast<int>(blockIdx.x) / CLUSTER_M;
     const int stride = static_cast<int>(gridDim.x) / CLUSTER_M;
-    int k_tiles = (k + BLOCK_K - 1) / BLOCK_K;
-    int kt0 = 0;  // split-K: this CTA's k tiles are kt0 .. kt0 + k_tiles - 1
     if constexpr (SPLIT_K > 1) {
         const int per = (k_tiles + SPLIT_K - 1) / SPLIT_K;
         kt0 = min(static_cast<int>(blockIdx.y) * per, k_tiles);
@@ -478,12 +521,19 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) SPIO_MATMUL_CLUSTER
         // Every arrival on the peer's barriers is issued: the peer may exit once this CTA's own
         // consumers are done too (a CTA past M stores nothing: its rows are >= m).
         if constexpr (CLUSTER_M > 1) spio::cluster::arrive();
-#if EPI_TMA
-        store_tile_tma(smem, &c_map, bias, d, warpgroup - 1, tile_m * BLOCK_M + rows,
-                       tile_n * BLOCK_N, n, boxes);
-#else
-        store_tile(c, bias, d, tile_m * BLOCK_M + rows, tile_n * BLOCK_N, m, n);
+#if TAIL
+        if (part >= 0) {
+            store_partial(ws, d, part);
+        } else
 #endif
+        {
+#if EPI_TMA
+            store_tile_tma(smem, &c_map, bias, d, warpgroup - 1, tile_m * BLOCK_M + rows,
+                           tile_n * BLOCK_N, n, boxes);
+#else
+            store_tile(c, bias, d, tile_m * BLOCK_M + rows, tile_n * BLOCK_N, m, n);
+#endif
+        }
     } else {
         // The producer's stream, tile after tile: slot and phase carry over. Each tile's last
         // slot is released once its batch completed, before the epilogue, so the producer

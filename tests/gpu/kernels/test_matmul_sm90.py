@@ -212,3 +212,55 @@ def test_split_k_decode_shapes_same_bits_every_run(m, n, k, seed):
         del del_me
         k90.launch(p, cfg, c, a, b, bias, stream=stream)
     assert torch.equal(outs[0], outs[1]), f"{p} {cfg}: split-K results differ between runs"
+
+
+def _tail_shapes(dev, block_n: int) -> list[tuple[int, int, int]]:
+    """Shapes whose 128 x block_n tiles fill whole waves of dev's SMs and then part of one more
+    (a split tail): M 1100 (9 M tiles, the last of 76 rows), N past a whole number of waves and
+    ragged (odd N: unpaired stores), K ragged (one k tile of 8 rows) and short (4 splits at most)
+    or long (an uneven balanced split)."""
+    slots = dev.sm_count  # one 128- or 256-wide CTA an SM (4 or 6 slots)
+    tn = slots // 9 + 3  # 9 x tn tiles: one wave and 27 - slots % 9 more
+    n = tn * block_n - block_n // 2 - 1
+    return [(1100, n, 520), (1100, n, 2048), (1100, n + 1 - 8, 1032)]
+
+
+@pytest.mark.parametrize("flags", FLAG_SETS, ids=str)
+def test_split_tail_every_config(flags, seed):
+    """Every `tail` config on shapes with a partial last wave (`tail_plan` splits it): whole
+    tiles by the plain epilogue (TMA or registers), the tail's partials summed in order (+ bias)
+    by the second kernel, against fp64 into a NaN-poisoned C; raster 1 and 3 (the tail's tiles
+    in another order), B either way, A given as (K, M), C one element off (element stores)."""
+    _skip_unless_hopper()
+    dev = _device()
+    for cfg in (c for c in k90.configs(_params(flags, 1, 1, 8), dev) if c.tail):
+        for m, n, kk in _tail_shapes(dev, cfg.block_n):
+            p = _params(flags, m, n, kk)
+            assert k90.tail_plan(p, cfg, dev)[1] > 1, (p, cfg)
+            check(p, cfg, seed)
+            check(p, replace(cfg, raster=3), seed)
+        m, n, kk = _tail_shapes(dev, cfg.block_n)[2]  # N a multiple of 8
+        check(_params(flags, m, n, kk), cfg, seed, 1)  # C not 2-element aligned: no paired stores
+        check(_params(flags, m, n, kk, b_transposed=False), replace(cfg, raster=1), seed)
+        check(_params(flags, m + 4, n, kk), replace(cfg, a_transposed=True), seed)
+
+
+def test_split_tail_same_bits_every_run(seed):
+    """A split tail sums its partials in a fixed order: two runs (other values in the
+    workspace's memory) give the same bits."""
+    _skip_unless_hopper()
+    dev = _device()
+    cfg = k90.MatmulSm90Config(256, 4, tail=True)
+    m, n, k = _tail_shapes(dev, 256)[1]
+    p = _params(("bfloat16", False, True), m, n, k)
+    g = torch.Generator("cuda").manual_seed(seed)
+    a = torch.randn(m, k, generator=g, device="cuda").to(torch.bfloat16)
+    b = torch.randn(n, k, generator=g, device="cuda").to(torch.bfloat16)
+    bias = torch.randn(n, generator=g, device="cuda").to(torch.bfloat16)
+    stream = torch.cuda.current_stream().cuda_stream
+    outs = [torch.empty(m, n, dtype=torch.bfloat16, device="cuda") for _ in range(2)]
+    for c in outs:
+        del_me = torch.full((m * n,), float("nan"), device="cuda")
+        del del_me
+        k90.launch(p, cfg, c, a, b, bias, stream=stream)
+    assert torch.equal(outs[0], outs[1]), f"{p} {cfg}: split-tail results differ between runs"

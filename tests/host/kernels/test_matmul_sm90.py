@@ -35,6 +35,7 @@ from spio.compiler.locate import find_tool
 from spio.cuda import known_device
 from spio.kernels import matmul_sm90 as k90
 from spio.kernels import matmul_splitk_reduce as sk
+from spio.kernels import matmul_tail_sum as ts
 from spio.kernels.loader import compile_spec
 from spio.kernels.matmul_params import MatmulParams
 
@@ -62,13 +63,15 @@ def test_space_fits_shared_memory_and_is_sm90_only():
         for s in k90.SPLIT_STAGE_COUNTS
         if k90.MatmulSm90Config(n, s).smem() <= H100.max_smem_per_block_optin
     ]
-    once = [c for c in cfgs if not c.persistent and c.split_k == 1]
+    tail = [c for c in cfgs if c.tail]
+    assert tail == [k90.MatmulSm90Config(n, s, tail=True) for n, s in k90.TAIL_CONFIGS]
+    once = [c for c in cfgs if not c.persistent and c.split_k == 1 and not c.tail]
     plain = [c for c in once if c.cluster_m == 1]
     assert [c for c in once if c.cluster_m == 2] == [
         k90.MatmulSm90Config(c.block_n, c.stages, cluster_m=2) for c in plain
     ]
     assert [c for c in cfgs if c.persistent] == [replace(c, persistent=True) for c in once]
-    assert cfgs == once + [replace(c, persistent=True) for c in once] + split
+    assert cfgs == once + [replace(c, persistent=True) for c in once] + split + tail
     assert k90.DEF.compiled(MatmulParams(300, 70, 16, b_transposed=True)) == _p()
     # A row-major (K, N) B: the same space without clusters.
     assert k90.configs(_p(b_transposed=False), H100) == [c for c in cfgs if c.cluster_m == 1]
@@ -300,6 +303,25 @@ def test_ptx_transpose_flags_and_descriptor_strides(b_transposed, a_transposed):
     b128 = 1 << 62
     want_b = ((8192 >> 4) << 16 if not b_transposed else 1 << 16) | (64 << 32) | b128
     assert str(want_b) in ptx or hex(want_b)[2:] in ptx.lower(), "B's descriptor fields"
+
+
+@pytest.mark.parametrize("block_n, stages", k90.TAIL_CONFIGS)
+def test_tail_variants_keep_wgmma_batched(block_n, stages):
+    """A split-tail variant (TAIL 1): no local memory, within the register budget, and (SASS,
+    where cuobjdump is found) its wgmma batches unserialized (a split CTA's first k tile
+    overwrites the accumulators as a whole tile's does: nothing zeroes them), the whole tiles'
+    TMA store and the partials' 16-byte stores."""
+    cfg = k90.MatmulSm90Config(block_n, stages, tail=True)
+    cubin = compile_spec(k90.spec(_p(bias=True), cfg, H100), H100.arch)
+    res = kernel_resources(cubin)["matmul_sm90"]
+    assert res.local_bytes == 0 and res.registers <= k90.REGISTERS[block_n], (cfg, res)
+    if find_tool("cuobjdump") is not None:
+        from spio.compiler.disasm import disassemble
+
+        sass = disassemble(cubin)
+        hgmma = re.findall(r"HGMMA\.[^;]*;", sass)
+        assert hgmma and sum("gsb0" not in h for h in hgmma) >= len(hgmma) // 2, cfg
+        assert "UTMASTG.2D" in sass and "STG.E.128" in sass, cfg
 
 
 NO_CUOBJDUMP = find_tool("cuobjdump") is None
@@ -803,11 +825,93 @@ def test_split_launch_writes_partials_then_sums_them(monkeypatch):
     assert recorded == [("ext", 9)]
     plain = k90.Sm90Launch(Kernel("main", (2, 1, 1), False), p, replace(cfg, split_k=1), H100)
     assert plain.workspace is None
-    with pytest.raises(ValueError, match="needs the split-K sum's kernel exactly when"):
+    with pytest.raises(ValueError, match="needs the second pass's kernel exactly when"):
         k90.Sm90Launch(main, p, cfg, H100)
-    with pytest.raises(ValueError, match="needs the split-K sum's kernel exactly when"):
+    with pytest.raises(ValueError, match="needs the second pass's kernel exactly when"):
         k90.Sm90Launch(main, p, k90.MatmulSm90Config(), H100, Kernel("sum", (1, 1, 1), True))
     assert sk.config_for(replace(p, n=202), cfg.split_k) == sk.SplitSumConfig(4, 1)
+
+
+def test_tail_plan_splits_only_the_partial_last_wave():
+    """`tail_plan`: the whole waves' tiles run whole; each tile of the partial last wave splits
+    into as many CTAs as fill its slots (at most TAIL_MAX_SPLITS, each >= TAIL_MIN_K_TILES k
+    tiles); no tail for whole waves, less than one wave, a non-tail config, or short K."""
+    slots = H100.sm_count  # one 128 x 256 (or 128 x 128 with 6 slots) CTA per SM
+
+    def plan(m, n, k, block_n=256, stages=4, tail=True):
+        p = MatmulParams(m, n, k, "float16", "float16", b_transposed=True)
+        return k90.tail_plan(p, k90.MatmulSm90Config(block_n, stages, tail=tail), H100)
+
+    tiles = 7 * 20  # 777 x 5000: 7 x 20 tiles of 128 x 256, one wave and 8 tiles
+    assert plan(777, 5000, 3000) == (slots, min(slots // (tiles - slots), k90.TAIL_MAX_SPLITS))
+    assert plan(12608, 768, 3072) == (2 * slots, slots // (99 * 3 - 2 * slots))  # 33 tail tiles
+    assert plan(777, 5000, 3000, tail=False) == (tiles, 1)
+    assert plan(4096, 4096, 4096) == (512, 1)  # 3 waves + 116 tiles: too many to split
+    assert plan(1024, 1024, 4096) == (32, 1)  # fewer tiles than one wave: split-K's domain
+    assert plan(128 * slots, 512, 4096) == (2 * slots, 1)  # whole waves
+    assert plan(777, 5000, 192) == (tiles, 1)  # 3 k tiles: not 2 splits of >= 2
+    assert plan(777, 5000, 256) == (slots, 2)
+    with pytest.raises(ValueError, match="tail runs plain 128- or 256-wide CTAs"):
+        k90.MatmulSm90Config(64, 4, tail=True)
+    for other in ({"cluster_m": 2}, {"persistent": True}, {"split_k": 2}):
+        with pytest.raises(ValueError, match="tail runs plain"):
+            k90.MatmulSm90Config(256, 4, tail=True, **other)
+    with pytest.raises(ValueError, match="tail must be a bool"):
+        k90.MatmulSm90Config(tail=1)  # type: ignore[arg-type, unused-ignore]
+    assert k90.MatmulSm90Config(256, 4, tail=True).label() == "n256 s4 t"
+
+
+def test_tail_launch_runs_whole_tiles_then_sums_the_tail(monkeypatch):
+    """A tail config: the main kernel (the plain variant's arguments, then the workspace,
+    dp_tiles and splits) over dp_tiles + tail tiles x splits CTAs, then the tail's sum (PDL) on
+    the same workspace into C with the bias; `bound` runs the plain variant where the problem
+    has no tail, and loads the sum where it has one."""
+    from spio.cuda import driver
+
+    monkeypatch.setattr(driver, "tensor_map_encode_tiled", lambda *args: bytes(128))
+    p = MatmulParams(777, 5000, 3000, "float16", "float16", b_transposed=True, has_bias=True)
+    cfg = k90.MatmulSm90Config(block_n=256, stages=4, tail=True)
+    dp_tiles, splits = k90.tail_plan(p, cfg, H100)
+    tail_tiles = 140 - dp_tiles
+    launched: list = []
+
+    class Kernel:
+        def __init__(self, name, grid, dependent):
+            self.name, self.grid, self.dependent = name, grid, dependent
+
+        def bind(self, grid, dependent=False):
+            assert (grid, dependent) == (self.grid, self.dependent), self.name
+            return lambda args, stream: launched.append((self.name, args, stream))
+
+    main = Kernel("main", (dp_tiles + tail_tiles * splits, 1, 1), False)
+    sum_grid = (tail_tiles * 256 // 8, 1, 1)
+    run = k90.Sm90Launch(main, p, cfg, H100, Kernel("sum", sum_grid, True))
+    assert run.workspace == (tail_tiles * splits * 128 * 256,)
+    c, bias = _FakeTensor(0x30000), object()
+    given = SimpleNamespace()
+    run(c, _FakeTensor(0x10000), _FakeTensor(0x20000), bias, 5, given)
+    (n1, main_args, s1), (n2, sum_args, s2) = launched
+    assert (n1, n2, s1, s2) == ("main", "sum", 5, 5)
+    assert main_args[0] is c and main_args[4] is bias  # c, a_map, b_map, c_map, bias
+    assert main_args[5:] == (777, 5000, 3000, cfg.raster, given, dp_tiles, splits)
+    assert sum_args == (c, given, bias, 777, 5000, dp_tiles, splits, cfg.raster)
+    with pytest.raises(ValueError, match="has no split tail"):
+        k90.Sm90Launch(main, replace(p, m=128 * 132), cfg, H100, Kernel("sum", sum_grid, True))
+    keys: list = []
+
+    class Cache:
+        def get(self, kdef, params, config, dev):
+            keys.append((kdef.name, config))
+            return SimpleNamespace(bind=lambda grid, dependent=False: lambda *a: None)
+
+    k90.bound(p, cfg, H100, Cache())
+    assert keys == [
+        ("matmul_tail_sum", ts.TailSumConfig(256)),
+        ("matmul_sm90", replace(cfg, raster=1)),
+    ]
+    keys.clear()
+    k90.bound(replace(p, m=128 * 132), cfg, H100, Cache())  # whole waves: the plain variant
+    assert keys == [("matmul_sm90", replace(cfg, raster=1, tail=False))]
 
 
 def test_split_main_kernel_is_one_variant_for_every_output_and_bias():
@@ -836,7 +940,11 @@ def test_split_main_kernel_is_one_variant_for_every_output_and_bias():
     "m, n, k, label",
     [
         (8192, 8192, 8192, "n256 s4"),  # many waves of the widest tile
-        (777, 5000, 3000, "n256 s4"),
+        (777, 5000, 3000, "n256 s4 t"),  # one wave and 8 tiles: the 8 split 16 ways along K
+        (12608, 768, 3072, "n256 s4 t"),  # two waves and 33 tiles (4 splits)
+        (5000, 5000, 5000, "n256 s4"),  # six whole waves before the tail: TAIL_MAX_WAVES
+        (1152, 4608, 1152, "n128 s6"),  # a tail predicted to save under 8%: TAIL_MARGIN
+        (4096, 4096, 4096, "n256 s4"),  # 3 waves and 116 tiles: too many to split
         (512, 4096, 4096, "n128 s6"),  # 128 tiles of 128 x 128: one wave
         (256, 1024, 1024, "n128 s6"),  # host-bound as called: split-K would cost more host time
         (1024, 1024, 8192, "n128 s6 k2"),  # 64 tiles x 2: one wave of half the k tiles
@@ -857,7 +965,7 @@ def test_heuristic_picks_by_predicted_waves(m, n, k, label):
 def test_heuristic_candidates_are_configs_of_the_space():
     p = MatmulParams(4096, 4096, 4096, b_transposed=True)
     space = k90.configs(p, H100)
-    assert all(c in space for c in k90.HEURISTIC_CANDIDATES)
+    assert all(c in space for c in k90.HEURISTIC_CANDIDATES + k90.TAIL_CANDIDATES)
     assert {k90.cost_family(c) for c in k90.HEURISTIC_CANDIDATES} == set(k90.WAVE_COST_US)
 
 
@@ -870,6 +978,22 @@ def test_cost_model_counts_waves_of_resident_ctas():
     q = MatmulParams(16, 4096, 4096, b_transposed=True)
     assert k90.cost_terms(q, C(128, 6, split_k=4), H100) == (1, 16)
     assert k90.split_mb(q, C(128, 6, split_k=4)) == 4 * 16 * 4096 * 4 / 1e6
+
+
+def test_tail_cost_is_whole_waves_then_one_short_wave():
+    """A split tail's predicted time: its whole waves at the plain config's cost, one wave of
+    ceil(k tiles / splits) k tiles, and split-K's D; without a tail, the plain config's."""
+    C = k90.MatmulSm90Config
+    p = MatmulParams(777, 5000, 3000, b_transposed=True)
+    a, b = k90.WAVE_COST_US[(256, 4, False)]
+    dp_tiles, splits = k90.tail_plan(p, C(256, 4, tail=True), H100)
+    assert (dp_tiles, splits) == (132, 16)
+    want = (47 * a + b) + (3 * a + b) + k90.SPLIT_COST_US[1]
+    assert k90.predicted_us(p, C(256, 4, tail=True), H100) == pytest.approx(want)
+    assert k90.predicted_us(p, C(256, 4), H100) == pytest.approx(2 * (47 * a + b))
+    q = MatmulParams(4096, 4096, 4096, b_transposed=True)
+    assert k90.predicted_us(q, C(256, 4, tail=True), H100) == k90.predicted_us(q, C(256, 4), H100)
+    assert k90.cost_pick(p, H100, tails=False).label() == "n256 s4"
 
 
 def test_split_workspace_is_capped(monkeypatch):
