@@ -22,6 +22,7 @@ from spio.cuda import known_device
 from spio.kernels import layernorm_2d as k
 from spio.kernels import loader
 from spio.kernels import matmul_splitk_reduce as sk
+from spio.kernels import matmul_tail_sum as ts
 from spio.kernels.conv2d_gw8 import wgrad_reduce as rd
 from spio.kernels.conv2d_gw8.params import Conv2dGw8Params
 from spio.kernels.layernorm_2d_params import LayerNorm2dParams
@@ -191,7 +192,17 @@ def _needs_cuobjdump():
         pytest.skip("needs cuobjdump or nvdisasm to read the SASS (pip install spio[test])")
 
 
-@pytest.mark.parametrize("spec", _reduce_specs())
+def _sm90_reduce_specs():
+    """The reductions above and the Hopper matmul's split-tail sum (sm_90a only: it maps the
+    partials with wgmma's accumulator layout)."""
+    p = MatmulParams(777, 5000, 3000, "float16", "float16", b_transposed=True, has_bias=True)
+    tail = [
+        pytest.param(ts.spec(p, ts.TailSumConfig(n)), id=f"matmul-tail-n{n}") for n in (128, 256)
+    ]
+    return _reduce_specs() + tail
+
+
+@pytest.mark.parametrize("spec", _sm90_reduce_specs())
 def test_reduce_waits_before_reading_partials_on_sm90(spec):
     _needs_cuobjdump()
     sass = _sass(spec, "sm_90")
