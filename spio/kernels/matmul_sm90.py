@@ -735,7 +735,7 @@ class Sm90Launch:
         self._launch = kernel.bind(grid(p, cfg, dev))
         self._dims = (p.m, p.n, p.k, cfg.raster)
         self._reduce = None
-        self._sum_args = (p.n, p.m * p.n)
+        self._sum_args: tuple[int, ...] = (p.n, p.m * p.n)
         self._workspace = (cfg.split_k * p.m * p.n,)
         if self._plan is not None:
             dp_tiles, splits = self._plan
@@ -806,7 +806,7 @@ class Sm90Launch:
     ) -> None:
         """A split tail's two launches: the main kernel (whole tiles to C, the tail's partials to
         the workspace), then the tail's sum."""
-        assert self._plan is not None
+        assert self._plan is not None and self._reduce is not None
         ws = self._workspace_for(c, stream, workspace)
         plan = (ws, *self._plan)
         bias_arg = c if bias is None else bias
