@@ -556,8 +556,10 @@ def predicted_us(
 def heuristic(p: MatmulParams, dev: Any) -> MatmulSm90Config:
     """The HEURISTIC_CANDIDATES config of least `predicted_us` (split-K ones only within
     SPLIT_WORKSPACE_MAX_MB, and only where they beat the plain pick as called: `cost_pick`,
-    PLAIN_HOST_US); for N <= 64, 64-wide tiles (`split_choice`'s split-K config for
-    one row of tiles with K long enough, else 4 slots). On the 57 shapes of the yardstick,
+    PLAIN_HOST_US), or a split tail where it is predicted to save more than 1 - TAIL_MARGIN
+    (TAIL_CANDIDATES, TAIL_MAX_WAVES); for N <= 64, 64-wide tiles (`split_choice`'s split-K
+    config for one row of tiles with K long enough, else 4 slots). On the 57 shapes of the
+    yardstick (which timed no split tails),
     each held out of the fit in turn, the picks' time over the best config's is median 1.016,
     p90 1.121, max 1.333 (as called 1.010 / 1.117 / 1.306) on an H100 and an H200 together,
     the max at a 12 µs product, 333 x 777 x 1000 (the previous rule, 128 x 256 tiles
