@@ -666,6 +666,18 @@ class _FakeTensor:
         return self.address
 
 
+class _BindChecker:
+    """A loaded kernel's stand-in: `bind` checks the grid and dependence it is bound with, and
+    each launch appends (name, args, stream) to `launched`."""
+
+    def __init__(self, name, grid, dependent, launched: list) -> None:
+        self.name, self.grid, self.dependent, self.launched = name, grid, dependent, launched
+
+    def bind(self, grid, dependent=False):
+        assert (grid, dependent) == (self.grid, self.dependent), self.name
+        return lambda args, stream: self.launched.append((self.name, args, stream))
+
+
 def test_bound_launch_encodes_each_address_once(monkeypatch):
     """Sm90Launch passes the driver what `tensor_map.tiled` would for A (M, K) and B (N, K), once
     per operand address (a second call at the same addresses encodes nothing), drops the oldest
@@ -783,18 +795,10 @@ def test_split_launch_writes_partials_then_sums_them(monkeypatch):
     cfg = k90.MatmulSm90Config(block_n=128, stages=6, split_k=4)
     launched: list = []
 
-    class Kernel:
-        def __init__(self, name, grid, dependent):
-            self.name, self.grid, self.dependent = name, grid, dependent
-
-        def bind(self, grid, dependent=False):
-            assert (grid, dependent) == (self.grid, self.dependent), self.name
-            return lambda args, stream: launched.append((self.name, args, stream))
-
     rcfg = sk.config_for(p, cfg.split_k)
     assert rcfg == sk.SplitSumConfig(4, 4)  # N % 4 == 0: float4 (N = 202 below: scalar)
-    main = Kernel("main", (2, 4, 1), False)
-    run = k90.Sm90Launch(main, p, cfg, H100, Kernel("sum", sk.grid(p, rcfg), True))
+    main = _BindChecker("main", (2, 4, 1), False, launched)
+    run = k90.Sm90Launch(main, p, cfg, H100, _BindChecker("sum", sk.grid(p, rcfg), True, launched))
     c, bias = torch.empty(16, 200, dtype=torch.float16), object()
     # Stream 5 is the current one; on another, the workspace is recorded on the launch stream.
     monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: SimpleNamespace(
@@ -823,12 +827,16 @@ def test_split_launch_writes_partials_then_sums_them(monkeypatch):
     assert (n1, n2, s1, s2) == ("main", "sum", 9, 9)
     assert main_args[0] is given and sum_args[0] is c and sum_args[1] is given
     assert recorded == [("ext", 9)]
-    plain = k90.Sm90Launch(Kernel("main", (2, 1, 1), False), p, replace(cfg, split_k=1), H100)
+    plain = k90.Sm90Launch(
+        _BindChecker("main", (2, 1, 1), False, launched), p, replace(cfg, split_k=1), H100
+    )
     assert plain.workspace is None
     with pytest.raises(ValueError, match="needs the second pass's kernel exactly when"):
         k90.Sm90Launch(main, p, cfg, H100)
     with pytest.raises(ValueError, match="needs the second pass's kernel exactly when"):
-        k90.Sm90Launch(main, p, k90.MatmulSm90Config(), H100, Kernel("sum", (1, 1, 1), True))
+        k90.Sm90Launch(
+            main, p, k90.MatmulSm90Config(), H100, _BindChecker("sum", (1, 1, 1), True, launched)
+        )
     assert sk.config_for(replace(p, n=202), cfg.split_k) == sk.SplitSumConfig(4, 1)
 
 
@@ -875,17 +883,9 @@ def test_tail_launch_runs_whole_tiles_then_sums_the_tail(monkeypatch):
     tail_tiles = 140 - dp_tiles
     launched: list = []
 
-    class Kernel:
-        def __init__(self, name, grid, dependent):
-            self.name, self.grid, self.dependent = name, grid, dependent
-
-        def bind(self, grid, dependent=False):
-            assert (grid, dependent) == (self.grid, self.dependent), self.name
-            return lambda args, stream: launched.append((self.name, args, stream))
-
-    main = Kernel("main", (dp_tiles + tail_tiles * splits, 1, 1), False)
+    main = _BindChecker("main", (dp_tiles + tail_tiles * splits, 1, 1), False, launched)
     sum_grid = (tail_tiles * 256 // 8, 1, 1)
-    run = k90.Sm90Launch(main, p, cfg, H100, Kernel("sum", sum_grid, True))
+    run = k90.Sm90Launch(main, p, cfg, H100, _BindChecker("sum", sum_grid, True, launched))
     assert run.workspace == (tail_tiles * splits * 128 * 256,)
     c, bias = _FakeTensor(0x30000), object()
     given = SimpleNamespace()
@@ -896,7 +896,9 @@ def test_tail_launch_runs_whole_tiles_then_sums_the_tail(monkeypatch):
     assert main_args[5:] == (777, 5000, 3000, cfg.raster, given, dp_tiles, splits)
     assert sum_args == (c, given, bias, 777, 5000, dp_tiles, splits, cfg.raster)
     with pytest.raises(ValueError, match="has no split tail"):
-        k90.Sm90Launch(main, replace(p, m=128 * 132), cfg, H100, Kernel("sum", sum_grid, True))
+        k90.Sm90Launch(
+            main, replace(p, m=128 * 132), cfg, H100, _BindChecker("sum", sum_grid, True, launched)
+        )
     keys: list = []
 
     class Cache:
