@@ -13,6 +13,13 @@ the picks against the best measured config of each shape:
 
     python benchmarks/fit_matmul_sm90.py            # fit, print, score
     python benchmarks/fit_matmul_sm90.py --check    # exit 1 unless the shipped constants refit
+    python benchmarks/fit_matmul_sm90.py --tails \\
+        benchmarks/data/sweeps/matmul_sm90_candidates57__nvidia-h200.csv
+
+`--tails F` scores the shipped heuristic with and without split tails on a file of
+`bench_matmul_sm90.py --candidates` (the candidates and the tail configs timed in one run),
+against the best of those (a tail config recorded where the shape has no tail ran the plain
+variant: left out).
 """
 
 from __future__ import annotations
@@ -124,7 +131,7 @@ def pick(shape, dev, wave_cost=None, split_cost=None):
     from spio.kernels import matmul_sm90 as k90
 
     p = _params(shape)
-    if wave_cost is None:
+    if p.n <= 64:
         return k90.heuristic(p, dev)
     return k90.cost_pick(p, dev, wave_cost, split_cost, tails=False)  # the files time no tails
 
@@ -165,14 +172,40 @@ def score(data, held_out: bool, as_called: bool = False) -> list[tuple[float, st
     return out
 
 
+def tail_score(name: str, table: dict, tails: bool) -> list[tuple[float, str, tuple]]:
+    """(pick's time / best time, device, shape) on one GPU's --candidates table, the heuristic
+    with split tails or without (`cost_pick(tails=False)`); tail rows without a tail left out."""
+    from spio.kernels import matmul_sm90 as k90
+
+    dev = _device(name)
+    out = []
+    for shape, times in table.items():
+        p = _params(shape)
+        times = {c: t for c, t in times.items() if not c.tail or k90.tail_plan(p, c, dev)[1] > 1}
+        cfg = k90.heuristic(p, dev) if tails or p.n <= 64 else k90.cost_pick(p, dev, tails=False)
+        out.append((times[cfg] / min(times.values()), name, shape))
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--csv", type=Path, action="append", help=f"default: {DATA}/{PATTERN}")
     ap.add_argument(
         "--check", action="store_true", help="exit 1 unless the shipped constants refit"
     )
+    ap.add_argument(
+        "--tails", type=Path, action="append", help="score split tails on a --candidates file"
+    )
     args = ap.parse_args(argv)
     from spio.kernels import matmul_sm90 as k90
+
+    for path in args.tails or []:  # one file at a time: two runs of one GPU stay apart
+        for name, table in load([path]).items():
+            for tails in (False, True):
+                what = f"{path.name}, tails {'on' if tails else 'off'}:"
+                print(what, summary(tail_score(name, table, tails)))
+    if args.tails:
+        return 0
 
     data = load(args.csv or sorted(DATA.glob(PATTERN)))
     wave_cost, split_cost = fit(data)

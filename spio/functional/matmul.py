@@ -264,7 +264,7 @@ class _Plan:
         out = _empty(self.size, dtype=self.out_dtype, device=self.device)
         if self.workspace is None:
             self.launch(out, a, b, bias, raw_stream(self.index))
-        else:  # split-K (sm90): fp32 partials, allocated for the current stream as `out` is
+        else:  # split-K or a split tail (sm90): fp32 partials, allocated for the current stream
             ws = _empty(self.workspace, dtype=torch.float32, device=self.device)
             self.launch(out, a, b, bias, raw_stream(self.index), ws)
         return out

@@ -258,7 +258,7 @@ def tail_plan(p: MatmulParams, cfg: MatmulSm90Config, dev: Any) -> tuple[int, in
 
 
 def spec(p: MatmulParams, cfg: MatmulSm90Config, dev: Any = None) -> KernelSpec:
-    """The variant for (dtypes, bias, block_n, stages, cluster_m, persistent, split_k);
+    """The variant for (dtypes, bias, block_n, stages, cluster_m, persistent, split_k, tail);
     independent of m, n, k and raster (and of the split tail's plan: `tail` adds the workspace,
     dp_tiles and splits as launch arguments). CLUSTER_M is a macro (the kernel's __cluster_dims__ is
     preprocessed on it); PERSISTENT a constant (0: the one-tile-per-CTA code, unchanged by the
@@ -487,10 +487,11 @@ SPLIT_COST_US = (0.0, 5.72)  # (C: µs per MB of fp32 partials, D: µs)
 # wave of its split k range (the same family's A and B), and split-K's D for its sum. Its
 # candidates; the predicted share of the best other pick's time under which one is taken; and
 # the most whole waves before it. Measured on an H200 (docs/ops/matmul.md, "Nineteenth
-# session"): behind 1-5 whole waves it saved 8-30% where predicted to save more than 8%, and
-# lost up to 4% where predicted to save less (1152 x 4608 x 1152); behind 6 or 10 (5000³,
-# 4096 x 11008 x 4096) it saved nothing: with many waves the CTAs' finishing times spread, and
-# the plain kernel's last partial wave fills in behind them.
+# session"): behind 1-5 whole waves it saved 2-30% where predicted to save 9-32% (the least at
+# 6000 x 1000 x 3000 and 2048 x 11008 x 4096), and lost 4-5% where predicted to save 8% (1152 x
+# 4608 x 1152); behind 6 or 10 (5000³, 4096 x 11008 x 4096) it saved nothing: with many waves
+# the CTAs' finishing times spread, and the plain kernel's last partial wave fills in behind
+# them. A tail call costs split-K's host time (SPLIT_HOST_US), which the rule floors it at.
 TAIL_CANDIDATES = (MatmulSm90Config(block_n=256, stages=4, tail=True),)
 TAIL_MARGIN = 0.92
 TAIL_MAX_WAVES = 5
@@ -605,7 +606,7 @@ def cost_pick(
                 tail.smem() <= dev.max_smem_per_block_optin
                 and splits > 1
                 and waves <= TAIL_MAX_WAVES
-                and us(tail) < TAIL_MARGIN * us(pick)
+                and max(us(tail), SPLIT_HOST_US) < TAIL_MARGIN * us(pick)
             ):
                 pick = tail
     return pick
@@ -725,6 +726,11 @@ class Sm90Launch:
                 raise ValueError(
                     f"Sm90Launch: tail=True but {p.m}x{p.n}x{p.k} has no split tail on this GPU "
                     "(tail_plan); bind with `bound`, which runs the plain variant there"
+                )
+            if self._plan[1] > tail_sum.MAX_SPLITS:
+                raise ValueError(
+                    f"Sm90Launch: a split tail of {self._plan[1]} splits per tile; the sum takes "
+                    f"at most {tail_sum.MAX_SPLITS} (TAIL_MAX_SPLITS must not exceed it)"
                 )
         for name, ld, least, used in (("lda", lda, p.m, cfg.a_transposed),
                                       ("ldb", ldb, p.n, not p.b_transposed)):  # fmt: skip

@@ -24,6 +24,10 @@ class TailSumConfig:
 
     block_n: int = 256
 
+    def __post_init__(self) -> None:
+        if self.block_n not in (128, 256):
+            raise ValueError(f"TailSumConfig.block_n must be 128 or 256, got {self.block_n!r}")
+
 
 def configs(p: MatmulParams, dev: Any) -> list[TailSumConfig]:
     """Every variant of the sum: one per tile width the main kernel splits a tail of."""

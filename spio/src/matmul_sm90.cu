@@ -20,7 +20,8 @@
 /// Ragged shapes: TMA zero-fills what lies past M, N or K, so the sums are exact; the epilogue
 ///   stores only rows < M and columns < N.
 /// Traffic per CTA: (128 + BLOCK_N / CLUSTER_M) · K · 2 B of A and B read from L2 (mostly, with
-///   the rasterization), 128 · BLOCK_N · sizeof(OUT) B of C. Per slot 2 · 128 · BLOCK_N · 64
+///   the rasterization), 128 · BLOCK_N · sizeof(OUT) B of C (TAIL: a split CTA writes 128 ·
+///   BLOCK_N · 4 B of fp32 partials instead, which the sum reads back). Per slot 2 · 128 · BLOCK_N · 64
 ///   FLOP on (128 + BLOCK_N) · 128 B of shared memory: 85 FLOP/B at BLOCK_N = 256. Bound: the
 ///   wgmma rate for K >~ 512.
 /// Epilogue (EPI_TMA 1: C's rows 16-byte aligned, no split-K): each consumer warpgroup rounds

@@ -13,6 +13,8 @@
 ///   issuing all `splits` (<= MAX_SPLITS) loads before its first add.
 /// Traffic: reads splits x 128 x BLOCK_N x 4 B per tail tile (mostly from L2: the main kernel
 ///   wrote it just before), writes the tile's C. Bound: latency (one L2 round trip and the launch).
+/// Assumes: ws 16-byte aligned (a fresh allocation), 1 <= splits <= MAX_SPLITS (Sm90Launch
+///   checks), C element-aligned (pairs stored as one only where C and N allow); sm_90a.
 /// Launch: on sm_90 the host launches it with programmatic dependent launch (PDL); as in
 ///   matmul_splitk_reduce.cu, `griddepcontrol.wait` holds every thread until the main kernel has
 ///   completed, the partials are read with ld.global.cg, and this kernel never triggers its own

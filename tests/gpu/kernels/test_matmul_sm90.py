@@ -220,7 +220,7 @@ def _tail_shapes(dev, block_n: int) -> list[tuple[int, int, int]]:
     (a split tail): M 1100 (9 M tiles, the last of 76 rows), N past a whole number of waves and
     ragged (odd N: unpaired stores), K ragged (one k tile of 8 rows) and short (4 splits at most)
     or long (an uneven balanced split)."""
-    slots = dev.sm_count  # one 128- or 256-wide CTA an SM (4 or 6 slots)
+    slots = dev.sm_count  # one CTA an SM for every tail config (their rings fill shared memory)
     tn = slots // 9 + 3  # 9 x tn tiles: one wave and 27 - slots % 9 more
     n = tn * block_n - block_n // 2 - 1
     return [(1100, n, 520), (1100, n, 2048), (1100, n + 1 - 8, 1032)]

@@ -67,3 +67,23 @@ def test_held_out_fit_leaves_the_shape_out(fit, data):
     shape = (512, 1024, 16384)
     assert all(shape in t for t in data.values())
     assert fit.fit(data, leave_out=shape) != fit.fit(data)
+
+
+def test_split_tails_scored_on_the_candidates_run(fit):
+    """`--tails`: on the committed H200 run of the candidates and the tail configs, the heuristic
+    with split tails is at least as good as without at the median, p90 and max (tail rows of
+    shapes without a tail left out), and it takes the tail at 777 x 5000 x 3000."""
+    path = fit.DATA / "matmul_sm90_candidates57__nvidia-h200.csv"
+    ((name, table),) = fit.load([path]).items()
+    assert len(table) == 57
+
+    def stats(rows):
+        values = sorted(r for r, _, _ in rows)
+        return values[(len(values) - 1) // 2], values[round(0.9 * (len(values) - 1))], values[-1]
+
+    off, on = (stats(fit.tail_score(name, table, tails)) for tails in (False, True))
+    assert all(b <= a for a, b in zip(off, on, strict=True)), (off, on)
+    assert on[1] < off[1]  # the p90 moves: the wave-quantized shapes
+    dev = fit._device(name)
+    assert k90.heuristic(fit._params((777, 5000, 3000)), dev).tail
+    assert fit.main(["--tails", str(path)]) == 0

@@ -416,7 +416,7 @@ def _plain_variants() -> list[tuple[str, MatmulParams, k90.MatmulSm90Config]]:
     for flags in FLAGS:
         p = _p(*flags)
         for cfg in k90.configs(p, H100):
-            if cfg.cluster_m == 1 and not cfg.persistent and cfg.split_k == 1:
+            if cfg.cluster_m == 1 and not cfg.persistent and cfg.split_k == 1 and not cfg.tail:
                 out.append((f"{p.dtype}->{p.out_dtype} bias={p.has_bias} {cfg.label()}", p, cfg))
     return out
 
@@ -895,6 +895,31 @@ def test_tail_launch_runs_whole_tiles_then_sums_the_tail(monkeypatch):
     assert main_args[0] is c and main_args[4] is bias  # c, a_map, b_map, c_map, bias
     assert main_args[5:] == (777, 5000, 3000, cfg.raster, given, dp_tiles, splits)
     assert sum_args == (c, given, bias, 777, 5000, dp_tiles, splits, cfg.raster)
+    # C's rows not whole 16-byte units (odd N): the register epilogue's arguments, no C map.
+    q = replace(p, n=4999)
+    qcfg = replace(cfg, tma_store=False)
+    qdp, qsplits = k90.tail_plan(q, qcfg, H100)
+    qmain = _BindChecker("main", (qdp + (140 - qdp) * qsplits, 1, 1), False, launched)
+    qrun = k90.Sm90Launch(qmain, q, qcfg, H100, _BindChecker("sum", sum_grid, True, launched))
+    launched.clear()
+    qrun(c, _FakeTensor(0x10000), _FakeTensor(0x20000), bias, 5, given)
+    (_, main_args, _), (_, sum_args, _) = launched
+    assert main_args[0] is c and main_args[3] is bias  # c, a_map, b_map, bias
+    assert main_args[4:] == (777, 4999, 3000, cfg.raster, given, qdp, qsplits)
+    assert sum_args == (c, given, bias, 777, 4999, qdp, qsplits, cfg.raster)
+    monkeypatch.setattr(k90, "TAIL_MAX_SPLITS", ts.MAX_SPLITS + 1)
+    # 4 tail tiles would take 33 splits: TAIL_MAX_SPLITS past the sum's MAX_SPLITS is refused.
+    with pytest.raises(ValueError, match="the sum takes at most"):
+        k90.Sm90Launch(
+            main,
+            replace(p, m=512, n=8700, k=12000),
+            cfg,
+            H100,
+            _BindChecker("sum", sum_grid, True, launched),
+        )
+    monkeypatch.undo()
+    with pytest.raises(ValueError, match="block_n must be 128 or 256"):
+        ts.TailSumConfig(64)
     with pytest.raises(ValueError, match="has no split tail"):
         k90.Sm90Launch(
             main, replace(p, m=128 * 132), cfg, H100, _BindChecker("sum", sum_grid, True, launched)
