@@ -421,18 +421,12 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) SPIO_MATMUL_CLUSTER
         if (spio::cluster::size() != CLUSTER_M) __trap();
         rank = spio::cluster::rank();
     }
-    int k_tiles = (k + BLOCK_K - 1) / BLOCK_K;
-    int kt0 = 0;  // split-K or a split tail: this CTA's k tiles are kt0 .. kt0 + k_tiles - 1
-    int tile = static_cast<int>(blockIdx.x) / CLUSTER_M;  // in the raster order
+    int tile = static_cast<int>(blockIdx.x / CLUSTER_M);  // in the raster order
 #if TAIL
-    // CTAs past the whole tiles split the last ones along K: partial `part`, split part % splits.
+    // CTAs past the whole tiles split the last ones along K: partial `part` of tile
+    // dp_tiles + part / splits, split y = part % splits (its k range below).
     const int part = static_cast<int>(blockIdx.x) - dp_tiles;
-    if (part >= 0) {
-        const int y = part % splits;
-        tile = dp_tiles + part / splits;
-        kt0 = y * k_tiles / splits;
-        k_tiles = (y + 1) * k_tiles / splits - kt0;
-    }
+    if (part >= 0) tile = dp_tiles + part / splits;
 #endif
     // Cluster c takes the pair of M tiles 2 pair, 2 pair + 1 of one N tile (tile_of).
     if constexpr (!PERSISTENT) tile_of(tile, tiles_m, tiles_n, raster, rank, tile_m, tile_n);
@@ -441,6 +435,15 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) SPIO_MATMUL_CLUSTER
     const int work = (tiles_m + CLUSTER_M - 1) / CLUSTER_M * tiles_n;
     const int first = static_cast<int>(blockIdx.x) / CLUSTER_M;
     const int stride = static_cast<int>(gridDim.x) / CLUSTER_M;
+    int k_tiles = (k + BLOCK_K - 1) / BLOCK_K;
+    int kt0 = 0;  // split-K or a split tail: this CTA's k tiles are kt0 .. kt0 + k_tiles - 1
+#if TAIL
+    if (part >= 0) {  // split y's balanced share: never empty (splits <= k tiles)
+        const int y = part % splits;
+        kt0 = y * k_tiles / splits;
+        k_tiles = (y + 1) * k_tiles / splits - kt0;
+    }
+#endif
     if constexpr (SPLIT_K > 1) {
         const int per = (k_tiles + SPLIT_K - 1) / SPLIT_K;
         kt0 = min(static_cast<int>(blockIdx.y) * per, k_tiles);
