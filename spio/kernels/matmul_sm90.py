@@ -537,8 +537,8 @@ def predicted_us(
     waves as the plain config's, its tail one wave of ceil(k tiles / splits) k tiles, plus
     split-K's D (the sum's launch); without a tail (`tail_plan`), the plain config's time."""
     a, b = (wave_cost or WAVE_COST_US)[cost_family(cfg)]
-    if cfg.tail and tail_plan(p, cfg, dev)[1] > 1:
-        dp_tiles, splits = tail_plan(p, cfg, dev)
+    dp_tiles, splits = tail_plan(p, cfg, dev)
+    if splits > 1:
         k_tiles = -(-p.k // BLOCK_K)
         whole = dp_tiles // (dev.sm_count * ctas_per_sm(cfg, dev))
         return (
