@@ -16,14 +16,11 @@ Use it to compare two versions of a kernel source on the same GPU (the JIT recom
     python benchmarks/sweep_conv2d_gw8.py --csv sweep.csv      # every timing, for plotting
     python benchmarks/sweep_conv2d_gw8.py --kernel wgrad --idle-warps --points "440,14,3,128,2"
     python benchmarks/sweep_conv2d_gw8.py --cp-async   # every pass without TMA rows
-    python benchmarks/sweep_conv2d_gw8.py --kernel fprop --tasks 2,4   # image tasks per CTA
 """
 
 from __future__ import annotations
 
 import argparse
-import functools
-import re
 import time
 from pathlib import Path
 
@@ -176,69 +173,6 @@ def sweep(
     return rows, "\n".join(lines + skipped)
 
 
-def time_tasks(which: str, point, rows: list[dict], tasks: list[int], reps: int, top: int = 8):
-    """fprop/dgrad: the `top` fastest configs of `rows` (one sweep's timings) re-timed with each
-    image-task count in [1, *tasks] (`fprop.TASKS`: tasks per CTA, one row stream across them),
-    in interleaved rounds so the counts see the same GPU state; returns the rows and a table."""
-    import torch
-
-    from spio.kernels.conv2d_gw8 import fprop as fp
-    from spio.kernels.conv2d_gw8 import tune as tu
-    from spio.kernels.conv2d_gw8.params import Conv2dGw8Config, Conv2dGw8Params
-    from spio.kernels.loader import compile_specs
-    from spio.timing import bench
-
-    c, hw, k, n, stride = point
-    p = Conv2dGw8Params(
-        n=n, c=c, h=hw, w=hw, r=k, s=k, pad_h=k // 2, pad_w=k // 2, has_bias=True,
-        dtype="float16", stride_h=stride, stride_w=stride,
-    )  # fmt: skip
-    kdef = fp.FPROP if which == "fprop" else fp.DGRAD
-    from spio.cuda import device_attributes
-    from spio.kernels.loader import FunctionCache
-
-    dev = device_attributes(torch.cuda.current_device())
-    cfgs = [Conv2dGw8Config(**{k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", r["config"])})
-            for r in rows[:top]]  # fmt: skip
-    x, dy, w, b, stream = tu._tensors(p)
-    out_t = (dy if which == "fprop" else x).clone()
-    counts = [1, *tasks]
-    runs = {}
-    saved = fp.TASKS
-    try:
-        for t in counts:
-            # TASKS is not part of the config: a cache of its own per count, so no kernel loaded
-            # for another count is reused, and the launch binds its grid now.
-            fp.TASKS = t
-            compile_specs([kdef.spec(p, cfg, dev) for cfg in cfgs], dev.arch)
-            cache = FunctionCache()
-            for cfg in cfgs:
-                kernel = cache.get(kdef, p.variant(), cfg, dev)
-                if which == "fprop":
-                    launch = fp.FpropLaunch(kernel, p, cfg)
-                    runs[cfg, t] = functools.partial(launch, out_t, x, w, b, stream)
-                else:
-                    launch = fp.DgradLaunch(kernel, p, cfg)
-                    runs[cfg, t] = functools.partial(launch, out_t, dy, w, stream)
-    finally:
-        fp.TASKS = saved
-    times: dict = {key: [] for key in runs}
-    for _ in range(3):
-        for key, run in runs.items():
-            times[key].append(bench(run, reps=reps, warmup_ms=3).median_ms * 1e3)
-    out, lines = [], [f"  image tasks per CTA ({which}, top {len(cfgs)}; us, median of 3 rounds):"]
-    lines.append("    " + " ".join(f"{'T' + str(t):>8}" for t in counts) + "  config")
-    for cfg in cfgs:
-        med = [sorted(times[cfg, t])[1] for t in counts]
-        lines.append("    " + " ".join(f"{m:8.1f}" for m in med) + f"  {cfg}")
-        for t, m in zip(counts, med, strict=True):
-            out.append({"pass": which, "c": c, "hw": hw, "k": k, "n": n, "stride": stride,
-                        "config": str(cfg), "tasks": t, "us": round(m, 2)})  # fmt: skip
-    best = {t: min(sorted(times[cfg, t])[1] for cfg in cfgs) for t in counts}
-    lines.append("    best: " + ", ".join(f"T{t} {best[t]:.1f}" for t in counts))
-    return out, "\n".join(lines)
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--kernel", default="fprop,dgrad,wgrad", help="passes, comma-separated")
@@ -266,19 +200,10 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="wgrad: also the 8-warp CTAs (WIDE_WARP_CHOICES, outside the default space)",
     )
-    ap.add_argument(
-        "--tasks",
-        default="",
-        help="fprop/dgrad: also re-time the 8 fastest configs with these image-task counts per "
-        "CTA (comma-separated, e.g. 2,4; fprop.TASKS)",
-    )
     ap.add_argument("--csv", type=Path, help="write every timing here")
     a = ap.parse_args(argv)
     try:
         passes, points = parse_passes(a.kernel), parse_points(a.points)
-        tasks = [int(t) for t in a.tasks.split(",") if t.strip()]
-        if any(t < 1 for t in tasks):
-            raise ValueError(f"--tasks: positive integers, got {a.tasks!r}")
     except ValueError as e:
         ap.error(str(e))
     import torch
@@ -304,10 +229,6 @@ def main(argv: list[str] | None = None) -> int:
             rows, text = sweep(which, point, a.reps, a.idle_warps, a.wide_warps)
             print(text, flush=True)
             every += rows
-            if tasks and which != "wgrad":
-                trows, text = time_tasks(which, point, rows, tasks, a.reps)
-                print(text, flush=True)
-                every += trows
             if a.csv:
                 write_csv(every, a.csv)
     return 0

@@ -20,11 +20,6 @@
 ///   instead of 7. Each filter tap (r, s) of a group is an 8x8 matrix held in one register per
 ///   thread (R*S registers: the B operand of mma.m16n8k8), for the whole CTA. A 16-column strip of
 ///   an output row is the M = 16 side of the mma; K = 8 input channels; N = 8 output channels.
-/// Image tasks: a task is the tile in IMAGES images; a CTA runs TASKS consecutive tasks
-///   (from task blockIdx.y * TASKS; the last CTA may have fewer) as one stream of input rows (row
-///   i of task t at stream position t * TILE_H + i, which picks its stage, barrier phase and
-///   output buffer), so the next task's first rows are in flight while this one's last rows are
-///   multiplied, and the weights are loaded once. TASKS = 1: one task per CTA.
 /// Overlap-add: input row i of the tile contributes to output rows o = (i-r) / SH (r < R, SH
 ///   dividing i-r). The accumulators are a ring of RING = ceil(R / SH) output rows (output row o
 ///   in slot o mod RING); the row loop steps by STEP_ROWS rows, a multiple of UNROLL = SH * RING,
@@ -119,12 +114,6 @@ SPIO_DEVICE constexpr int step_mod(int i0, int u, int n) {
     return STEP_ROWS % n == 0 ? u % n : (i0 + u) % n;
 }
 
-/// (base + i0 + u) mod n for stream position base + i0 + u (row i0 + u of the task at stream
-/// position base = t * TILE_H): step_mod's constant when n divides TILE_H (and so base).
-SPIO_DEVICE constexpr int stream_mod(int base, int i0, int u, int n) {
-    return TASKS == 1 || TILE_H % n == 0 ? step_mod(i0, u, n) : (base + i0 + u) % n;
-}
-
 /// The accumulator-ring slot of output row (i0 + d) / STRIDE_H, for i0 a multiple of UNROLL and
 /// d a compile-time constant that STRIDE_H divides (negative d included).
 SPIO_DEVICE constexpr int ring_slot(int d) { return ((d / STRIDE_H) % RING + RING) % RING; }
@@ -162,7 +151,7 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
     const int lane = spio::lane_id();
     const C8 warp_group(spio::warp_id());  // this warp's group within the CTA
     const BlockIdx block(blockIdx.x);
-    int p0 = block.get<PB>().unfold().get();  // first output row of the tile (see the task loop)
+    const int p0 = block.get<PB>().unfold().get();  // first output row of the tile
     const int q0 = block.get<QB>().unfold().get();  // first output column of the tile
     const C8 group0 = block.get<GB>().unfold().template fold<8>();
     const C8 group = group0 + warp_group;
@@ -171,18 +160,8 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
     // last group. They load nothing, multiply nothing and store nothing, but keep to the
     // CTA's barriers.
     const bool warp_live = !RAGGED_GROUPS || group.get() < GROUPS;
-    // This CTA's image tasks: TASKS from task blockIdx.y * TASKS (the last CTA may have fewer).
-    const int tasks =
-        TASKS == 1 ? 1
-                   : min(TASKS, (batch + IMAGES - 1) / IMAGES - static_cast<int>(blockIdx.y) * TASKS);
-    const long long image0 = static_cast<long long>(blockIdx.y) * TASKS * IMAGES;  // 64-bit
-    const int images = min(IMAGES, batch - static_cast<int>(image0));  // of the first task: 1 or 2
-    // The copy slots below hold the images of the first task, or with TASKS > 1 every image of a
-    // task: a short last task (IMAGES = 2, N odd) then masks its second image (`short_task`).
-    const int slot_images = TASKS == 1 ? images : IMAGES;
-    auto short_task = [&](int t) {
-        return t == tasks - 1 && batch - static_cast<int>(image0) - t * IMAGES < IMAGES;
-    };
+    const long long image0 = static_cast<long long>(blockIdx.y) * IMAGES;  // 64-bit offsets
+    const int images = min(IMAGES, batch - static_cast<int>(image0));  // 1 or 2 images here
     // Tensors take non-const pointers; the kernel only reads x, w and b.
     const Input input(const_cast<uint4*>(in_ptr) + image0 * Input::storage_size());  // (H, W, C8)
     const Output output(out_ptr + image0 * Output::storage_size());    // (P, Q, C8, CP) half2
@@ -225,7 +204,7 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
         const int img = IMAGES == 1 ? 0 : j / TILE_W;
         const int wv = q0 * STRIDE_W - PAD_W + (IMAGES == 1 ? j : j % TILE_W);
         const int w = wv / DILATE_W;
-        const bool inside = wv >= 0 && wv % DILATE_W == 0 && w < IN_W && img < slot_images &&
+        const bool inside = wv >= 0 && wv % DILATE_W == 0 && w < IN_W && img < images &&
                             (!RAGGED_GROUPS || (group0 + g).get() < GROUPS);
         load_src[k] = inside ? static_cast<int>(input[W(w)][group0 + g].get() - input.get()) +
                                    img * Input::storage_size()
@@ -245,7 +224,7 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
         const int img = IMAGES == 1 ? 0 : j / 8;
         const int q = q0 + (IMAGES == 1 ? j : j % 8);
         const bool active = (STORE_ITEMS % THREADS == 0 || t < STORE_ITEMS) && q < OUT_Q &&
-                            img < slot_images && (!RAGGED_GROUPS || (group0 + g).get() < GROUPS);
+                            img < images && (!RAGGED_GROUPS || (group0 + g).get() < GROUPS);
         store_dst[k] = active ? static_cast<int>(output[Q(q)][group0 + g].get() - output.get()) +
                                     img * Output::storage_size()
                               : -1;
@@ -258,8 +237,7 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
     // image and the dilation's zero rows and columns are zero-filled: that is the convolution's
     // padding. With IMAGES = 2, shared-memory column j = img * TILE_W + jj holds column jj of
     // image img.
-    // Row i of task t (t = 0 with TASKS = 1).
-    auto load_input_row = [&](int t, int i, int stage) {
+    auto load_input_row = [&](int i, int stage) {
         const int v = p0 * STRIDE_H - PAD_H + i;  // row of the dilated input (x itself at DILATE 1)
         const int h = v / DILATE_H;
         const bool row_inside = v >= 0 && v % DILATE_H == 0 && h < IN_H;
@@ -269,26 +247,21 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
             if (row_inside) {
                 spio::mbarrier::arrive_expect_tx(bar, ROW_BOX_BYTES);
                 spio::tma::load_3d(smem_input[STAGE(stage)].get(), &in_map, group0.get() * 8,
-                                   q0 * STRIDE_W - PAD_W,
-                                   (static_cast<int>(image0) + t * IMAGES) * IN_H + h, bar);
+                                   q0 * STRIDE_W - PAD_W, static_cast<int>(image0) * IN_H + h,
+                                   bar);
             } else {
                 spio::mbarrier::arrive(bar);  // a padding or dilation row: nothing reads it
             }
         }
 #else
         // An outside row is zero-filled from row 0's address.
-        const uint4* row = input[H(row_inside ? h : 0)].get() +
-                           static_cast<long long>(t) * IMAGES * Input::storage_size();
+        const uint4* row = input[H(row_inside ? h : 0)].get();
         unsigned* stage_base = smem_input[STAGE(stage)].get();
 #pragma unroll
         for (int k = 0; k < LOAD_SLOTS; ++k) {
             if (load_dst[k] >= 0) {
-                bool fill = row_inside && load_src[k] >= 0;
-                if constexpr (IMAGES == 2 && TASKS > 1) {  // a short task's second image: zeros
-                    fill = fill && !(short_task(t) && static_cast<int>(threadIdx.x) + k * THREADS >=
-                                                          WARPS * TILE_W);
-                }
-                spio::cp_async_16(stage_base + load_dst[k], row + max(load_src[k], 0), fill);
+                spio::cp_async_16(stage_base + load_dst[k], row + max(load_src[k], 0),
+                                  row_inside && load_src[k] >= 0);
             }
         }
 #endif
@@ -360,19 +333,13 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
             for (int e = 0; e < 4; ++e) reg_acc[slot][m][e] = 0.f;
     };
 
-    // A staged row of task t (visible after a barrier) to global memory, 16 B per thread and slot.
-    auto write_row = [&](int p, int buf, int t) {
-        unsigned* row =
-            output[P(p)].get() + static_cast<long long>(t) * IMAGES * Output::storage_size();
+    // A staged row (visible after a barrier) to global memory, 16 B per thread and slot.
+    auto write_row = [&](int p, int buf) {
+        unsigned* row = output[P(p)].get();
         const unsigned* staged = smem_output[OUTBUF(buf)].get();
 #pragma unroll
         for (int k = 0; k < STORE_SLOTS; ++k) {
-            bool store = store_dst[k] >= 0;
-            if constexpr (IMAGES == 2 && TASKS > 1) {  // a short task's second image: not stored
-                store = store &&
-                        !(short_task(t) && static_cast<int>(threadIdx.x) + k * THREADS >= WARPS * 8);
-            }
-            if (store) {
+            if (store_dst[k] >= 0) {
                 *reinterpret_cast<uint4*>(row + store_dst[k]) =
                     *reinterpret_cast<const uint4*>(staged + store_src[k]);
             }
@@ -389,12 +356,8 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
     }
 #endif
 #pragma unroll
-    for (int i = 0; i < STAGES - 1; ++i) {  // stream positions 0 .. STAGES - 2
-        if constexpr (TASKS == 1) {
-            if (i < TILE_H) load_input_row(0, i, i);
-        } else if (i / TILE_H < tasks) {  // row i % TILE_H of task i / TILE_H
-            load_input_row(i / TILE_H, i % TILE_H, i);
-        }
+    for (int i = 0; i < STAGES - 1; ++i) {
+        if (i < TILE_H) load_input_row(i, i);
         if (!TMA_ROWS) spio::cp_async_commit();
     }
 
@@ -438,59 +401,38 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
 
     // ---- main loop: rows in groups of STEP_ROWS so ring slots are compile-time constants ------
     // STEP_ROWS is a multiple of UNROLL (ring slots); when it is also one of STAGES and of 2 (the
-    // staged-output buffers), every shared-memory offset of a row is a compile-time constant too
-    // (with TASKS > 1, when STAGES and 2 also divide TILE_H). Task t's row i is stream position
-    // base + i (base = t * TILE_H). The ring is all zeros between tasks: each slot restarts at its
-    // row's staging, and no product feeds a row past the tile.
-    int pending_p = -1;  // output row staged by the previous step (-1: none), its buffer and task
+    // staged-output buffers), every shared-memory offset of a row is a compile-time constant too.
+    int pending_p = -1;  // output row staged by the previous step (-1: none), and its buffer
     int pending_buf = 0;
-    int pending_t = 0;
 #pragma unroll 1
-    for (int t = 0; t < tasks; ++t) {  // one pass when TASKS = 1 (tasks is the constant 1)
-        const int base = t * TILE_H;
-        if constexpr (TASKS > 1) {
-            // p0 is the same in every task; hiding that from the compiler keeps it from hoisting
-            // every row's predicates out of the task loop into registers.
-            asm volatile("" : "+r"(p0));
-        }
-#pragma unroll 1
-        for (int i0 = 0; i0 < TILE_H; i0 += STEP_ROWS) {
+    for (int i0 = 0; i0 < TILE_H; i0 += STEP_ROWS) {
 #pragma unroll
-            for (int u = 0; u < STEP_ROWS; ++u) {  // fully unrolled: u and every slot are constants
-                const int i = i0 + u;
-                if (i < TILE_H) {  // uniform across the CTA: the barrier below is safe
+        for (int u = 0; u < STEP_ROWS; ++u) {  // fully unrolled: u and every slot are constants
+            const int i = i0 + u;
+            if (i < TILE_H) {  // uniform across the CTA: the barrier below is safe
 #if TMA_ROWS
-                    // Row i's copy has landed (its stage's ((base + i) / STAGES)-th phase).
-                    spio::mbarrier::wait(&row_full[stream_mod(base, i0, u, STAGES)],
-                                         ((base + i) / STAGES) & 1);
+                // Row i's copy has landed (its stage's (i / STAGES)-th phase).
+                spio::mbarrier::wait(&row_full[step_mod(i0, u, STAGES)], (i / STAGES) & 1);
 #else
-                    spio::cp_async_wait<STAGES - 2>();
+                spio::cp_async_wait<STAGES - 2>();
 #endif
-                    __syncthreads();  // row i visible; row i - 1 and the last staged row are done
-                    if (pending_p >= 0) write_row(pending_p, pending_buf, pending_t);
-                    const int next = i + STAGES - 1;  // STAGES - 1 stream positions on
-                    const int next_stage = stream_mod(base, i0, u + STAGES - 1, STAGES);
-                    if constexpr (TASKS == 1) {
-                        if (next < TILE_H) load_input_row(t, next, next_stage);
-                    } else if (t + next / TILE_H < tasks) {  // this task's row or a later one's
-                        load_input_row(t + next / TILE_H, next % TILE_H, next_stage);
-                    }
-                    if (!TMA_ROWS) spio::cp_async_commit();
-                    multiply_row(i, stream_mod(base, i0, u, STAGES), u);
-                    pending_p = -1;
-                    if ((u - (KERNEL_R - 1)) % STRIDE_H == 0) {  // an output row is complete
-                        const int d = i - (KERNEL_R - 1);
-                        const int j = d / STRIDE_H;
-                        const bool valid = d >= 0 && p0 + j < OUT_P;
-                        // Buffers alternate along the stream: the next staging into this one
-                        // (two stream positions on at the earliest) comes after the barrier
-                        // that follows this row's write.
-                        const int buf = stream_mod(base, i0, u, 2);
-                        stage_row(valid, buf, ring_slot(u - (KERNEL_R - 1)));
-                        pending_p = valid ? p0 + j : -1;
-                        pending_buf = buf;
-                        pending_t = t;
-                    }
+                __syncthreads();  // row i visible; row i - 1 and the last staged row are done
+                if (pending_p >= 0) write_row(pending_p, pending_buf);
+                const int next = i + STAGES - 1;
+                if (next < TILE_H) load_input_row(next, step_mod(i0, u + STAGES - 1, STAGES));
+                if (!TMA_ROWS) spio::cp_async_commit();
+                multiply_row(i, step_mod(i0, u, STAGES), u);
+                pending_p = -1;
+                if ((u - (KERNEL_R - 1)) % STRIDE_H == 0) {  // an output row is complete
+                    const int d = i - (KERNEL_R - 1);
+                    const int j = d / STRIDE_H;
+                    const bool valid = d >= 0 && p0 + j < OUT_P;
+                    // The next staging into buffer i % 2 (input row i + 2) comes after the
+                    // barrier that follows this row's write.
+                    const int buf = step_mod(i0, u, 2);
+                    stage_row(valid, buf, ring_slot(u - (KERNEL_R - 1)));
+                    pending_p = valid ? p0 + j : -1;
+                    pending_buf = buf;
                 }
             }
         }
@@ -498,5 +440,5 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
 
     // ---- epilogue: the last staged row ---------------------------------------------------------
     __syncthreads();
-    if (pending_p >= 0) write_row(pending_p, pending_buf, pending_t);
+    if (pending_p >= 0) write_row(pending_p, pending_buf);
 }

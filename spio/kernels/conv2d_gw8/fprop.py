@@ -66,11 +66,6 @@ TMA_ROWS = True
 # warps.
 # The batch row of the last image (n * H + h) is a 32-bit TMA coordinate, and N <= 65535.
 TMA_MAX_H = 2**31 // 65536
-# Image tasks per CTA (the kernel's TASKS): a CTA runs this many consecutive tasks (its tile in
-# `images(cfg)` images each) as one row stream, the next task's first rows in flight while the
-# last ones are multiplied, the weights loaded once. Not part of the config space yet: a sweep may
-# set this module attribute (`sweep_conv2d_gw8.py --tasks`; the disk cache keys on the constant).
-TASKS = 1
 
 
 def images(cfg: Conv2dGw8Config) -> int:
@@ -189,10 +184,10 @@ def live_regs(p: Conv2dGw8Params, cfg: Conv2dGw8Config) -> int:
 
 
 def grid(p: Conv2dGw8Params, cfg: Conv2dGw8Config) -> tuple[int, int, int]:
-    """(tiles of one image, image tasks / TASKS, 1): blockIdx.x = (P tile, Q tile, group block),
-    y = the CTA's first task / TASKS, a task being `images(cfg)` images."""
+    """(tiles of one image, batch / images per CTA, 1): blockIdx.x = (P tile, Q tile, group
+    block), y = n / images(cfg)."""
     tiles = math.ceil(p.p / cfg.block_p) * math.ceil(p.q / cfg.block_q) * group_blocks(p, cfg)
-    return (tiles, math.ceil(math.ceil(p.n / images(cfg)) / TASKS), 1)
+    return (tiles, math.ceil(p.n / images(cfg)), 1)
 
 
 def configs(p: Conv2dGw8Params, dev: Any) -> list[Conv2dGw8Config]:
@@ -390,7 +385,6 @@ def spec(
         "MMA_M_TILES": Constant(m_tiles(cfg)),
         "BLOCK_Q": Constant(cfg.block_q),
         "IMAGES": Constant(images(cfg)),
-        "TASKS": Constant(TASKS),
         "STAGED_Q": Constant(16 * m_tiles(cfg)),
         "PHASED": Constant(phased(p, cfg)),
         # Shared-memory column of fragment rows 8-15 relative to rows 0-7: the next 8 output

@@ -334,29 +334,6 @@ def test_two_images_per_cta(p, seed):
     check_dgrad(p, sample(dpacked, _limit(), seed=seed), seed)
 
 
-# Several image tasks per CTA (fprop.TASKS, one row stream across them): batches that leave the
-# last CTA fewer tasks, two-image tasks with a short last one (Q <= 8, N odd), stage counts that do
-# not divide a task's rows (the stage and barrier phase computed along the stream), TMA and
-# cp.async rows, stride 2 (dgrad: dilated), 1x1 with a one-row task (the prefetch two tasks on),
-# 7x7, tiles shorter than the image.
-TASK_SHAPES = [
-    Conv2dGw8Params(n=5, c=64, h=14, w=14, r=3, s=3, pad_h=1, pad_w=1, has_bias=True),
-    Conv2dGw8Params(n=5, c=24, h=6, w=8, r=3, s=5, pad_h=1, pad_w=2, dtype="bfloat16"),
-    Conv2dGw8Params(n=7, c=368, h=14, w=14, r=3, s=3, pad_h=1, pad_w=1, stride_h=2, stride_w=2),
-    Conv2dGw8Params(n=5, c=40, h=1, w=17, r=1, s=1, pad_h=0, pad_w=0, has_bias=True),
-    Conv2dGw8Params(n=3, c=64, h=7, w=7, r=7, s=7, pad_h=3, pad_w=3, has_bias=True),
-    Conv2dGw8Params(n=4, c=56, h=19, w=40, r=3, s=3, pad_h=1, pad_w=1, stride_h=2, stride_w=2),
-]  # fmt: skip
-
-
-@pytest.mark.parametrize("tasks", [2, 3])
-@pytest.mark.parametrize("p", TASK_SHAPES, ids=str)
-def test_image_tasks(p, tasks, seed, monkeypatch):
-    monkeypatch.setattr(fp, "TASKS", tasks)
-    check_fprop(p, sample(fp.configs(p, _dev()), _limit(16), seed=seed), seed)
-    check_dgrad(p, sample(fp.dgrad_configs(p, _dev()), _limit(16), seed=seed), seed)
-
-
 # Benchmark-like layers at moderate batch: the heuristic picks deep pipelines (up to 8 stages)
 # and whole-image fprop blocks; at C256 the wgrad heuristic's config is also run at 1 split per
 # SM, whose splits stream several tasks. Sampled configs may miss them.
