@@ -19,7 +19,7 @@ the picks against the best measured config of each shape:
 `--tails F` scores the shipped heuristic with and without split tails on a file of
 `bench_matmul_sm90.py --candidates` (the candidates and the tail configs timed in one run),
 against the best of those (a tail config recorded where the shape has no tail ran the plain
-variant: left out).
+variant: left out), and SPIO_AUTOTUNE's choice (the fastest of `matmul_sm90.ranked`).
 """
 
 from __future__ import annotations
@@ -187,6 +187,23 @@ def tail_score(name: str, table: dict, tails: bool) -> list[tuple[float, str, tu
     return out
 
 
+def autotune_score(name: str, table: dict) -> tuple[list[tuple[float, str, tuple]], int]:
+    """(fastest of `ranked`'s configs / best time, device, shape) on one GPU's --candidates
+    table: what SPIO_AUTOTUNE would pick (it measures `ranked`), on GPU time; and how many
+    ranked configs the table did not time (left out)."""
+    from spio.kernels import matmul_sm90 as k90
+
+    dev = _device(name)
+    out, missing = [], 0
+    for shape, times in table.items():
+        p = _params(shape)
+        times = {c: t for c, t in times.items() if not c.tail or k90.tail_plan(p, c, dev)[1] > 1}
+        timed = [times[c] for c in k90.ranked(p, dev) if c in times]
+        missing += len(k90.ranked(p, dev)) - len(timed)
+        out.append((min(timed) / min(times.values()), name, shape))
+    return out, missing
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--csv", type=Path, action="append", help=f"default: {DATA}/{PATTERN}")
@@ -204,6 +221,9 @@ def main(argv: list[str] | None = None) -> int:
             for tails in (False, True):
                 what = f"{path.name}, tails {'on' if tails else 'off'}:"
                 print(what, summary(tail_score(name, table, tails)))
+            regrets, missing = autotune_score(name, table)
+            print(f"{path.name}, SPIO_AUTOTUNE (fastest of `ranked`; {missing} ranked configs "
+                  f"not in the file):", summary(regrets))  # fmt: skip
     if args.tails:
         return 0
 

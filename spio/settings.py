@@ -125,8 +125,8 @@ KNOBS: tuple[Knob, ...] = (
         "autotune",
         bool,
         False,
-        "1 measures 5 candidates from the model's ranking (its top 2, then configs unlike them) "
-        "on the real shape and persists the fastest.",
+        "1 measures 5 candidates from the model's ranking (its top 2, then configs unlike them; "
+        "the Hopper matmul: its cost model's ranking) on the real shape and persists the fastest.",
     ),
     Knob(
         "SPIO_LOG_LEVEL",

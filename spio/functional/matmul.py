@@ -183,15 +183,16 @@ def _plan(a, b, bias, out_dtype, b_transposed) -> Any:
 
 
 def kernel_choice(p: Any, dev: Any) -> tuple[str, Any]:
-    """The kernel and config the op runs for `p` (a MatmulParams) on `dev`: ("sm90", its
-    `heuristic` config) on sm_90 GPUs, the Hopper TMA + wgmma kernel (B either way); else
-    ("mma_sync", the config the selector picks for the bucketed token count)."""
+    """The kernel and config the op runs for `p` (a MatmulParams) on `dev`: ("sm90", the
+    config the selector picks: its cost model's `heuristic`, or under SPIO_AUTOTUNE the fastest
+    measured of its ranking, persisted) on sm_90 GPUs, the Hopper TMA + wgmma kernel (B either
+    way); else ("mma_sync", the config the selector picks for the bucketed token count)."""
     from spio.kernels import matmul as mm
     from spio.kernels import matmul_sm90 as k90
     from spio.select import op_config
 
     if k90.supported(p, dev):
-        return "sm90", k90.heuristic(p, dev)
+        return "sm90", op_config(k90.DEF, p, dev)
     return "mma_sync", op_config(mm.DEF, p, dev)
 
 

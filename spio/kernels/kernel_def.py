@@ -81,6 +81,9 @@ class KernelDef:
             (params, None), every params selected on its own.
         derived_from: the first pass whose launch derives this family's config (the two
             reductions); such a family is never selected on its own.
+        ranked: (params, device attributes) -> configs best first, for a family selected by a
+            cost model of its own instead of a trained one (matmul_sm90): the selector picks
+            `heuristic` (no model lookup, no warning) and autotune measures from this ranking.
     """
 
     name: str
@@ -97,6 +100,7 @@ class KernelDef:
     compiled_params: Callable[[Any], Any] | None = None
     select_key: Callable[[Any], tuple[Any, Any]] | None = None
     derived_from: str | None = None
+    ranked: Callable[[Any, Any], list[Any]] | None = None
 
     def compiled(self, params: Any) -> Any:
         """The params the compiled variant of `params` depends on (`compiled_params`, or params

@@ -612,8 +612,62 @@ def cost_pick(
     return pick
 
 
-# Not in spio.kernels.KERNELS (nothing selects or tunes it yet): the definition lets the loaded
-# variants live in the shared function cache like every other kernel's.
+AUTOTUNE_CANDIDATES = 5  # `ranked`'s length: what SPIO_AUTOTUNE measures (the selector's TOP_K)
+
+
+def ranked(p: MatmulParams, dev: Any) -> list[MatmulSm90Config]:
+    """The cost model's ranking, best first, for `SPIO_AUTOTUNE` (`KernelDef.ranked`): the
+    `heuristic` pick, then the other HEURISTIC_CANDIDATES and TAIL_CANDIDATES (a tail only where
+    the problem has one: `tail_plan`) that fit, by `predicted_us` floored at the host time of a
+    call (PLAIN_HOST_US, SPLIT_HOST_US for split-K and tails), then unfloored; at most
+    AUTOTUNE_CANDIDATES. Split-K and tails are left out where the pick is plain and predicted
+    under SPLIT_HOST_US: autotune times the GPU alone, and there a split's second launch costs
+    more host time than it can save."""
+    first = heuristic(p, dev)
+    fits = [
+        c
+        for c in (*HEURISTIC_CANDIDATES, *TAIL_CANDIDATES)
+        if c.smem() <= dev.max_smem_per_block_optin
+        and split_mb(p, c) <= SPLIT_WORKSPACE_MAX_MB
+        and (not c.tail or tail_plan(p, c, dev)[1] > 1)
+    ]
+    if first.split_k == 1 and not first.tail and predicted_us(p, first, dev) < SPLIT_HOST_US:
+        fits = [c for c in fits if c.split_k == 1 and not c.tail]
+
+    def key(c: MatmulSm90Config) -> tuple[float, float]:
+        us = predicted_us(p, c, dev)
+        return max(us, SPLIT_HOST_US if c.split_k > 1 or c.tail else PLAIN_HOST_US), us
+
+    rest = sorted((c for c in fits if c != first), key=key)
+    return [first, *rest][:AUTOTUNE_CANDIDATES]
+
+
+def make_runner(p: MatmulParams, cfg: MatmulSm90Config) -> Any:
+    """A zero-argument launch of (p, cfg) as the op binds it (`bound`; a split's workspace from
+    PyTorch's allocator each call, as the op's) on fresh random inputs on the current GPU."""
+    import torch
+
+    from spio.cuda import device_attributes
+
+    index = torch.cuda.current_device()
+    dev = torch.device("cuda", index)
+    dt = getattr(torch, p.dtype)
+    ldb = None if p.b_transposed else p.n + (-p.n) % 8
+    a = torch.randn(p.m, p.k, device=dev).to(dt)
+    b = torch.randn(*((p.n, p.k) if p.b_transposed else (p.k, ldb)), device=dev).to(dt)
+    bias = torch.randn(p.n, device=dev).to(dt) if p.has_bias else None
+    c = torch.empty(p.m, p.n, device=dev, dtype=getattr(torch, p.out_dtype))
+    run = bound(p, cfg, device_attributes(index), ldb=ldb)
+    stream = torch.cuda.current_stream(dev).cuda_stream
+    if run.workspace is None:
+        return lambda: run(c, a, b, bias, stream)
+    size = run.workspace
+    return lambda: run(c, a, b, bias, stream, torch.empty(size, dtype=torch.float32, device=dev))
+
+
+# Not in spio.kernels.KERNELS (no dataset or trained model: `spio tune` skips it); the op selects
+# through the selector (`KernelDef.ranked`: the cost model's pick, SPIO_AUTOTUNE measures its
+# ranking) and the loaded variants live in the shared function cache like every other kernel's.
 DEF = KernelDef(
     name="matmul_sm90",
     params_type=MatmulParams,
@@ -622,7 +676,9 @@ DEF = KernelDef(
     spec=spec,
     heuristic=heuristic,
     stats=stats,
+    make_runner=make_runner,
     compiled_params=MatmulParams.variant,
+    ranked=ranked,
 )
 
 

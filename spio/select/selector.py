@@ -7,7 +7,9 @@ winner_basis`: a kernel change re-measures) → with `SPIO_AUTOTUNE=1` (or
 measured on the real shape, the fastest persisted
 → a persisted model or heuristic pick of the same *basis* (`spio.select.basis`) → the
 performance model's top-1 pick (`spio.tune`), persisted → the family's documented heuristic
-(logged once per family and GPU), persisted. A new process thus answers a shape seen before from
+(logged once per family and GPU), persisted. A family with a cost model of its own
+(`KernelDef.ranked`: matmul_sm90) has no trained model: its heuristic is the pick (no warning)
+and autotune measures from its ranking. A new process thus answers a shape seen before from
 disk without loading the model. Where and how picks persist: `spio.select.picks`.
 `op_config` applies a family's selection rule (`KernelDef.select_key`) on top: what the ops run.
 """
@@ -69,9 +71,13 @@ class Selector:
         return hit
 
     def ranked(self, kdef: KernelDef, params: Any, device: Any) -> list[tuple[Any, float | None]]:
-        """Configs best first with predicted µs (None without a model: heuristic first)."""
+        """Configs best first with predicted µs (None without a model: heuristic first; a
+        family's own ranking, `KernelDef.ranked`, without predictions)."""
         from spio.tune.rank import rank
         from spio.tune.store import find_model
+
+        if kdef.ranked is not None:
+            return [(c, None) for c in kdef.ranked(params, device)]
 
         model = find_model(kdef.name, device.name, device.arch)
         if model is not None:
@@ -122,6 +128,9 @@ class Selector:
     def _pick(self, kdef: KernelDef, params: Any, device: Any) -> tuple[Any, str]:
         from spio.tune.store import find_model
 
+        if kdef.ranked is not None:  # a family selected by its own cost model (no warning)
+            return kdef.heuristic(params, device), "heuristic"
+
         model = find_model(kdef.name, device.name, device.arch)
         if model is not None:
             from spio.tune.rank import best
@@ -131,7 +140,7 @@ class Selector:
         return kdef.heuristic(params, device), "heuristic"
 
     def _warn_no_model(self, kdef: KernelDef, device: Any) -> None:
-        if (kdef.name, device.name) in self._warned:
+        if kdef.ranked is not None or (kdef.name, device.name) in self._warned:
             return
         self._warned.add((kdef.name, device.name))
         logger().warning(

@@ -207,3 +207,40 @@ def test_split_k_through_graphs_compile_streams_and_autograd(seed):
     _reference(a64, b64, c64, False).backward(g.double())
     tol_da = 2 * tolerance(torch.float16, depth=4096)
     assert_close(a2.grad, a64.grad, tol_da, where=f"split dA seed={seed}")
+
+
+@pytest.mark.parametrize(
+    "m, n, k, b_transposed", [(777, 5000, 3000, True), (16, 4096, 4096, False)]
+)
+def test_autotune_picks_from_the_cost_models_ranking(seed, tmp_path, m, n, k, b_transposed):
+    """Under SPIO_AUTOTUNE the sm_90 op measures `matmul_sm90.ranked` (a split tail and plain
+    tiles at 777 x 5000 x 3000; split-K alternatives with their workspace and a row-major B at a
+    decode shape), runs the fastest (against fp64) and persists it: a fresh selector reuses it."""
+    from spio.cuda import device_attributes
+    from spio.kernels import matmul_sm90 as k90
+    from spio.kernels.matmul_params import MatmulParams
+    from spio.select import Selector, default_selector
+
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("the sm_90 kernel's selection")
+    fm = importlib.import_module("spio.functional.matmul")
+    dev = device_attributes(torch.cuda.current_device())
+    p = MatmulParams(m, n, k, "bfloat16", "bfloat16", b_transposed=b_transposed, has_bias=True)
+    a, b, c = _inputs(seed, m, n, k, b_transposed=b_transposed)
+    with override(cache_dir=tmp_path, autotune=True):
+        default_selector().clear()
+        fm._PLANS.clear()
+        try:
+            y = matmul(a, b, c, b_transposed=b_transposed)
+            key = ("matmul_sm90", p, dev.name)
+            assert default_selector().sources[key] == "autotune"
+            won = default_selector().select(k90.DEF, p, dev)  # this process's choice
+            assert won in k90.ranked(p, dev), won
+            fresh = Selector(store_dir=tmp_path / "selections")
+            with override(autotune=False):
+                assert fresh.select(k90.DEF, p, dev) == won and fresh.sources[key] == "autotune"
+        finally:
+            default_selector().clear()
+            fm._PLANS.clear()
+    tol = tolerance(torch.bfloat16, depth=k)
+    assert_close(y, _reference(a, b, c, b_transposed), tol, where=f"autotuned {won} seed={seed}")

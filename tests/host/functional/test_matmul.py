@@ -288,7 +288,8 @@ def test_plan_runs_a_transposed_a_without_clusters(monkeypatch):
     from spio.kernels import matmul_sm90 as k90
 
     fm, cfgs = _h100_plans(monkeypatch)
-    monkeypatch.setattr(k90, "heuristic", lambda p, dev: k90.MatmulSm90Config(256, 4, cluster_m=2))
+    cluster = k90.MatmulSm90Config(256, 4, cluster_m=2)
+    monkeypatch.setattr(fm, "kernel_choice", lambda p, dev: ("sm90", cluster))
     a = torch.empty(512, 1024, dtype=torch.float16, device="meta").t()  # (1024, 512), M-major
     b = torch.empty(512, 512, dtype=torch.float16, device="meta")
     plan = fm._Plan(a, b, None, torch.float16, True)

@@ -19,6 +19,7 @@ A deliberate change of the plain kernel's code rewrites the pinned SASS digests:
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import re
 import shutil
@@ -1031,3 +1032,44 @@ def test_split_workspace_is_capped(monkeypatch):
     assert capped.split_k == 4 and k90.split_mb(p, capped) <= k90.SPLIT_WORKSPACE_MAX_MB
     monkeypatch.setattr(k90, "SPLIT_WORKSPACE_MAX_MB", float("inf"))
     assert k90.split_mb(p, k90.heuristic(p, H100)) > 64
+
+
+def test_ranked_is_the_cost_models_order_for_autotune():
+    """`ranked` (what SPIO_AUTOTUNE measures): the heuristic's pick first, then other valid
+    candidates by predicted time as called, at most AUTOTUNE_CANDIDATES; a tail only where the
+    problem has one; no split-K or tail where the plain pick is host-bound; a split-K decode pick
+    keeps its split alternatives."""
+    for (m, n, k), dev in itertools.product(
+        [(777, 5000, 3000), (4096, 4096, 4096), (333, 777, 1000), (16, 4096, 4096), (8, 64, 4096),
+         (12608, 768, 3072)], (H100, known_device("H200"))):  # fmt: skip
+        p = MatmulParams(m, n, k, "float16", "float16")
+        r = k90.ranked(p, dev)
+        space = k90.configs(p, dev)
+        assert r[0] == k90.heuristic(p, dev) and len(set(r)) == len(r), r
+        assert 2 <= len(r) <= k90.AUTOTUNE_CANDIDATES and all(c in space for c in r), r
+        assert all(k90.tail_plan(p, c, dev)[1] > 1 for c in r if c.tail), r
+    host_bound = MatmulParams(333, 777, 1000, "float16", "float16")
+    assert k90.predicted_us(host_bound, k90.heuristic(host_bound, H100), H100) < k90.SPLIT_HOST_US
+    assert all(c.split_k == 1 and not c.tail for c in k90.ranked(host_bound, H100))
+    decode = k90.ranked(MatmulParams(16, 4096, 4096, "float16", "float16"), H100)
+    assert decode[0].split_k > 1 and sum(c.split_k > 1 for c in decode) >= 3, decode
+    assert any(
+        c.tail for c in k90.ranked(MatmulParams(777, 5000, 3000, "float16", "float16"), H100)
+    )
+
+
+def test_the_op_selects_through_the_selector(tmp_path):
+    """The op's sm_90 choice goes through the selector (`KernelDef.ranked`): the heuristic's
+    config, recorded as such, with no warning about a missing model."""
+    from spio.functional.matmul import kernel_choice
+    from spio.select import default_selector
+    from spio.settings import override
+
+    p = MatmulParams(777, 5000, 3000, "float16", "float16")
+    with override(cache_dir=tmp_path):
+        default_selector().clear()
+        try:
+            assert kernel_choice(p, H100) == ("sm90", k90.heuristic(p, H100))
+            assert default_selector().sources[("matmul_sm90", p, H100.name)] == "heuristic"
+        finally:
+            default_selector().clear()

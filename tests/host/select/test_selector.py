@@ -96,3 +96,36 @@ def test_shared_selection_reuses_the_first_config_while_valid(tmp_path: Path):
         assert sel.select(kdef, P(500, 16), Dev(), share=64) == Cfg(16, 1)
         assert sel.select(kdef, P(500, 64), Dev()) == first  # cached per params
         assert Pick.calls == 2
+
+
+def test_a_family_with_its_own_ranking(tmp_path: Path, caplog, monkeypatch):
+    """A family selected by a cost model of its own (`KernelDef.ranked`, as matmul_sm90): its
+    heuristic is the pick, with no 'no performance model' warning and no model lookup; the
+    selector's ranking is the family's; SPIO_AUTOTUNE measures from that ranking (the fastest,
+    persisted, is reused by a fresh selector)."""
+    from dataclasses import replace
+
+    import spio.tune.rank as rank_mod
+
+    order = [Cfg(64, 2), Cfg(32, 4), Cfg(128, 1)]
+    kdef = replace(KDEF, name="ranked", heuristic=lambda p, dev: order[0],
+                   ranked=lambda p, dev: list(order), make_runner=lambda p, c: None)  # fmt: skip
+    measured = []
+
+    def measure(kd, p, cfgs):  # Cfg(32, 4) is the fastest
+        measured.append(list(cfgs))
+        return sorted(((c, 1.0 if c == Cfg(32, 4) else 2.0) for c in cfgs), key=lambda t: t[1])
+
+    monkeypatch.setattr(rank_mod, "measure", measure)
+    with override(cache_dir=tmp_path):
+        sel = Selector(store_dir=tmp_path / "sel")
+        p = P(1000, 64)
+        assert sel.select(kdef, p, Dev()) == order[0]
+        assert sel.sources[("ranked", p, Dev().name)] == "heuristic"
+        assert [c for c, _ in sel.ranked(kdef, p, Dev())] == order
+        with override(autotune=True):
+            q = P(2000, 64)
+            assert Selector(store_dir=tmp_path / "sel").select(kdef, q, Dev()) == Cfg(32, 4)
+        assert measured == [order]
+        assert Selector(store_dir=tmp_path / "sel").select(kdef, q, Dev()) == Cfg(32, 4)
+    assert not [r for r in caplog.records if "no performance model" in r.getMessage()]
