@@ -8,8 +8,8 @@ measured on the real shape, the fastest persisted
 → a persisted model or heuristic pick of the same *basis* (`spio.select.basis`) → the
 performance model's top-1 pick (`spio.tune`), persisted → the family's documented heuristic
 (logged once per family and GPU), persisted. A family with a cost model of its own
-(`KernelDef.ranked`: matmul_sm90) has no trained model: its heuristic is the pick (no warning)
-and autotune measures from its ranking. A new process thus answers a shape seen before from
+(`KernelDef.ranked`: matmul_sm90) has no trained model: its heuristic is the pick (not
+persisted, no warning) and autotune measures from its ranking. A new process thus answers a shape seen before from
 disk without loading the model. Where and how picks persist: `spio.select.picks`.
 `op_config` applies a family's selection rule (`KernelDef.select_key`) on top: what the ops run.
 """
@@ -115,6 +115,10 @@ class Selector:
             return persisted, "autotune"
         if settings().autotune and kdef.make_runner is not None:
             return self._measure_best(kdef, params, device, TOP_K), "autotune"
+        if kdef.ranked is not None:
+            # Its own cost model: a few µs of arithmetic, cheaper than a persisted pick's file
+            # (a token count per shape would rewrite it for every new count). No warning.
+            return kdef.heuristic(params, device), "heuristic"
         basis = self.basis(kdef, device)
         picked = self.store.pick(kdef, params, device, basis)
         if picked is not None:
@@ -128,9 +132,6 @@ class Selector:
     def _pick(self, kdef: KernelDef, params: Any, device: Any) -> tuple[Any, str]:
         from spio.tune.store import find_model
 
-        if kdef.ranked is not None:  # a family selected by its own cost model (no warning)
-            return kdef.heuristic(params, device), "heuristic"
-
         model = find_model(kdef.name, device.name, device.arch)
         if model is not None:
             from spio.tune.rank import best
@@ -140,7 +141,7 @@ class Selector:
         return kdef.heuristic(params, device), "heuristic"
 
     def _warn_no_model(self, kdef: KernelDef, device: Any) -> None:
-        if kdef.ranked is not None or (kdef.name, device.name) in self._warned:
+        if (kdef.name, device.name) in self._warned:
             return
         self._warned.add((kdef.name, device.name))
         logger().warning(

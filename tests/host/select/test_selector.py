@@ -100,7 +100,7 @@ def test_shared_selection_reuses_the_first_config_while_valid(tmp_path: Path):
 
 def test_a_family_with_its_own_ranking(tmp_path: Path, caplog, monkeypatch):
     """A family selected by a cost model of its own (`KernelDef.ranked`, as matmul_sm90): its
-    heuristic is the pick, with no 'no performance model' warning and no model lookup; the
+    heuristic is the pick (not persisted), with no 'no performance model' warning; the
     selector's ranking is the family's; SPIO_AUTOTUNE measures from that ranking (the fastest,
     persisted, is reused by a fresh selector)."""
     from dataclasses import replace
@@ -123,6 +123,7 @@ def test_a_family_with_its_own_ranking(tmp_path: Path, caplog, monkeypatch):
         assert sel.select(kdef, p, Dev()) == order[0]
         assert sel.sources[("ranked", p, Dev().name)] == "heuristic"
         assert [c for c, _ in sel.ranked(kdef, p, Dev())] == order
+        assert not sel.store.path(kdef, Dev(), ".picks.json").exists()  # not persisted
         with override(autotune=True):
             q = P(2000, 64)
             assert Selector(store_dir=tmp_path / "sel").select(kdef, q, Dev()) == Cfg(32, 4)
