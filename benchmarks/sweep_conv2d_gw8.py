@@ -14,7 +14,7 @@ Use it to compare two versions of a kernel source on the same GPU (the JIT recom
     python benchmarks/sweep_conv2d_gw8.py --kernel fprop,dgrad --points "64,56,3,128;512,7,7,128"
     python benchmarks/sweep_conv2d_gw8.py --points "56,56,3,256,2"   # stride 2, input 56x56
     python benchmarks/sweep_conv2d_gw8.py --csv sweep.csv      # every timing, for plotting
-    python benchmarks/sweep_conv2d_gw8.py --kernel wgrad --idle-warps --points "440,14,3,128,2"
+    python benchmarks/sweep_conv2d_gw8.py --kernel wgrad --no-idle-warps --points "440,14,3,128,2"
     python benchmarks/sweep_conv2d_gw8.py --cp-async   # every pass without TMA rows
 """
 
@@ -96,11 +96,11 @@ def sweep(
     which: str,
     point: tuple[int, int, int, int, int],
     reps: int,
-    idle_warps: bool = False,
+    idle_warps: bool = True,
     wide_warps: bool = False,
 ) -> tuple[list[dict], str]:
     """Timings of every config of pass `which` at `point` (rows), and the summary text;
-    `idle_warps`: wgrad's space with its idle-warp CTAs (`configs(..., with_idle_warps=True)`);
+    `idle_warps`: False for wgrad's space without its idle-warp CTAs (`with_idle_warps`);
     `wide_warps`: wgrad's space with its 8-warp CTAs (`warp_choices=WIDE_WARP_CHOICES`)."""
     import torch
 
@@ -124,7 +124,7 @@ def sweep(
         n=n, c=c, h=hw, w=hw, r=k, s=k, pad_h=k // 2, pad_w=k // 2, has_bias=True,
         dtype="float16", stride_h=stride, stride_w=stride,
     )  # fmt: skip
-    if which == "wgrad" and (idle_warps or wide_warps):
+    if which == "wgrad" and (not idle_warps or wide_warps):
         warps = wg.WIDE_WARP_CHOICES if wide_warps else wg.WARP_CHOICES
         configs = wg.configs(p, dev, warp_choices=warps, with_idle_warps=idle_warps)
     else:
@@ -191,9 +191,10 @@ def main(argv: list[str] | None = None) -> int:
         help="every pass: x (and dy) rows by cp.async even on sm_90 (the kernels before TMA rows)",
     )
     ap.add_argument(
-        "--idle-warps",
+        "--no-idle-warps",
         action="store_true",
-        help="wgrad: also the 2- and 4-warp CTAs with idle warps at odd group counts",
+        help="wgrad: without the CTAs whose warps do not divide the groups (the space before the "
+        "twentieth session)",
     )
     ap.add_argument(
         "--wide-warps",
@@ -226,7 +227,7 @@ def main(argv: list[str] | None = None) -> int:
     every = []
     for which in passes:
         for point in points:
-            rows, text = sweep(which, point, a.reps, a.idle_warps, a.wide_warps)
+            rows, text = sweep(which, point, a.reps, not a.no_idle_warps, a.wide_warps)
             print(text, flush=True)
             every += rows
             if a.csv:

@@ -104,7 +104,7 @@ def configs(
     p: Conv2dGw8Params,
     dev: Any,
     warp_choices: tuple[int, ...] | None = None,
-    with_idle_warps: bool = False,
+    with_idle_warps: bool = True,
 ) -> list[Conv2dGw8WgradConfig]:
     """Every valid wgrad config: block rows from `block_p_choices` (balanced over P), column
     tiles of BLOCK_Q_CHOICES up to the first covering Q (8 only up to NARROW_Q_MAX),
@@ -113,10 +113,11 @@ def configs(
     SPLIT_CHOICES giving WARPS_PER_SM_MIN..MAX warps per SM (`split_choices`), shared memory and
     registers within the device's limits.
 
-    `with_idle_warps` also takes warps that leave the last group block idle warps
-    (`warps_allowed`, the kernel's RAGGED_GROUPS: odd group counts get 2- and 4-warp CTAs). Not
-    in the default space until timed: the shipped model has never seen such configs (a sweep
-    or a collection passes it)."""
+    `with_idle_warps` (default) also takes warps that leave the last group block idle warps
+    (`warps_allowed`, the kernel's RAGGED_GROUPS: odd group counts get CTAs of 2, 4 and, where
+    they copy rows by TMA, 8 warps). In the default space since the twentieth session: with TMA
+    rows (2+ warps) they beat the 1-warp cp.async CTAs those layers ran before by 11-34% at 7 of
+    9 RegNet layers (docs/ops/conv2d_gw8.md)."""
     out = []
     tma_only: tuple[int, ...] = ()
     if warp_choices is None:
@@ -391,6 +392,8 @@ def features(p: Conv2dGw8Params, cfg: Conv2dGw8WgradConfig, dev: Any) -> dict[st
         "block_p": cfg.block_p,
         "block_q": cfg.block_q,
         "warps": cfg.warps,
+        # Share of the CTAs' warps past the last group (RAGGED_GROUPS), as fprop's feature.
+        "idle_warps": idle_warps(p.groups, cfg.warps) / (-(-p.groups // cfg.warps) * cfg.warps),
         "stages": cfg.stages,
         "splits_per_sm": cfg.splits_per_sm,
         "tasks": tasks,

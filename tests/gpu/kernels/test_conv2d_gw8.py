@@ -227,8 +227,7 @@ def test_ragged_group_blocks(p, seed):
         cfgs = [c for c in configs(p, _dev()) if p.groups % c.warps]
         assert cfgs, f"{kdef.name} {p}: no config with idle warps"
         check(p, sample(cfgs, _limit(16), seed=seed), seed)
-    # wgrad's idle-warp CTAs are outside the default space until timed (with_idle_warps).
-    cfgs = [c for c in wg.configs(p, _dev(), with_idle_warps=True) if p.groups % c.warps]
+    cfgs = [c for c in wg.configs(p, _dev()) if p.groups % c.warps]
     assert cfgs, f"wgrad {p}: no config with idle warps"
     check_wgrad(p, sample(cfgs, _limit(16), seed=seed), seed)
 
