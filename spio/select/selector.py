@@ -11,7 +11,8 @@ performance model's top-1 pick (`spio.tune`), persisted → the family's documen
 (`KernelDef.ranked`: matmul_sm90) has no trained model: its heuristic is the pick (not
 persisted, no warning) and autotune measures from its ranking. A new process thus answers a
 shape seen before from disk without loading the model. Where and how picks persist:
-`spio.select.picks`. `op_config` applies a family's selection rule (`KernelDef.select_key`) on top: what the ops run.
+`spio.select.picks`. `op_config` applies a family's selection rule (`KernelDef.select_key`) on
+top: what the ops run.
 """
 
 from __future__ import annotations
