@@ -652,12 +652,12 @@ def make_runner(p: MatmulParams, cfg: MatmulSm90Config) -> Any:
     index = torch.cuda.current_device()
     dev = torch.device("cuda", index)
     dt = getattr(torch, p.dtype)
-    ldb = None if p.b_transposed else p.n + (-p.n) % 8
+    padded_n = p.n + (-p.n) % 8  # a row-major B's rows, padded as the op pads them
     a = torch.randn(p.m, p.k, device=dev).to(dt)
-    b = torch.randn(*((p.n, p.k) if p.b_transposed else (p.k, ldb)), device=dev).to(dt)
+    b = torch.randn(*((p.n, p.k) if p.b_transposed else (p.k, padded_n)), device=dev).to(dt)
     bias = torch.randn(p.n, device=dev).to(dt) if p.has_bias else None
     c = torch.empty(p.m, p.n, device=dev, dtype=getattr(torch, p.out_dtype))
-    run = bound(p, cfg, device_attributes(index), ldb=ldb)
+    run = bound(p, cfg, device_attributes(index), ldb=None if p.b_transposed else padded_n)
     stream = torch.cuda.current_stream(dev).cuda_stream
     if run.workspace is None:
         return lambda: run(c, a, b, bias, stream)
