@@ -125,7 +125,7 @@ def sweep(
         dtype="float16", stride_h=stride, stride_w=stride,
     )  # fmt: skip
     if which == "wgrad" and (not idle_warps or wide_warps):
-        warps = wg.WIDE_WARP_CHOICES if wide_warps else wg.WARP_CHOICES
+        warps = wg.WIDE_WARP_CHOICES if wide_warps else None  # None: the space's own warps
         configs = wg.configs(p, dev, warp_choices=warps, with_idle_warps=idle_warps)
     else:
         configs = kdef.configs(p, dev)

@@ -1,18 +1,17 @@
 """Config selection, the policy: (kernel family, params, device) -> config, remembered in memory
 and persisted on disk.
 
-Order: this process's cache → a persisted autotune winner of the same code (`spio.select.basis.
-winner_basis`: a kernel change re-measures) → with `SPIO_AUTOTUNE=1` (or
+Order: this process's cache → a persisted autotune winner of the same code
+(`spio.select.basis.winner_basis`: a kernel change re-measures) → with `SPIO_AUTOTUNE=1` (or
 `Selector.autotune`) k of the model's best-ranked configs (`spio.tune.rank.autotune_candidates`)
-measured on the real shape, the fastest persisted
-→ a persisted model or heuristic pick of the same *basis* (`spio.select.basis`) → the
-performance model's top-1 pick (`spio.tune`), persisted → the family's documented heuristic
-(logged once per family and GPU), persisted. A family with a cost model of its own
-(`KernelDef.ranked`: matmul_sm90) has no trained model: its heuristic is the pick (not
-persisted, no warning) and autotune measures from its ranking. A new process thus answers a
-shape seen before from disk without loading the model. Where and how picks persist:
-`spio.select.picks`. `op_config` applies a family's selection rule (`KernelDef.select_key`) on
-top: what the ops run.
+measured on the real shape, the fastest persisted → a persisted model or heuristic pick of the same
+*basis* (`spio.select.basis`) → the performance model's top-1 pick (`spio.tune`), persisted → the
+family's documented heuristic (logged once per family and GPU), persisted. A family with a cost
+model of its own (`KernelDef.ranked`: matmul_sm90) has no trained model: its heuristic is the pick
+(neither persisted nor kept in memory, no warning) and autotune measures from its ranking. A new
+process thus answers a shape seen before from disk without loading the model. Where and how picks
+persist: `spio.select.picks`. `op_config` applies a family's selection rule
+(`KernelDef.select_key`) on top: what the ops run.
 """
 
 from __future__ import annotations
@@ -65,6 +64,10 @@ class Selector:
                     source = "shared"
                 else:
                     hit, source = self._choose(kdef, params, device)
+                    if kdef.ranked is not None and source == "heuristic":
+                        # Its own cost model, recomputed per call: no state per shape (a server's
+                        # token counts would grow it without bound; the op's plans are bounded).
+                        return hit
                     if share is not None:
                         self._chosen[shared_key] = hit
                 self._chosen[key] = hit
@@ -117,8 +120,8 @@ class Selector:
         if settings().autotune and kdef.make_runner is not None:
             return self._measure_best(kdef, params, device, TOP_K), "autotune"
         if kdef.ranked is not None:
-            # Its own cost model: a few µs of arithmetic, cheaper than a persisted pick's file
-            # (a token count per shape would rewrite it for every new count). No warning.
+            # Its own cost model: arithmetic, cheaper than a persisted pick's file (which a token
+            # count per shape would rewrite for every new count). No warning.
             return kdef.heuristic(params, device), "heuristic"
         basis = self.basis(kdef, device)
         picked = self.store.pick(kdef, params, device, basis)

@@ -250,6 +250,7 @@ def _h100_plans(monkeypatch) -> tuple:
     import contextlib
     import importlib
 
+    import spio.select
     from spio.cuda import known_device
     from spio.kernels import loader
 
@@ -264,6 +265,8 @@ def _h100_plans(monkeypatch) -> tuple:
     monkeypatch.setattr(loader, "default_function_cache", lambda: Cache())
     monkeypatch.setattr(fm, "device_attributes", lambda index: known_device("H100"))
     monkeypatch.setattr(torch.cuda, "device", lambda d: contextlib.nullcontext())
+    # The families' own picks: no persisted winner or SPIO_AUTOTUNE of this machine applies.
+    monkeypatch.setattr(spio.select, "op_config", lambda kdef, p, dev: kdef.heuristic(p, dev))
     return fm, cfgs
 
 

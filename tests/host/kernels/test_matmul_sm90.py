@@ -1048,6 +1048,13 @@ def test_ranked_is_the_cost_models_order_for_autotune():
         assert r[0] == k90.heuristic(p, dev) and len(set(r)) == len(r), r
         assert 2 <= len(r) <= k90.AUTOTUNE_CANDIDATES and all(c in space for c in r), r
         assert all(k90.tail_plan(p, c, dev)[1] > 1 for c in r if c.tail), r
+
+        def as_called(c, p=p, dev=dev):
+            us = k90.predicted_us(p, c, dev)
+            floor = k90.SPLIT_HOST_US if c.split_k > 1 or c.tail else k90.PLAIN_HOST_US
+            return max(us, floor), us
+
+        assert r[1:] == sorted(r[1:], key=as_called), r
     host_bound = MatmulParams(333, 777, 1000, "float16", "float16")
     assert k90.predicted_us(host_bound, k90.heuristic(host_bound, H100), H100) < k90.SPLIT_HOST_US
     assert all(c.split_k == 1 and not c.tail for c in k90.ranked(host_bound, H100))
@@ -1058,18 +1065,26 @@ def test_ranked_is_the_cost_models_order_for_autotune():
     )
 
 
-def test_the_op_selects_through_the_selector(tmp_path):
+def test_the_op_selects_through_the_selector(tmp_path, caplog):
     """The op's sm_90 choice goes through the selector (`KernelDef.ranked`): the heuristic's
-    config, recorded as such, with no warning about a missing model."""
+    config, neither persisted nor kept per shape, with no warning about a missing model; a
+    persisted autotune winner (of the same code) is what it runs instead."""
     from spio.functional.matmul import kernel_choice
     from spio.select import default_selector
+    from spio.select.basis import winner_basis
     from spio.settings import override
 
     p = MatmulParams(777, 5000, 3000, "float16", "float16")
-    with override(cache_dir=tmp_path):
+    with override(cache_dir=tmp_path, autotune=False):
         default_selector().clear()
         try:
             assert kernel_choice(p, H100) == ("sm90", k90.heuristic(p, H100))
-            assert default_selector().sources[("matmul_sm90", p, H100.name)] == "heuristic"
+            assert ("matmul_sm90", p, H100.name) not in default_selector().sources
+            assert not list(tmp_path.rglob("*.picks.json"))
+            other = k90.ranked(p, H100)[1]
+            default_selector().store.save_winner(k90.DEF, p, H100, winner_basis(k90.DEF, H100),
+                                                 other)  # fmt: skip
+            assert kernel_choice(p, H100) == ("sm90", other)
         finally:
             default_selector().clear()
+    assert not [r for r in caplog.records if "no performance model" in r.getMessage()]

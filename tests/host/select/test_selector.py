@@ -121,7 +121,7 @@ def test_a_family_with_its_own_ranking(tmp_path: Path, caplog, monkeypatch):
         sel = Selector(store_dir=tmp_path / "sel")
         p = P(1000, 64)
         assert sel.select(kdef, p, Dev()) == order[0]
-        assert sel.sources[("ranked", p, Dev().name)] == "heuristic"
+        assert ("ranked", p, Dev().name) not in sel.sources  # not kept per shape
         assert [c for c, _ in sel.ranked(kdef, p, Dev())] == order
         assert not sel.store.path(kdef, Dev(), ".picks.json").exists()  # not persisted
         with override(autotune=True):
@@ -130,3 +130,12 @@ def test_a_family_with_its_own_ranking(tmp_path: Path, caplog, monkeypatch):
         assert measured == [order]
         assert Selector(store_dir=tmp_path / "sel").select(kdef, q, Dev()) == Cfg(32, 4)
     assert not [r for r in caplog.records if "no performance model" in r.getMessage()]
+
+
+def test_matmul_sm90_ranks_as_many_configs_as_autotune_measures():
+    """`matmul_sm90.ranked` is cut at AUTOTUNE_CANDIDATES, which must be the selector's TOP_K:
+    with more, `autotune_candidates` would reorder the cost model's ranking."""
+    from spio.kernels import matmul_sm90 as k90
+    from spio.select.selector import TOP_K
+
+    assert k90.AUTOTUNE_CANDIDATES == TOP_K
