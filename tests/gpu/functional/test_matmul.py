@@ -210,12 +210,14 @@ def test_split_k_through_graphs_compile_streams_and_autograd(seed):
 
 
 @pytest.mark.parametrize(
-    "m, n, k, b_transposed", [(777, 5000, 3000, True), (16, 4096, 4096, False)]
+    "m, n, k, b_transposed",
+    [(777, 5000, 3000, True), (16, 4096, 4096, False), (300, 1001, 520, False)],
 )
 def test_autotune_picks_from_the_cost_models_ranking(seed, tmp_path, m, n, k, b_transposed):
     """Under SPIO_AUTOTUNE the sm_90 op measures `matmul_sm90.ranked` (a split tail and plain
     tiles at 777 x 5000 x 3000; split-K alternatives with their workspace and a row-major B at a
-    decode shape), runs the fastest (against fp64) and persists it: a fresh selector reuses it."""
+    decode shape; a row-major B whose rows the op pads, N odd), runs the fastest (against fp64)
+    and persists it: a fresh selector reuses it."""
     from spio.cuda import device_attributes
     from spio.kernels import matmul_sm90 as k90
     from spio.kernels.matmul_params import MatmulParams
