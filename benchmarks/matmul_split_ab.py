@@ -54,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     from spio.settings import override
 
     mm = importlib.import_module("spio.functional.matmul")
-    op_choice = mm.kernel_choice  # the heuristic: split-K at these shapes
+    op_choice = mm.kernel_choice  # the op's choice (the heuristic: split-K at these shapes)
 
     def plain_kernel_choice(p, dev):
         family, cfg = op_choice(p, dev)

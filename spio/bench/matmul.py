@@ -5,8 +5,8 @@ projections: M tokens (16..8192) x K 4096 x N 4096 / 11008 with the weight store
 (nn.Linear's layout, b_transposed=True; cuBLAS gets the same transposed view); `--shapes` times
 others (B as (N, K)). fp16 and bf16, fp32 accumulation, output in the operand dtype. Which kernel
 the op runs is in the `kernel` column (`spio.functional.matmul.kernel_choice`): on an H100/H200
-the Hopper TMA + wgmma kernel (B either way, its config from `matmul_sm90.heuristic`), on other
-GPUs the mma.sync kernel.
+the Hopper TMA + wgmma kernel (B either way, its config from `matmul_sm90.heuristic`, or a
+persisted SPIO_AUTOTUNE winner), on other GPUs the mma.sync kernel.
 
 For each shape and both libraries (µs per call as TFLOP/s):
   spio_tflops / cublas_tflops    the op as called: back-to-back eager calls, host path included
