@@ -37,6 +37,9 @@ SHAPES = [(1, 1, 8), (128, 128, 64), (17, 33, 24), (255, 1000, 72), (1000, 257, 
 FLAG_SETS = [("float16", False, False), ("bfloat16", True, True), ("float16", True, True),
              ("bfloat16", False, False)]  # fmt: skip
 GUARD = 64  # elements of NaN before and after C
+# The tests that sweep the whole space ran 120-330 s each under 14 workers on an H200 (twentieth
+# session), past a 280 s `--timeout`: theirs, whatever the command line says.
+SWEEP_TIMEOUT_S = 900
 
 
 def _device():
@@ -79,6 +82,7 @@ def check(p: MatmulParams, cfg: k90.MatmulSm90Config, seed: int, shift: int = 0)
     assert_close(c, want, tolerance(out_dt, depth=p.k), where=where)
 
 
+@pytest.mark.timeout(SWEEP_TIMEOUT_S)
 @pytest.mark.parametrize("flags", FLAG_SETS, ids=str)
 def test_every_config_on_every_shape(flags, seed):
     _skip_unless_hopper()
@@ -96,6 +100,7 @@ ROW_MAJOR_SHAPES = [(1, 8, 8), (128, 128, 64), (17, 40, 24), (255, 1000, 72), (1
                     (130, 264, 4096), (300, 136, 200)]  # fmt: skip
 
 
+@pytest.mark.timeout(SWEEP_TIMEOUT_S)
 @pytest.mark.parametrize("flags", FLAG_SETS, ids=str)
 def test_row_major_b_every_config_on_every_shape(flags, seed):
     """B stored (K, N) row-major, read N-major (wgmma's transposed-B mode, 64 x 64 boxes):
@@ -108,6 +113,7 @@ def test_row_major_b_every_config_on_every_shape(flags, seed):
             check(_params(flags, m, n, kk, b_transposed=False), cfg, seed)
 
 
+@pytest.mark.timeout(SWEEP_TIMEOUT_S)
 @pytest.mark.parametrize("flags", FLAG_SETS[:2], ids=str)
 def test_transposed_a_every_config(flags, seed):
     """A given as its transpose's storage (K, M), read M-major (wgmma's transposed-A mode, 64 x 64
@@ -135,6 +141,7 @@ def test_rasterization_covers_every_tile(seed):
                 check(_params(FLAG_SETS[0], 9 * 128 - 5, 5 * 128 - 3, 136), cfg, seed)
 
 
+@pytest.mark.timeout(SWEEP_TIMEOUT_S)
 def test_persistent_ctas_walk_several_tiles(seed):
     """Every persistent config on 3 N tiles by enough M tiles for about 2.3 tiles a CTA (the
     tile count, 3 x tiles_m or pairs, not a multiple of the grid), K of one k tile and of five,
