@@ -97,12 +97,13 @@ def _direct(
     dy = dy.to(memory_format=torch.channels_last)
 
     def first(configs, want, required=True):
-        """The first config `want` accepts; for "tma" the first of each warp count (each
-        swizzle: 32, 64 and 128 bytes). None is an error unless not `required`."""
+        """The first config `want` accepts; for "tma" and "ragged" the first of each warp count
+        (each swizzle: 32, 64 and 128 bytes; each idle-warp block). None is an error unless not
+        `required`."""
         found = {}
         for cf in configs:
             if want(cf):
-                found.setdefault(cf.warps if pick == "tma" else 0, cf)
+                found.setdefault(cf.warps if pick in ("tma", "ragged") else 0, cf)
         if required and not found:
             raise SystemExit(f"sanitizer smoke: no {pick} config for {p}")
         return list(found.values())
@@ -116,9 +117,9 @@ def _direct(
                 x.double(), wt.double(), b.double(), stride=stride, padding=k // 2, groups=c // 8
             )
             _check(f"fprop {pick} {n}x{c}x{h}x{w} k{k} s{stride} {cfg}", y, want, 2e-2)
-    if pick == "ragged":  # wgrad's idle-warp CTAs (outside its default space until timed)
-        _wgrad_direct(p, next(cf for cf in wg.configs(p, dev, with_idle_warps=True) if ok(cf)),
-                      x, dy, dev, stream, cache, pick)  # fmt: skip
+    if pick == "ragged":  # wgrad's idle-warp CTAs, each warp count (TMA rows on sm_90, 3x3)
+        for cfg in first(wg.configs(p, dev), ok):
+            _wgrad_direct(p, cfg, x, dy, dev, stream, cache, pick)
     if pick == "tma":  # wgrad's x and dy rows by TMA, 8 warps included (WIDE_WARP_CHOICES)
         wide = wg.configs(p, dev, warp_choices=wg.WIDE_WARP_CHOICES)
         for cfg in first(wide, lambda cf: wg.tma_rows(p, cf, dev)):
