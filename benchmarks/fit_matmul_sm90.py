@@ -155,7 +155,7 @@ def score(data, held_out: bool, as_called: bool = False) -> list[tuple[float, st
     def cost(cfg, us: float) -> float:
         if not as_called:
             return us
-        return max(us, k90.SPLIT_HOST_US if cfg.split_k > 1 else k90.PLAIN_HOST_US)
+        return max(us, k90.host_us(cfg))
 
     out = []
     shapes = sorted({s for table in data.values() for s in table})
@@ -200,7 +200,7 @@ def autotune_score(
     def cost(c, us: float) -> float:
         if not as_called:
             return us
-        return max(us, k90.SPLIT_HOST_US if c.split_k > 1 or c.tail else k90.PLAIN_HOST_US)
+        return max(us, k90.host_us(c))
 
     dev = _device(name)
     out, missing = [], 0

@@ -506,6 +506,12 @@ SPLIT_WORKSPACE_MAX_MB = 64
 PLAIN_HOST_US, SPLIT_HOST_US = 13.0, 25.0
 
 
+def host_us(cfg: MatmulSm90Config) -> float:
+    """Host µs of one eager call of `cfg`'s kind: SPLIT_HOST_US with a second launch (split-K,
+    a split tail), else PLAIN_HOST_US."""
+    return SPLIT_HOST_US if cfg.split_k > 1 or cfg.tail else PLAIN_HOST_US
+
+
 def cost_terms(p: MatmulParams, cfg: MatmulSm90Config, dev: Any) -> tuple[int, int]:
     """(waves, k tiles per CTA) of a plain or split-K config: waves = its CTAs over dev's SMs x
     `ctas_per_sm` slots, rounded up; each CTA runs ceil(k tiles / split_k) k tiles."""
@@ -637,7 +643,7 @@ def ranked(p: MatmulParams, dev: Any) -> list[MatmulSm90Config]:
 
     def key(c: MatmulSm90Config) -> tuple[float, float]:
         us = predicted_us(p, c, dev)
-        return max(us, SPLIT_HOST_US if c.split_k > 1 or c.tail else PLAIN_HOST_US), us
+        return max(us, host_us(c)), us
 
     rest = sorted((c for c in fits if c != first), key=key)
     return [first, *rest][:AUTOTUNE_CANDIDATES]
