@@ -57,3 +57,8 @@ ALL: tuple[Dtype, ...] = (
     float, double, half, bfloat16, int32, uint32, int64, bool,
     half2, bfloat16x2, half8, bfloat16x8, uint4,
 )  # fmt: skip
+
+
+def by_name(name: str) -> Dtype:
+    """The dtype of a tensor data type name: "float16" (half), "bfloat16" or "float32" (float)."""
+    return {"float16": half, "bfloat16": bfloat16, "float32": float}[name]

@@ -42,13 +42,6 @@ MAX_BWD_SMEM = 47 * 1024
 MAX_ELEMENTS = 2**32
 
 
-def dtype_spec(name: str):
-    """The generator dtype of a data type name ("float16", "bfloat16", "float32")."""
-    from spio.generators import dtype
-
-    return {"float16": dtype.half, "bfloat16": dtype.bfloat16, "float32": dtype.float}[name]
-
-
 def _is_pow2(v: int) -> bool:
     return v > 0 and v & (v - 1) == 0
 

@@ -20,7 +20,6 @@ from typing import Any
 from spio.kernels.kernel_def import KernelDef, KernelSpec, KernelStats
 from spio.kernels.layernorm_2d_params import (
     LayerNorm2dParams,
-    dtype_spec,
     examples,
     outputs,
 )
@@ -93,12 +92,12 @@ def reduce_spec(p: LayerNorm2dParams, cfg: ReduceConfig, dev: Any) -> KernelSpec
             "C": c,
             "CV": cv,
             "PARTIALS": Tensor((part(MAX_ROWS // p.c), cv(p.c // 4)), dtype.uint4),
-            "OUT": Tensor((c(p.c),), dtype_spec(p.weight_dtype)),
+            "OUT": Tensor((c(p.c),), dtype.by_name(p.weight_dtype)),
             "SPLIT": split,
             "LANE": lane,
             "THREAD": CompoundIndex(split(cfg.splits), lane(cfg.lanes)),
             "COLUMN": cv / cfg.lanes,
-            "WEIGHT": Type(dtype_spec(p.weight_dtype)),
+            "WEIGHT": Type(dtype.by_name(p.weight_dtype)),
             "CHANNELS": Constant(p.c),
             "COLS": Constant(cfg.cols),
             "THREADS": Constant(cfg.threads),

@@ -150,11 +150,10 @@ def _smem_specs(p: MatmulParams, cfg: MatmulConfig) -> dict[str, Any]:
             dtype.uint4,
             swizzle=Xor(K, N8, 3),
         )
-    out = {"float16": dtype.half, "bfloat16": dtype.bfloat16, "float32": dtype.float}
     # C staging rows padded by 8 elements: consecutive rows shift by 4 (16-bit) or 8 (fp32)
     # banks, so a warp's 8 rows x 4 lanes of accumulator pairs hit distinct banks.
     smem_c = Tensor(
-        (M(cfg.block_m), N(cfg.block_n)), out[p.out_dtype], strides={M: cfg.block_n + 8}
+        (M(cfg.block_m), N(cfg.block_n)), dtype.by_name(p.out_dtype), strides={M: cfg.block_n + 8}
     )
     return {
         "M": M,

@@ -274,7 +274,6 @@ def spec(p: MatmulParams, cfg: MatmulSm90Config, dev: Any = None) -> KernelSpec:
             f"matmul_sm90: a row-major (K, N) B runs without clusters (cluster_m=1), got "
             f"cluster_m={cfg.cluster_m}; pass B as (N, K) (b_transposed=True) for clusters"
         )
-    types = {"float16": dtype.half, "bfloat16": dtype.bfloat16, "float32": dtype.float}
     split = cfg.split_k > 1
     epi_tma = stores_by_tma(cfg)
     constants = {
@@ -291,8 +290,8 @@ def spec(p: MatmulParams, cfg: MatmulSm90Config, dev: Any = None) -> KernelSpec:
         # c, a_map, b_map, (c_map,) bias, m, n, k, raster, (ws, dp_tiles, splits)
         signature=("ptttpiiii" if epi_tma else "pttpiiii") + ("pii" if cfg.tail else ""),
         specs={
-            "Element": Type(types[p.dtype]),
-            "Out": Type(types["float32" if split else p.out_dtype]),
+            "Element": Type(dtype.by_name(p.dtype)),
+            "Out": Type(dtype.by_name("float32" if split else p.out_dtype)),
             **tiles,
             **{name: Constant(value) for name, value in constants.items()},
             "CLUSTER_M": Macro(cfg.cluster_m),

@@ -48,14 +48,13 @@ def spec(p: MatmulParams, cfg: SplitSumConfig, dev: Any = None) -> KernelSpec:
     from spio.generators import Constant, Type, dtype
 
     del dev
-    types = {"float16": dtype.half, "bfloat16": dtype.bfloat16, "float32": dtype.float}
     return KernelSpec(
         source="matmul_splitk_reduce.cu",
         entry="matmul_splitk_reduce",
         signature="pppil",  # c, workspace, bias, n, total
         specs={
-            "Out": Type(types[p.out_dtype]),
-            "Element": Type(types[p.dtype]),
+            "Out": Type(dtype.by_name(p.out_dtype)),
+            "Element": Type(dtype.by_name(p.dtype)),
             "SPLIT_K": Constant(cfg.split_k),
             "VEC": Constant(cfg.vec),
             "HAS_BIAS": Constant(int(p.has_bias)),

@@ -45,14 +45,13 @@ def spec(p: MatmulParams, cfg: TailSumConfig, dev: Any = None) -> KernelSpec:
     from spio.generators import Constant, Type, dtype
 
     del dev
-    types = {"float16": dtype.half, "bfloat16": dtype.bfloat16, "float32": dtype.float}
     return KernelSpec(
         source="matmul_tail_sum.cu",
         entry="matmul_tail_sum",
         signature="pppiiiii",  # c, workspace, bias, m, n, dp_tiles, splits, raster
         specs={
-            "Out": Type(types[p.out_dtype]),
-            "Element": Type(types[p.dtype]),
+            "Out": Type(dtype.by_name(p.out_dtype)),
+            "Element": Type(dtype.by_name(p.dtype)),
             "BLOCK_N": Constant(cfg.block_n),
             "MAX_SPLITS": Constant(MAX_SPLITS),
             "HAS_BIAS": Constant(int(p.has_bias)),
