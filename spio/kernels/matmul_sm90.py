@@ -39,8 +39,9 @@ TAIL_MAX_SPLITS = tail_sum.MAX_SPLITS
 TAIL_MIN_K_TILES = 2
 SWIZZLE_ALIGN = 1024  # the kernel aligns the ring to the 128-byte swizzle's 1024-byte atom
 # Registers a thread may use per block_n, what `ctas_per_sm` counts on: 80 keeps two CTAs of
-# 64-wide tiles on an SM, 168 is __launch_bounds__(384, 1)'s cap (NVRTC 13.0 uses 58-63 / 90-95 /
-# 154-159, plain and persistent). A host test checks the compiled kernels against it: one above
+# 64-wide tiles on an SM (NVRTC 13.0 uses 58-63), 168 is __launch_bounds__(384, 1)'s cap, which
+# 128- and 256-wide tiles launch with (their producer warpgroup hands registers to the consumers:
+# setmaxnreg, 40 and 232 a thread). A host test checks the compiled kernels against it: one above
 # its budget would hold fewer CTAs than a persistent grid launches.
 REGISTERS = {64: 80, 128: 168, 256: 168}
 SMEM_RESERVED = 1024  # shared memory the system keeps per resident CTA (sm_80 and later)

@@ -17,6 +17,8 @@
 ///   fresh barrier reports complete. A consumer issues the slot's 4 wgmma k-steps, commits, and
 ///   waits until at most one batch is in flight: the previous slot's batch is then done and that
 ///   slot is released, so the tensor cores always have the current batch queued.
+/// Registers: with BLOCK_N >= 128 (one CTA an SM) the producer warpgroup lowers its registers to
+///   40 a thread and the consumers raise theirs to 232 (setmaxnreg, REBALANCE below).
 /// Ragged shapes: TMA zero-fills what lies past M, N or K, so the sums are exact; the epilogue
 ///   stores only rows < M and columns < N.
 /// Traffic per CTA: (128 + BLOCK_N / CLUSTER_M) · K · 2 B of A and B read from L2 (mostly, with
@@ -112,6 +114,21 @@ constexpr int SLOT_BYTES = (BLOCK_M + BLOCK_N) * BLOCK_K * int(sizeof(Element));
 constexpr int K_STEPS = BLOCK_K / 16;               // wgmma k16 steps per slot
 constexpr int ACC = BLOCK_N / 2;                    // fp32 accumulators per consumer thread
 constexpr unsigned SWIZZLE_ATOM = 1024;             // 8 rows x 128 bytes
+// Registers (setmaxnreg): the producer warpgroup, one thread of which issues copies, hands what
+// it does not need to the consumers, which hold the accumulators. A kernel that rebalances is
+// compiled for the launch bound's cap (ptxas: 168 a thread at 384 threads, the pool the
+// consumers draw from; `raise_registers` would wait forever on a smaller one). 64-wide tiles run
+// two CTAs an SM at <= 80 registers and keep the launch's. Measured (H100 and H200, 8192^3 to
+// 2048^3): the 256-wide 4-slot config unchanged, 3-slot, persistent and 128-wide configs 2-11%
+// faster (docs/ops/matmul.md, "Twenty-first session").
+constexpr bool REBALANCE = BLOCK_N >= 128;
+constexpr int LAUNCH_REGISTERS = (65536 / THREADS) / 8 * 8;  // 168
+constexpr int PRODUCER_REGISTERS = 40;
+constexpr int CONSUMER_REGISTERS =
+    (LAUNCH_REGISTERS * THREADS - PRODUCER_REGISTERS * 128) / (CONSUMERS * 128) / 8 * 8;  // 232
+static_assert(PRODUCER_REGISTERS * 128 + CONSUMER_REGISTERS * CONSUMERS * 128 <=
+                  LAUNCH_REGISTERS * THREADS,
+              "matmul_sm90: the consumers' registers must come from the producer's");
 
 static_assert(BLOCK_N == 64 || BLOCK_N == 128 || BLOCK_N == 256,
               "matmul_sm90: BLOCK_N must be 64, 128 or 256 (a wgmma N and a TMA box <= 256)");
@@ -471,6 +488,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) SPIO_MATMUL_CLUSTER
 
     if (warpgroup == 0) {
         // ---- producer: one thread keeps the ring full ----------------------------------------
+        if constexpr (REBALANCE) spio::warpgroup::lower_registers<PRODUCER_REGISTERS>();
         if (threadIdx.x == 0) {
             if constexpr (!PERSISTENT) {
                 for (int kt = 0; kt < k_tiles; ++kt) {
@@ -500,6 +518,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) SPIO_MATMUL_CLUSTER
     }
 
     // ---- consumers: warpgroup w multiplies rows 64 (w - 1) .. of the tile -------------------
+    if constexpr (REBALANCE) spio::warpgroup::raise_registers<CONSUMER_REGISTERS>();
     const int rows = 64 * (warpgroup - 1);
     float d[ACC];
 #if EPI_TMA

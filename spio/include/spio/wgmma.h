@@ -91,6 +91,26 @@ SPIO_DEVICE void wait_group() {
     asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
 }
 
+/// Sets the warpgroup's registers per thread to N (setmaxnreg): fewer (`lower_registers`) hands
+/// the rest back to the CTA's pool, more (`raise_registers`) takes them from it, blocking until
+/// the pool has them. A warp-specialised kernel gives its copy warpgroup's registers to the
+/// warpgroups that hold accumulators. Warpgroup-wide (every thread of the warpgroup executes the
+/// same one); N a multiple of 8 in [24, 256]. The pool is what the launch allocated (registers a
+/// thread x threads): raising past it never returns.
+template <int N>
+SPIO_DEVICE void lower_registers() {
+    static_assert(N % 8 == 0 && N >= 24 && N <= 256,
+                  "spio::warpgroup::lower_registers<N>: N is a multiple of 8 in [24, 256]");
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N));
+}
+
+template <int N>
+SPIO_DEVICE void raise_registers() {
+    static_assert(N % 8 == 0 && N >= 24 && N <= 256,
+                  "spio::warpgroup::raise_registers<N>: N is a multiple of 8 in [24, 256]");
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N));
+}
+
 namespace detail {
 template <int N>
 struct Mma;

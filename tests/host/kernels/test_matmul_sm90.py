@@ -255,6 +255,9 @@ def test_every_config_compiles_without_local_memory(flags, b_transposed):
     for cfg in k90.configs(p, H100):
         res = kernel_resources(compile_spec(k90.spec(p, cfg, H100), H100.arch))["matmul_sm90"]
         assert res.local_bytes == 0, f"{cfg}: {res}"
+        # A rebalancing kernel (setmaxnreg) must launch with the cap's 168 registers a thread:
+        # its consumers raise theirs to 232 from the pool the launch allocated.
+        assert cfg.block_n < 128 or res.registers == 168, f"{cfg}: {res}"
         # One CTA of 384 threads must fit the 64 K-register file.
         assert res.registers * k90.THREADS <= H100.regs_per_sm, f"{cfg}: {res}"
         # Within the budget the persistent grid counts on (same CTAs per SM either way).
@@ -363,6 +366,13 @@ def test_sass_has_wgmma_tma_and_barriers(block_n, cluster_m, persistent, b_trans
     )
     # The TMA-store epilogue (128- and 256-wide tiles) stores C by UTMASTG, the others by STG.
     assert ("UTMASTG.2D" in sass) == k90.stores_by_tma(cfg), "the epilogue's stores"
+    # 128- and 256-wide tiles (one CTA an SM) move registers from the producer warpgroup to the
+    # consumers (setmaxnreg: 40 and 232 a thread); 64-wide ones (two CTAs) keep the launch's.
+    rebalance = re.findall(r"USETMAXREG\.(\w+)\.CTAPOOL[^;]*?(0x[0-9a-f]+)\s*;", sass)
+    if block_n >= 128:
+        assert sorted(rebalance) == [("DEALLOC", "0x28"), ("TRY_ALLOC", "0xe8")], rebalance
+    else:
+        assert rebalance == [], rebalance
     # A row-major B: one box per 64-wide block of the slot (A's box + block_n / 64).
     loads = len(re.findall(r"UTMALDG\.2D", sass))
     assert b_transposed or loads >= 1 + block_n // 64, loads
