@@ -620,16 +620,29 @@ def cost_pick(
 
 
 AUTOTUNE_CANDIDATES = 5  # `ranked`'s length: what SPIO_AUTOTUNE measures (the selector's TOP_K)
+# Persistent CTAs (one per SM slot, each walking tiles; the cluster one loads B once per pair of
+# M tiles), which `ranked` takes where 256-wide tiles fill more than one wave. Timed at the 57
+# shapes of the yardstick (H100, twenty-first session: setmaxnreg made them 6-15% faster), a
+# persistent config was the fastest of the space at 21 of them, up to 16% faster than the best
+# HEURISTIC_CANDIDATES config (5000^3); which one wins varies, and each loses up to 35% at
+# other shapes: the cost model of waves cannot tell, a measurement can. Of five pairs compared
+# on those timings, this one brought autotune's max closest to the best (docs/ops/matmul.md,
+# "Twenty-first session").
+PERSISTENT_CANDIDATES = (
+    MatmulSm90Config(block_n=256, stages=3, cluster_m=2, persistent=True),
+    MatmulSm90Config(block_n=128, stages=6, persistent=True),
+)
 
 
 def ranked(p: MatmulParams, dev: Any) -> list[MatmulSm90Config]:
     """The cost model's ranking, best first, for `SPIO_AUTOTUNE` (`KernelDef.ranked`): the
     `heuristic` pick, then the other HEURISTIC_CANDIDATES and TAIL_CANDIDATES (a tail only where
     the problem has one: `tail_plan`) that fit, by `predicted_us` floored at the host time of a
-    call (PLAIN_HOST_US, SPLIT_HOST_US for split-K and tails), then unfloored; at most
-    AUTOTUNE_CANDIDATES. Split-K and tails are left out where the pick is plain and predicted
-    under SPLIT_HOST_US: autotune times the GPU alone, and there a split's second launch costs
-    more host time than it can save."""
+    call (PLAIN_HOST_US, SPLIT_HOST_US for split-K and tails), then unfloored, and last the
+    PERSISTENT_CANDIDATES where 256-wide tiles fill more than one wave (the cluster one only for
+    B as (N, K)); at most AUTOTUNE_CANDIDATES. Split-K and tails are left out where the pick is
+    plain and predicted under SPLIT_HOST_US: autotune times the GPU alone, and there a split's
+    second launch costs more host time than it can save."""
     first = heuristic(p, dev)
     fits = [
         c
@@ -646,7 +659,18 @@ def ranked(p: MatmulParams, dev: Any) -> list[MatmulSm90Config]:
         return max(us, host_us(c)), us
 
     rest = sorted((c for c in fits if c != first), key=key)
-    return [first, *rest][:AUTOTUNE_CANDIDATES]
+    wide = MatmulSm90Config(block_n=256)
+    tm, tn = wide.tiles(p)
+    extra = [
+        c
+        for c in PERSISTENT_CANDIDATES
+        if p.n > 64
+        and tm * tn > dev.sm_count * ctas_per_sm(wide, dev)
+        and c.smem() <= dev.max_smem_per_block_optin
+        and (c.cluster_m == 1 or p.b_transposed)
+    ]
+    keep = AUTOTUNE_CANDIDATES - 1 - len(extra)
+    return [first, *rest[:keep], *extra]
 
 
 def make_runner(p: MatmulParams, cfg: MatmulSm90Config) -> Any:

@@ -1046,18 +1046,30 @@ def test_split_workspace_is_capped(monkeypatch):
 
 def test_ranked_is_the_cost_models_order_for_autotune():
     """`ranked` (what SPIO_AUTOTUNE measures): the heuristic's pick first, then other valid
-    candidates by predicted time as called, at most AUTOTUNE_CANDIDATES; a tail only where the
-    problem has one; no split-K or tail where the plain pick is host-bound; a split-K decode pick
-    keeps its split alternatives."""
-    for (m, n, k), dev in itertools.product(
-        [(777, 5000, 3000), (4096, 4096, 4096), (333, 777, 1000), (16, 4096, 4096), (8, 64, 4096),
-         (12608, 768, 3072)], (H100, known_device("H200"))):  # fmt: skip
-        p = MatmulParams(m, n, k, "float16", "float16")
+    candidates by predicted time as called, then where 256-wide tiles fill more than one wave the
+    PERSISTENT_CANDIDATES (the cluster one for B as (N, K) only); at most AUTOTUNE_CANDIDATES;
+    a tail only where the problem has one; no split-K or tail where the plain pick is
+    host-bound; a split-K decode pick keeps its split alternatives."""
+    shapes = [(777, 5000, 3000), (4096, 4096, 4096), (333, 777, 1000), (16, 4096, 4096),
+              (8, 64, 4096), (12608, 768, 3072), (1000, 1000, 1000)]  # fmt: skip
+    for (m, n, k), dev, b_transposed in itertools.product(
+        shapes, (H100, known_device("H200")), (True, False)
+    ):
+        p = MatmulParams(m, n, k, "float16", "float16", b_transposed=b_transposed)
         r = k90.ranked(p, dev)
         space = k90.configs(p, dev)
         assert r[0] == k90.heuristic(p, dev) and len(set(r)) == len(r), r
         assert 2 <= len(r) <= k90.AUTOTUNE_CANDIDATES and all(c in space for c in r), r
         assert all(k90.tail_plan(p, c, dev)[1] > 1 for c in r if c.tail), r
+        tm, tn = k90.MatmulSm90Config(256).tiles(p)
+        extra = [
+            c
+            for c in k90.PERSISTENT_CANDIDATES
+            if tm * tn > dev.sm_count and (b_transposed or c.cluster_m == 1)
+        ]
+        assert bool(extra) == (m * n >= 777 * 5000), (m, n, k)  # the shapes above
+        assert r[len(r) - len(extra) :] == extra, r
+        r = r[: len(r) - len(extra)]
 
         def as_called(c, p=p, dev=dev):
             us = k90.predicted_us(p, c, dev)
