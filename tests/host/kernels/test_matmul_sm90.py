@@ -433,9 +433,22 @@ def _plain_variants() -> list[tuple[str, MatmulParams, k90.MatmulSm90Config]]:
 
 
 def _sass_digest(p: MatmulParams, cfg: k90.MatmulSm90Config) -> str:
+    """The SASS digest of a fresh compile: not through the disk cache, whose entry for the same
+    key may come from another compiler build (a shared cache dir once held one whose code
+    differed from this NVRTC's for the same key: the test pins this NVRTC's output)."""
+    from spio.compiler import compile as nvrtc_compile
     from spio.compiler.disasm import disassemble
 
-    sass = disassemble(compile_spec(k90.spec(p, cfg, H100), H100.arch))
+    spec = k90.spec(p, cfg, H100)
+    cubin = nvrtc_compile(
+        spec.source_text(),
+        H100.arch + spec.arch_suffix,
+        options=spec.options,
+        name=spec.source,
+        scope=spec.specs,
+        cache=None,
+    )
+    sass = disassemble(cubin)
     code = [m.group(1).strip() for m in re.finditer(r"/\*[0-9a-f]{4,}\*/\s+([^;]*;)", sass)]
     assert code, sass[:2000]
     return hashlib.sha256("\n".join(code).encode()).hexdigest()
