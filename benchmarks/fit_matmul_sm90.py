@@ -16,7 +16,7 @@ the picks against the best measured config of each shape:
     python benchmarks/fit_matmul_sm90.py --tails \\
         benchmarks/data/sweeps/matmul_sm90_candidates57__nvidia-h200.csv
 
-`--tails F` scores the shipped heuristic with and without split tails on a file of
+`--tails F` scores the shipped cost model with and without split tails on a file of
 `bench_matmul_sm90.py --candidates` (the candidates and the tail configs timed in one run),
 against the best of those (a tail config recorded where the shape has no tail ran the plain
 variant: left out), and SPIO_AUTOTUNE's choice (the fastest of `matmul_sm90.ranked`).
@@ -182,9 +182,28 @@ def tail_score(name: str, table: dict, tails: bool) -> list[tuple[float, str, tu
     for shape, times in table.items():
         p = _params(shape)
         times = {c: t for c, t in times.items() if not c.tail or k90.tail_plan(p, c, dev)[1] > 1}
-        cfg = k90.heuristic(p, dev) if tails or p.n <= 64 else k90.cost_pick(p, dev, tails=False)
+        cfg = k90.heuristic(p, dev) if p.n <= 64 else k90.cost_pick(p, dev, tails=tails)
         out.append((times[cfg] / min(times.values()), name, shape))
     return out
+
+
+def heuristic_score(name: str, table: dict) -> tuple[list[tuple[float, str, tuple]], int]:
+    """(`matmul_sm90.heuristic`'s pick / best, device, shape): the cost model's pick with split
+    tails and `large_pick`, i.e. the op's config; shapes whose pick the table did not time are
+    left out and counted (a --candidates file times no LARGE_PICK)."""
+    from spio.kernels import matmul_sm90 as k90
+
+    dev = _device(name)
+    out, missing = [], 0
+    for shape, times in table.items():
+        p = _params(shape)
+        times = {c: t for c, t in times.items() if not c.tail or k90.tail_plan(p, c, dev)[1] > 1}
+        cfg = k90.heuristic(p, dev)
+        if cfg not in times:
+            missing += 1
+            continue
+        out.append((times[cfg] / min(times.values()), name, shape))
+    return out, missing
 
 
 def autotune_score(
@@ -233,8 +252,11 @@ def main(argv: list[str] | None = None) -> int:
     for path in args.tails or []:  # one file at a time: two runs of one GPU stay apart
         for name, table in load([path]).items():
             for tails in (False, True):
-                what = f"{path.name}, tails {'on' if tails else 'off'}:"
+                what = f"{path.name}, the cost model, tails {'on' if tails else 'off'}:"
                 print(what, summary(tail_score(name, table, tails)))
+            regrets, missing = heuristic_score(name, table)
+            print(f"{path.name}, the heuristic (tails and large_pick; {missing} shapes whose pick "
+                  f"the file did not time):", summary(regrets) if regrets else "none")  # fmt: skip
             for as_called in (False, True):
                 regrets, missing = autotune_score(name, table, as_called)
                 print(f"{path.name}, SPIO_AUTOTUNE (fastest of `ranked`; {missing} ranked configs "

@@ -496,6 +496,16 @@ SPLIT_COST_US = (0.0, 5.72)  # (C: µs per MB of fp32 partials, D: µs)
 TAIL_CANDIDATES = (MatmulSm90Config(block_n=256, stages=4, tail=True),)
 TAIL_MARGIN = 0.92
 TAIL_MAX_WAVES = 5
+# Large products: where the cost model picks the plain 256-wide tile (HEURISTIC_CANDIDATES[0])
+# and its tiles fill at least LARGE_MIN_WAVES waves, the heuristic runs the persistent 256-wide
+# config in clusters of two instead (B as (N, K) only: the cluster multicasts B). Timed at the 16
+# shapes of the 57-shape H100 yardstick where the rule applies (twenty-first session, after
+# setmaxnreg; two runs): 0.84-1.01x the plain config's time, median 0.92 (5000^3 0.84-0.88,
+# 4096 x 11008 x 4096 0.92, 8192^3 0.98-1.00); on an H200 at four of them 0.98-1.02x. Where the
+# cost model picks a split tail instead (fewer, uneven waves) they lost up to 26% at four of its
+# six shapes, so the rule leaves those picks alone.
+LARGE_PICK = MatmulSm90Config(block_n=256, stages=3, cluster_m=2, persistent=True)
+LARGE_MIN_WAVES = 2
 # The most fp32 partials (MB) a split-K pick may take per call (the op allocates them).
 SPLIT_WORKSPACE_MAX_MB = 64
 # Host µs of one eager call of the op (`spio bench matmul`'s spio_host_us on the H100 and H200
@@ -565,9 +575,10 @@ def heuristic(p: MatmulParams, dev: Any) -> MatmulSm90Config:
     """The HEURISTIC_CANDIDATES config of least `predicted_us` (split-K ones only within
     SPLIT_WORKSPACE_MAX_MB, and only where they beat the plain pick as called: `cost_pick`,
     PLAIN_HOST_US), or a split tail where it is predicted to save more than 1 - TAIL_MARGIN
-    (TAIL_CANDIDATES, TAIL_MAX_WAVES); for N <= 64, 64-wide tiles (`split_choice`'s split-K
+    (TAIL_CANDIDATES, TAIL_MAX_WAVES); LARGE_PICK instead of a plain 256-wide pick of two or
+    more waves (`large_pick`); for N <= 64, 64-wide tiles (`split_choice`'s split-K
     config for one row of tiles with K long enough, else 4 slots). On the 57 shapes of the
-    yardstick (which timed no split tails),
+    yardstick (eighteenth session: no split tails, no LARGE_PICK),
     each held out of the fit in turn, the picks' time over the best config's is median 1.016,
     p90 1.121, max 1.333 (as called 1.010 / 1.117 / 1.306) on an H100 and an H200 together,
     the max at a 12 µs product, 333 x 777 x 1000 (the previous rule, 128 x 256 tiles
@@ -575,7 +586,21 @@ def heuristic(p: MatmulParams, dev: Any) -> MatmulSm90Config:
     wins; docs/ops/matmul.md)."""
     if p.n <= 64:
         return split_choice(p, dev) or MatmulSm90Config(block_n=64, stages=4)
-    return cost_pick(p, dev)
+    return large_pick(p, cost_pick(p, dev), dev)
+
+
+def large_pick(p: MatmulParams, pick: MatmulSm90Config, dev: Any) -> MatmulSm90Config:
+    """LARGE_PICK in place of the cost model's plain 256-wide pick where those tiles fill at
+    least LARGE_MIN_WAVES waves and B is (N, K) (clusters multicast B's rows; an A the op reads
+    transposed runs it without the cluster); else `pick`."""
+    if (
+        pick == HEURISTIC_CANDIDATES[0]
+        and p.b_transposed
+        and LARGE_PICK.smem() <= dev.max_smem_per_block_optin
+        and cost_terms(p, pick, dev)[0] >= LARGE_MIN_WAVES
+    ):
+        return LARGE_PICK
+    return pick
 
 
 def cost_pick(
@@ -644,6 +669,7 @@ def ranked(p: MatmulParams, dev: Any) -> list[MatmulSm90Config]:
     plain and predicted under SPLIT_HOST_US: autotune times the GPU alone, and there a split's
     second launch costs more host time than it can save."""
     first = heuristic(p, dev)
+    model = HEURISTIC_CANDIDATES[0] if first == LARGE_PICK else first  # the cost model's pick
     fits = [
         c
         for c in (*HEURISTIC_CANDIDATES, *TAIL_CANDIDATES)
@@ -651,7 +677,7 @@ def ranked(p: MatmulParams, dev: Any) -> list[MatmulSm90Config]:
         and split_mb(p, c) <= SPLIT_WORKSPACE_MAX_MB
         and (not c.tail or tail_plan(p, c, dev)[1] > 1)
     ]
-    if first.split_k == 1 and not first.tail and predicted_us(p, first, dev) < SPLIT_HOST_US:
+    if model.split_k == 1 and not model.tail and predicted_us(p, model, dev) < SPLIT_HOST_US:
         fits = [c for c in fits if c.split_k == 1 and not c.tail]
 
     def key(c: MatmulSm90Config) -> tuple[float, float]:
@@ -668,6 +694,7 @@ def ranked(p: MatmulParams, dev: Any) -> list[MatmulSm90Config]:
         and tm * tn > dev.sm_count * ctas_per_sm(wide, dev)
         and c.smem() <= dev.max_smem_per_block_optin
         and (c.cluster_m == 1 or p.b_transposed)
+        and c != first
     ]
     keep = AUTOTUNE_CANDIDATES - 1 - len(extra)
     return [first, *rest[:keep], *extra]

@@ -150,13 +150,29 @@ def test_tma_store_where_the_tile_and_c_allow_it(monkeypatch):
 
 
 @pytest.mark.parametrize(
-    "m, n, k", [(1, 1, 8), (16, 4096, 4096), (8192, 8192, 8192), (4096, 64, 4096), (300, 70, 16)]
+    "m, n, k, large",
+    [
+        (1, 1, 8, False),
+        (16, 4096, 4096, False),
+        (4096, 64, 4096, False),
+        (300, 70, 16, False),
+        (2048, 2048, 2048, False),  # 128 tiles of 128 x 256: one wave
+        (8192, 8192, 8192, True),  # 2048 tiles: 16 waves
+        (1024, 8192, 1024, True),  # 256 tiles: two waves
+        (777, 5000, 3000, False),  # 140 tiles: the cost model's pick is a split tail
+    ],
 )
-def test_heuristic_never_picks_a_cluster_nor_persistent(m, n, k):
-    """The op's config stays plain: clusters brought no gain on the H100, and persistent
-    configs have not run on a GPU."""
-    cfg = k90.heuristic(MatmulParams(m, n, k, b_transposed=True), H100)
-    assert cfg.cluster_m == 1 and not cfg.persistent
+def test_heuristic_takes_the_persistent_cluster_config_for_large_products(m, n, k, large):
+    """A plain 256-wide pick of two or more waves becomes LARGE_PICK (persistent, clusters of
+    two) for B as (N, K); a row-major B, one wave, a split tail and every other pick stay as
+    the cost model has them (plain CTAs, no cluster)."""
+    for b_transposed in (True, False):
+        cfg = k90.heuristic(MatmulParams(m, n, k, b_transposed=b_transposed), H100)
+        if large and b_transposed:
+            assert cfg == k90.LARGE_PICK, cfg
+            assert k90.cost_pick(MatmulParams(m, n, k), H100) == k90.HEURISTIC_CANDIDATES[0]
+        else:
+            assert cfg.cluster_m == 1 and not cfg.persistent, cfg
 
 
 @pytest.mark.parametrize(
@@ -990,12 +1006,12 @@ def test_split_main_kernel_is_one_variant_for_every_output_and_bias():
 @pytest.mark.parametrize(
     "m, n, k, label",
     [
-        (8192, 8192, 8192, "n256 s4"),  # many waves of the widest tile
+        (8192, 8192, 8192, "n256 s3 c2 p"),  # many waves of the widest tile: large_pick
         (777, 5000, 3000, "n256 s4 t"),  # one wave and 8 tiles: the 8 split 16 ways along K
         (12608, 768, 3072, "n256 s4 t"),  # two waves and 33 tiles (4 splits)
-        (5000, 5000, 5000, "n256 s4"),  # six whole waves before the tail: TAIL_MAX_WAVES
+        (5000, 5000, 5000, "n256 s3 c2 p"),  # 6 waves before the tail (TAIL_MAX_WAVES): large
         (1152, 4608, 1152, "n128 s6"),  # a tail predicted to save under 8%: TAIL_MARGIN
-        (4096, 4096, 4096, "n256 s4"),  # 3 waves and 116 tiles: too many to split
+        (4096, 4096, 4096, "n256 s3 c2 p"),  # 3 waves, 116 tiles: too many to split; large
         (512, 4096, 4096, "n128 s6"),  # 128 tiles of 128 x 128: one wave
         (256, 1024, 1024, "n128 s6"),  # host-bound as called: split-K would cost more host time
         (1024, 1024, 8192, "n128 s6 k2"),  # 64 tiles x 2: one wave of half the k tiles
@@ -1007,9 +1023,10 @@ def test_split_main_kernel_is_one_variant_for_every_output_and_bias():
     ],
 )
 def test_heuristic_picks_by_predicted_waves(m, n, k, label):
-    """The cost model's picks (most at yardstick shapes; the N <= 64 ones follow split_choice):
-    a refit that moves them is a change to look at, not noise. 256 x 1024 x 1024 stays unsplit
-    for the host's sake though split-K's kernel is 1.26-1.31x faster."""
+    """The heuristic's picks (most at yardstick shapes; the N <= 64 ones follow split_choice; a
+    plain 256-wide pick of two or more waves becomes LARGE_PICK): a refit that moves them is a
+    change to look at, not noise. 256 x 1024 x 1024 stays unsplit for the host's sake though
+    split-K's kernel is 1.26-1.31x faster."""
     assert k90.heuristic(MatmulParams(m, n, k, b_transposed=True), H100).label() == label
 
 
@@ -1078,7 +1095,7 @@ def test_ranked_is_the_cost_models_order_for_autotune():
         extra = [
             c
             for c in k90.PERSISTENT_CANDIDATES
-            if tm * tn > dev.sm_count and (b_transposed or c.cluster_m == 1)
+            if tm * tn > dev.sm_count and (b_transposed or c.cluster_m == 1) and c != r[0]
         ]
         assert bool(extra) == (m * n >= 777 * 5000), (m, n, k)  # the shapes above
         assert r[len(r) - len(extra) :] == extra, r
