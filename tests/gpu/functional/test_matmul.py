@@ -132,6 +132,32 @@ def test_autograd_matches_fp64(seed, b_transposed, m, n):
         assert plan is not None and plan.a_t == (rows % 8 == 0), (rows, m8)
 
 
+def test_large_products_run_the_persistent_cluster_pick(seed):
+    """A product whose 256-wide tiles fill two or more waves (2048 x 4352: 16 x 17 tiles) with B
+    as (N, K): on sm_90 the op runs LARGE_PICK (persistent CTAs in clusters of two;
+    `matmul_sm90.large_pick`), and with A a transposed view it runs that config without the
+    cluster; both against fp64."""
+    from spio.cuda import device_attributes
+    from spio.kernels.matmul_params import MatmulParams
+
+    k90 = importlib.import_module("spio.kernels.matmul_sm90")
+    fm = importlib.import_module("spio.functional.matmul")
+    m, n, k = 2048, 4352, 256
+    a, b, c = _inputs(seed, m, n, k, torch.float16, True, True)
+    a_view = a.t().contiguous().t()  # A's values, stored (K, M): read M-major (a_transposed)
+    with override(disable_fallback=True):
+        for lhs, where in ((a, "A (M, K)"), (a_view, "A a transposed view")):
+            y = matmul(lhs, b, c, b_transposed=True)
+            tol = tolerance(y.dtype, depth=k)
+            assert_close(y, _reference(a, b, c, True), tol, where=f"{where} seed={seed}")
+    if torch.cuda.get_device_capability() == (9, 0):
+        p = MatmulParams(m, n, k, "float16", "float16", b_transposed=True, has_bias=True)
+        dev = device_attributes(torch.cuda.current_device())
+        assert fm.kernel_choice(p, dev) == ("sm90", k90.LARGE_PICK)
+        plan = fm._PLANS.get(fm._key(a_view, b, c, None, True))
+        assert plan is not None and plan.a_t, "A's transposed view is read as it lies"
+
+
 @pytest.mark.parametrize("b_transposed", [False, True])  # on sm_90: the Hopper kernel, either
 def test_cuda_graph_replay(seed, b_transposed):
     """A captured call replays on new values. With the Hopper kernel, A inside the capture is a
