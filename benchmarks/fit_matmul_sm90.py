@@ -172,6 +172,21 @@ def score(data, held_out: bool, as_called: bool = False) -> list[tuple[float, st
     return out
 
 
+def _shapes(name: str, table: dict):
+    """(params, shape, times) of every shape of one GPU's table, the tail rows of shapes without
+    a split tail (they ran the plain variant) left out."""
+    from spio.kernels import matmul_sm90 as k90
+
+    dev = _device(name)
+    for shape, times in table.items():
+        p = _params(shape)
+        yield (
+            p,
+            shape,
+            {c: t for c, t in times.items() if not c.tail or k90.tail_plan(p, c, dev)[1] > 1},
+        )
+
+
 def tail_score(name: str, table: dict, tails: bool) -> list[tuple[float, str, tuple]]:
     """(pick's time / best time, device, shape) on one GPU's --candidates table, the heuristic
     with split tails or without (`cost_pick(tails=False)`); tail rows without a tail left out."""
@@ -179,9 +194,7 @@ def tail_score(name: str, table: dict, tails: bool) -> list[tuple[float, str, tu
 
     dev = _device(name)
     out = []
-    for shape, times in table.items():
-        p = _params(shape)
-        times = {c: t for c, t in times.items() if not c.tail or k90.tail_plan(p, c, dev)[1] > 1}
+    for p, shape, times in _shapes(name, table):
         cfg = k90.heuristic(p, dev) if p.n <= 64 else k90.cost_pick(p, dev, tails=tails)
         out.append((times[cfg] / min(times.values()), name, shape))
     return out
@@ -195,9 +208,7 @@ def heuristic_score(name: str, table: dict) -> tuple[list[tuple[float, str, tupl
 
     dev = _device(name)
     out, missing = [], 0
-    for shape, times in table.items():
-        p = _params(shape)
-        times = {c: t for c, t in times.items() if not c.tail or k90.tail_plan(p, c, dev)[1] > 1}
+    for p, shape, times in _shapes(name, table):
         cfg = k90.heuristic(p, dev)
         if cfg not in times:
             missing += 1
@@ -223,9 +234,7 @@ def autotune_score(
 
     dev = _device(name)
     out, missing = [], 0
-    for shape, times in table.items():
-        p = _params(shape)
-        times = {c: t for c, t in times.items() if not c.tail or k90.tail_plan(p, c, dev)[1] > 1}
+    for p, shape, times in _shapes(name, table):
         ranked = k90.ranked(p, dev)
         timed = [c for c in ranked if c in times]
         missing += len(ranked) - len(timed)
