@@ -501,9 +501,9 @@ TAIL_MAX_WAVES = 5
 # config in clusters of two instead (B as (N, K) only: the cluster multicasts B). Timed at the 16
 # shapes of the 57-shape H100 yardstick where the rule applies (twenty-first session, after
 # setmaxnreg; two runs): 0.84-1.01x the plain config's time, median 0.92 (5000^3 0.84-0.88,
-# 4096 x 11008 x 4096 0.92, 8192^3 0.98-1.00); on an H200 (one run) 0.88-1.03x, median 0.97. Where the
-# cost model picks a split tail instead (fewer, uneven waves) they lost up to 26% at four of its
-# six shapes, so the rule leaves those picks alone.
+# 4096 x 11008 x 4096 0.92, 8192^3 0.98-1.00); on an H200 (one run) 0.88-1.03x, median 0.97.
+# Where the cost model picks a split tail instead (fewer, uneven waves) they lost up to 26% at
+# four of its six shapes, so the rule leaves those picks alone.
 LARGE_PICK = MatmulSm90Config(block_n=256, stages=3, cluster_m=2, persistent=True)
 LARGE_MIN_WAVES = 2
 # The most fp32 partials (MB) a split-K pick may take per call (the op allocates them).
