@@ -685,13 +685,12 @@ def ranked(p: MatmulParams, dev: Any) -> list[MatmulSm90Config]:
         return max(us, host_us(c)), us
 
     rest = sorted((c for c in fits if c != first), key=key)
-    wide = MatmulSm90Config(block_n=256)
-    tm, tn = wide.tiles(p)
+    waves = cost_terms(p, HEURISTIC_CANDIDATES[0], dev)[0]  # of 256-wide tiles
     extra = [
         c
         for c in PERSISTENT_CANDIDATES
         if p.n > 64
-        and tm * tn > dev.sm_count * ctas_per_sm(wide, dev)
+        and waves >= 2
         and c.smem() <= dev.max_smem_per_block_optin
         and (c.cluster_m == 1 or p.b_transposed)
         and c != first

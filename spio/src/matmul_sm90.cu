@@ -122,7 +122,7 @@ constexpr unsigned SWIZZLE_ATOM = 1024;             // 8 rows x 128 bytes
 // 2048^3): the 256-wide 4-slot config unchanged, 3-slot, persistent and 128-wide configs 2-11%
 // faster (docs/ops/matmul.md, "Twenty-first session").
 constexpr bool REBALANCE = BLOCK_N >= 128;
-constexpr int LAUNCH_REGISTERS = (65536 / THREADS) / 8 * 8;  // 168
+constexpr int LAUNCH_REGISTERS = (65536 / THREADS) / 8 * 8;  // 168: an SM's 64 K registers
 constexpr int PRODUCER_REGISTERS = 40;
 constexpr int CONSUMER_REGISTERS =
     (LAUNCH_REGISTERS * THREADS - PRODUCER_REGISTERS * 128) / (CONSUMERS * 128) / 8 * 8;  // 232
