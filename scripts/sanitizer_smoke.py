@@ -189,6 +189,10 @@ def main() -> None:
     layernorm(1, 768, 3, 3, torch.bfloat16)
     matmul(17, 40, 64, torch.float16)
     matmul(130, 264, 96, torch.bfloat16)
+    if torch.cuda.get_device_capability() == (9, 0):
+        # 16 x 17 tiles of 128 x 256: two waves, so B as (N, K) runs the persistent cluster
+        # config (matmul_sm90.LARGE_PICK; a row-major B the plain one); short K for the sanitizer.
+        matmul(2048, 4352, 64, torch.float16)
     torch.cuda.synchronize()
     print("sanitizer smoke: all ops ran and matched PyTorch")
 
