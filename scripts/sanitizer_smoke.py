@@ -190,7 +190,7 @@ def main() -> None:
     matmul(17, 40, 64, torch.float16)
     matmul(130, 264, 96, torch.bfloat16)
     if torch.cuda.get_device_capability() == (9, 0):
-        # 16 x 17 tiles of 128 x 256: two waves, so B as (N, K) runs the persistent cluster
+        # 16 x 17 tiles of 128 x 256: more than a wave, so B as (N, K) runs the persistent cluster
         # config (matmul_sm90.LARGE_PICK; a row-major B the plain one); short K for the sanitizer.
         matmul(2048, 4352, 64, torch.float16)
     torch.cuda.synchronize()

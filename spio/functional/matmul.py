@@ -230,7 +230,7 @@ class _Plan:
             if family == "sm90":
                 # An A that is the transposed view of a contiguous (K, M) tensor with 16-byte
                 # rows (dB = dC^T A's dC^T) is read as it lies, M-major: no copy. That layout
-                # runs without clusters (the heuristic picks none today; drop one if it does).
+                # runs without clusters (the heuristic's LARGE_PICK has one: dropped here).
                 self.a_t = m > 1 and m % 8 == 0 and a.stride() == (1, m)
                 if self.a_t:
                     cfg = replace(cfg, a_transposed=True, cluster_m=1)

@@ -28,6 +28,9 @@ class KernelSpec:
         options: extra NVRTC options.
         arch_suffix: appended to the device's arch when compiling: "a" for kernels that use
             sm_90a's architecture-specific instructions (wgmma), "" for portable ones.
+        min_registers: registers per thread the compiled kernel must launch with (0: any). A
+            kernel whose warps raise their registers (setmaxnreg) draws them from the pool its
+            launch allocated and would wait forever on a smaller one: loading refuses it.
     """
 
     source: str
@@ -39,6 +42,7 @@ class KernelSpec:
     smem: int = 0
     options: tuple[str, ...] = ()
     arch_suffix: str = ""
+    min_registers: int = 0
 
     def source_text(self) -> str:
         return (SRC_DIR / self.source).read_text()

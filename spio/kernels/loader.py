@@ -104,6 +104,15 @@ def load_spec(spec: KernelSpec, arch: str) -> LoadedKernel:
 
     module = Module.load(compile_spec(spec, arch))
     function = module.function(spec.entry, signature=spec.signature)
+    if spec.min_registers and function.num_regs < spec.min_registers:
+        from spio.compiler.toolchain import describe
+
+        raise RuntimeError(
+            f"{spec.title}: the compiler gave it {function.num_regs} registers a thread, below "
+            f"the {spec.min_registers} its register rebalancing (setmaxnreg) draws from, so it "
+            f"would hang at launch; NVRTC {describe()['version']} ({describe()['library']}) is "
+            "not one spio was tested with: point SPIO_NVRTC at NVRTC 12.9 or 13.0"
+        )
     if spec.smem > 48 * 1024:
         function.set_max_dynamic_smem(spec.smem)
     return LoadedKernel(spec=spec, function=function, module=module, pdl=programmatic_launch(arch))

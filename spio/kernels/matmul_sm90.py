@@ -39,10 +39,11 @@ TAIL_MAX_SPLITS = tail_sum.MAX_SPLITS
 TAIL_MIN_K_TILES = 2
 SWIZZLE_ALIGN = 1024  # the kernel aligns the ring to the 128-byte swizzle's 1024-byte atom
 # Registers a thread may use per block_n, what `ctas_per_sm` counts on: 80 keeps two CTAs of
-# 64-wide tiles on an SM (NVRTC 13.0 uses 58-63), 168 is __launch_bounds__(384, 1)'s cap, which
-# 128- and 256-wide tiles launch with (their producer warpgroup hands registers to the consumers:
-# setmaxnreg, 40 and 232 a thread). A host test checks the compiled kernels against it: one above
-# its budget would hold fewer CTAs than a persistent grid launches.
+# 64-wide tiles on an SM (NVRTC 12.9 and 13.0 use 58-63), 168 is __launch_bounds__(384, 1)'s
+# cap, which 128- and 256-wide tiles launch with (their producer warpgroup hands registers to the
+# consumers: setmaxnreg, 40 and 232 a thread; `spec`'s min_registers, checked at load). A host
+# test checks the compiled kernels against it: one above its budget would hold fewer CTAs than a
+# persistent grid launches.
 REGISTERS = {64: 80, 128: 168, 256: 168}
 SMEM_RESERVED = 1024  # shared memory the system keeps per resident CTA (sm_80 and later)
 # The TMA-store epilogue's staging: two buffers per consumer warpgroup, each 64 rows of one
@@ -188,7 +189,7 @@ def supported(p: MatmulParams, dev: Any) -> bool:
 def configs(p: MatmulParams, dev: Any) -> list[MatmulSm90Config]:
     """Every config whose shared memory fits the device (empty where `supported` is false):
     each (block_n, stages) plain, then each again as a cluster of two (B as (N, K) only), then
-    all of those again persistent (`heuristic` never picks a persistent config), then the
+    all of those again persistent (`heuristic` picks one: LARGE_PICK), then the
     split-K ones (SPLIT_BLOCK_NS x SPLIT_STAGE_COUNTS x each split_k > 1), then the split-tail
     ones (TAIL_CONFIGS)."""
     if not supported(p, dev):
@@ -316,6 +317,8 @@ def spec(p: MatmulParams, cfg: MatmulSm90Config, dev: Any = None) -> KernelSpec:
         block=(THREADS, 1, 1),
         smem=cfg.smem(),
         arch_suffix="a",
+        # 128- and 256-wide tiles rebalance registers (setmaxnreg) from the launch's cap.
+        min_registers=REGISTERS[cfg.block_n] if cfg.block_n >= 128 else 0,
     )
 
 
@@ -497,15 +500,19 @@ TAIL_CANDIDATES = (MatmulSm90Config(block_n=256, stages=4, tail=True),)
 TAIL_MARGIN = 0.92
 TAIL_MAX_WAVES = 5
 # Large products: where the cost model picks the plain 256-wide tile (HEURISTIC_CANDIDATES[0])
-# and its tiles fill at least LARGE_MIN_WAVES waves, the heuristic runs the persistent 256-wide
+# and its tiles take LARGE_MIN_WAVES waves or more, the heuristic runs the persistent 256-wide
 # config in clusters of two instead (B as (N, K) only: the cluster multicasts B). Timed at the 16
 # shapes of the 57-shape H100 yardstick where the rule applies (twenty-first session, after
 # setmaxnreg; two runs): 0.84-1.01x the plain config's time, median 0.92 (5000^3 0.84-0.88,
 # 4096 x 11008 x 4096 0.92, 8192^3 0.98-1.00); on an H200 (one run) 0.88-1.03x, median 0.97.
 # Where the cost model picks a split tail instead (fewer, uneven waves) they lost up to 26% at
 # four of its six shapes, so the rule leaves those picks alone.
+# It needs LARGE_MIN_M_TILES rows of tiles, the fewest it was timed at (1024 x 8192 x 1024): a
+# cluster pads the M tiles to pairs, so with one row (an LM head at decode, M <= 128 against a
+# very large N) half its CTAs would compute on zeros.
 LARGE_PICK = MatmulSm90Config(block_n=256, stages=3, cluster_m=2, persistent=True)
 LARGE_MIN_WAVES = 2
+LARGE_MIN_M_TILES = 8
 # The most fp32 partials (MB) a split-K pick may take per call (the op allocates them).
 SPLIT_WORKSPACE_MAX_MB = 64
 # Host µs of one eager call of the op (`spio bench matmul`'s spio_host_us on the H100 and H200
@@ -590,13 +597,15 @@ def heuristic(p: MatmulParams, dev: Any) -> MatmulSm90Config:
 
 
 def large_pick(p: MatmulParams, pick: MatmulSm90Config, dev: Any) -> MatmulSm90Config:
-    """LARGE_PICK in place of the cost model's plain 256-wide pick where those tiles fill at
-    least LARGE_MIN_WAVES waves and B is (N, K) (clusters multicast B's rows; an A the op reads
-    transposed runs it without the cluster); else `pick`."""
+    """LARGE_PICK in place of the cost model's plain 256-wide pick where those tiles take at
+    least LARGE_MIN_WAVES waves (`cost_terms`: more than one wave's worth of tiles), there are
+    at least LARGE_MIN_M_TILES rows of tiles, and B is (N, K) (clusters multicast B's rows; an A
+    the op reads transposed runs it without the cluster); else `pick`."""
     if (
         pick == HEURISTIC_CANDIDATES[0]
         and p.b_transposed
         and LARGE_PICK.smem() <= dev.max_smem_per_block_optin
+        and pick.tiles(p)[0] >= LARGE_MIN_M_TILES
         and cost_terms(p, pick, dev)[0] >= LARGE_MIN_WAVES
     ):
         return LARGE_PICK
@@ -664,10 +673,11 @@ def ranked(p: MatmulParams, dev: Any) -> list[MatmulSm90Config]:
     `heuristic` pick, then the other HEURISTIC_CANDIDATES and TAIL_CANDIDATES (a tail only where
     the problem has one: `tail_plan`) that fit, by `predicted_us` floored at the host time of a
     call (PLAIN_HOST_US, SPLIT_HOST_US for split-K and tails), then unfloored, and last the
-    PERSISTENT_CANDIDATES where 256-wide tiles fill more than one wave (the cluster one only for
-    B as (N, K)); at most AUTOTUNE_CANDIDATES. Split-K and tails are left out where the pick is
-    plain and predicted under SPLIT_HOST_US: autotune times the GPU alone, and there a split's
-    second launch costs more host time than it can save."""
+    PERSISTENT_CANDIDATES where 256-wide tiles take LARGE_MIN_WAVES waves or more (the cluster
+    one only for B as (N, K) and two rows of tiles or more); at most AUTOTUNE_CANDIDATES.
+    Split-K and tails are left out where the pick is plain and predicted under SPLIT_HOST_US:
+    autotune times the GPU alone, and there a split's second launch costs more host time than
+    it can save."""
     first = heuristic(p, dev)
     model = HEURISTIC_CANDIDATES[0] if first == LARGE_PICK else first  # the cost model's pick
     fits = [
@@ -685,14 +695,15 @@ def ranked(p: MatmulParams, dev: Any) -> list[MatmulSm90Config]:
         return max(us, host_us(c)), us
 
     rest = sorted((c for c in fits if c != first), key=key)
-    waves = cost_terms(p, HEURISTIC_CANDIDATES[0], dev)[0]  # of 256-wide tiles
+    wide = HEURISTIC_CANDIDATES[0]
+    waves = cost_terms(p, wide, dev)[0]
     extra = [
         c
         for c in PERSISTENT_CANDIDATES
         if p.n > 64
-        and waves >= 2
+        and waves >= LARGE_MIN_WAVES
         and c.smem() <= dev.max_smem_per_block_optin
-        and (c.cluster_m == 1 or p.b_transposed)
+        and (c.cluster_m == 1 or (p.b_transposed and wide.tiles(p)[0] >= 2))
         and c != first
     ]
     keep = AUTOTUNE_CANDIDATES - 1 - len(extra)

@@ -287,7 +287,7 @@ def test_plan_reads_a_transposed_view_as_it_lies(monkeypatch, shape, strided, wa
 
 def test_plan_runs_a_transposed_a_without_clusters(monkeypatch):
     """A transposed-view A runs without clusters even where the Hopper kernel's config has them
-    (the heuristic picks none today): the plan drops the cluster rather than fail."""
+    (the heuristic's LARGE_PICK): the plan drops the cluster rather than fail."""
     from spio.kernels import matmul_sm90 as k90
 
     fm, cfgs = _h100_plans(monkeypatch)

@@ -160,6 +160,9 @@ def test_tma_store_where_the_tile_and_c_allow_it(monkeypatch):
         (8192, 8192, 8192, True),  # 2048 tiles: 16 waves
         (1024, 8192, 1024, True),  # 256 tiles: two waves
         (777, 5000, 3000, False),  # 140 tiles: the cost model's pick is a split tail
+        (128, 131072, 4096, False),  # 512 tiles in one row: under LARGE_MIN_M_TILES
+        (896, 32768, 4096, False),  # 7 rows of 128 tiles
+        (1024, 32768, 4096, True),  # 8 rows
     ],
 )
 def test_heuristic_takes_the_persistent_cluster_config_for_large_products(m, n, k, large):
@@ -294,6 +297,7 @@ def test_transposed_a_compiles_without_local_memory(b_transposed):
         cubin = compile_spec(k90.spec(p, cfg, H100), H100.arch)
         res = kernel_resources(cubin)["matmul_sm90"]
         assert res.local_bytes == 0 and res.registers <= k90.REGISTERS[cfg.block_n], (cfg, res)
+        assert cfg.block_n < 128 or res.registers == 168, (cfg, res)  # rebalanced (setmaxnreg)
         if find_tool("cuobjdump") is not None and cfg.stages == 2:
             from spio.compiler.disasm import disassemble
 
@@ -302,6 +306,57 @@ def test_transposed_a_compiles_without_local_memory(b_transposed):
             assert hgmma and sum("gsb0" not in h for h in hgmma) >= len(hgmma) // 2, cfg
             want = 2 + (1 if b_transposed else cfg.block_n // 64)
             assert len(re.findall(r"UTMALDG\.2D", sass)) >= want, cfg
+
+
+@pytest.mark.parametrize("block_n", k90.BLOCK_NS)
+def test_rebalancing_variants_launch_at_the_register_cap(block_n):
+    """setmaxnreg raises the consumers' registers from the pool the launch allocated, so a
+    128/256-wide variant must compile to the cap (168) in every epilogue: the register one
+    (`tma_store` off, as the op runs C's unaligned rows) too; `spec` asks the loader to check it
+    (`min_registers`), and 64-wide tiles (two CTAs an SM) ask nothing."""
+    for cfg in (
+        k90.MatmulSm90Config(block_n, 2, tma_store=False),
+        k90.MatmulSm90Config(block_n, 3),
+    ):
+        spec = k90.spec(_p(), cfg, H100)
+        assert spec.min_registers == (168 if block_n >= 128 else 0), cfg
+        res = kernel_resources(compile_spec(spec, H100.arch))["matmul_sm90"]
+        assert res.local_bytes == 0 and (block_n < 128 or res.registers == 168), (cfg, res)
+
+
+def test_loading_refuses_a_rebalancing_variant_below_the_cap(monkeypatch):
+    """A compiler that gave a rebalancing variant fewer registers than its consumers raise to
+    would hang the launch: `load_spec` raises instead, naming the variant and the NVRTC; one
+    at the cap loads."""
+    import spio.cuda
+    from spio.kernels import loader
+
+    class Function:
+        num_regs = 0
+
+        def set_max_dynamic_smem(self, smem):
+            pass
+
+    class Module:
+        @staticmethod
+        def load(cubin):
+            return Module()
+
+        def function(self, entry, signature):
+            return Function()
+
+    monkeypatch.setattr(spio.cuda, "Module", Module)
+    monkeypatch.setattr(loader, "compile_spec", lambda spec, arch: b"")
+    spec = k90.spec(_p(), k90.MatmulSm90Config(256, 4), H100)
+    for regs, ok in ((160, False), (168, True)):
+        Function.num_regs = regs
+        if ok:
+            assert loader.load_spec(spec, H100.arch).spec is spec
+        else:
+            with pytest.raises(RuntimeError, match="160 registers a thread, below the 168"):
+                loader.load_spec(spec, H100.arch)
+    Function.num_regs = 56  # a 64-wide variant asks for no minimum
+    assert loader.load_spec(k90.spec(_p(), k90.MatmulSm90Config(64, 4), H100), H100.arch)
 
 
 @pytest.mark.parametrize("a_transposed", [False, True])
@@ -335,6 +390,7 @@ def test_tail_variants_keep_wgmma_batched(block_n, stages):
     cubin = compile_spec(k90.spec(_p(bias=True), cfg, H100), H100.arch)
     res = kernel_resources(cubin)["matmul_sm90"]
     assert res.local_bytes == 0 and res.registers <= k90.REGISTERS[block_n], (cfg, res)
+    assert block_n < 128 or res.registers == 168, (cfg, res)  # rebalanced (setmaxnreg)
     if find_tool("cuobjdump") is not None:
         from spio.compiler.disasm import disassemble
 
@@ -1095,7 +1151,9 @@ def test_ranked_is_the_cost_models_order_for_autotune():
         extra = [
             c
             for c in k90.PERSISTENT_CANDIDATES
-            if tm * tn > dev.sm_count and (b_transposed or c.cluster_m == 1) and c != r[0]
+            if tm * tn > dev.sm_count
+            and (c.cluster_m == 1 or (b_transposed and tm >= 2))
+            and c != r[0]
         ]
         assert bool(extra) == (m * n >= 777 * 5000), (m, n, k)  # the shapes above
         assert r[len(r) - len(extra) :] == extra, r
