@@ -107,11 +107,12 @@ def load_spec(spec: KernelSpec, arch: str) -> LoadedKernel:
     if spec.min_registers and function.num_regs < spec.min_registers:
         from spio.compiler.toolchain import describe
 
+        nvrtc = describe()
         raise RuntimeError(
             f"{spec.title}: the compiler gave it {function.num_regs} registers a thread, below "
             f"the {spec.min_registers} its register rebalancing (setmaxnreg) draws from, so it "
-            f"would hang at launch; NVRTC {describe()['version']} ({describe()['library']}) is "
-            "not one spio was tested with: point SPIO_NVRTC at NVRTC 12.9 or 13.0"
+            f"would hang at launch; NVRTC {nvrtc['version']} ({nvrtc['library']}) is not one "
+            "spio was tested with: point SPIO_NVRTC at NVRTC 12.9 or 13.0"
         )
     if spec.smem > 48 * 1024:
         function.set_max_dynamic_smem(spec.smem)
