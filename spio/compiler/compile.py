@@ -211,17 +211,57 @@ def prepare(
 
 
 def build(p: Prepared) -> bytes:
-    """Runs NVRTC on a prepared compile; raises CompileError with the log on failure."""
+    """Runs NVRTC on a prepared compile; raises CompileError with the log on failure. A debug
+    compile (-G) runs in a child process of its own: NVRTC 12.9 keeps state from one, so every
+    later compile in the same process without -G came out different (another register
+    allocation for the same key: seen as the Hopper matmul's SASS changing after a -G test
+    compile, and such a cubin stored in the disk cache under the optimized key)."""
     start = time.perf_counter()
-    result = nvrtc.load(p.library).compile_program(
-        p.text, p.name, p.options, dict(p.headers), ptx=p.ptx
-    )
+    if "-G" in p.options:
+        result = _compile_apart(p)
+    else:
+        result = _compile_here(p)
     if not result.ok or result.image is None:
         raise CompileError(result.log, p.source, p.options, p.name)
     logger("spio.compiler").debug(
         "compiled %s for %s in %.2f s", p.name, p.arch, time.perf_counter() - start
     )
     return result.image
+
+
+def _compile_here(p: Prepared) -> nvrtc.CompileResult:
+    return nvrtc.load(p.library).compile_program(
+        p.text, p.name, p.options, dict(p.headers), ptx=p.ptx
+    )
+
+
+def _compile_apart(p: Prepared) -> nvrtc.CompileResult:
+    """`_compile_here` in a fresh Python process (the Prepared in on stdin, the result out on
+    stdout, both pickled): nothing the compile leaves in NVRTC reaches this process."""
+    import pickle
+    import subprocess
+    import sys
+
+    code = "from spio.compiler.compile import _compile_child; _compile_child()"
+    run = subprocess.run(
+        [sys.executable, "-c", code], input=pickle.dumps(p), capture_output=True, check=False
+    )
+    if run.returncode != 0:
+        raise RuntimeError(
+            f"spio: the debug (-G) compile of {p.name} in a child process failed "
+            f"(exit {run.returncode}): {run.stderr.decode(errors='replace')[-2000:]}"
+        )
+    result: nvrtc.CompileResult = pickle.loads(run.stdout)
+    return result
+
+
+def _compile_child() -> None:
+    """The child side of `_compile_apart`."""
+    import pickle
+    import sys
+
+    p = pickle.loads(sys.stdin.buffer.read())
+    sys.stdout.buffer.write(pickle.dumps(_compile_here(p)))
 
 
 def store(p: Prepared, image: bytes, disk: DiskCache) -> None:

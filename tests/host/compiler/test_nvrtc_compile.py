@@ -111,6 +111,30 @@ def test_debug_and_lineinfo_compile(tiny):
         assert compile(tiny(), "sm_80", cache=None)[:4] == b"\x7fELF"
 
 
+def test_a_debug_compile_leaves_later_compiles_unchanged(tiny):
+    """NVRTC 12.9 keeps state from a -G compile: later compiles in that process without -G came
+    out different (the Hopper matmul's 64-wide variant, another register allocation), so a
+    debug compile runs in a child process; the same variant compiles to the same bytes before
+    and after one."""
+    from spio.cuda import known_device
+    from spio.kernels import matmul_sm90 as k90
+    from spio.kernels.matmul_params import MatmulParams
+
+    h100 = known_device("H100")
+    spec = k90.spec(MatmulParams(64, 64, 64, b_transposed=True), k90.MatmulSm90Config(64, 4), h100)
+
+    def variant() -> bytes:
+        return compile(
+            spec.source_text(), h100.arch + spec.arch_suffix, name=spec.source,
+            scope=spec.specs, cache=None,
+        )  # fmt: skip
+
+    before = variant()
+    with override(debug=True):
+        assert compile(tiny(), "sm_80", cache=None)[:4] == b"\x7fELF"
+    assert variant() == before
+
+
 def test_user_options_reach_nvrtc(tiny):
     src = tiny() + "#ifndef SPIO_TEST_FLAG\n#error flag missing\n#endif\n"
     compile(src, "sm_80", options=("-DSPIO_TEST_FLAG",), cache=None)
