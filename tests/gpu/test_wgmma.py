@@ -1,7 +1,7 @@
 """GPU test of spio/wgmma.h: one warpgroup's D (64 x N, fp32) = A (64 x K) B (K x N) through chains
 of wgmma m64nNk16 on shared-memory descriptors (tests/gpu/data/wgmma_probe.cu): no swizzle with
-K = 32 (N = 64, 128, 256) and the 128-byte swizzle with K = 64 (N = 64, 128), fp16 and bf16,
-against an fp64 product of the same inputs; also with the operands brought in by cp.async.bulk
+K = 32 (N = 64, 128, 256) and the 128-byte swizzle with K = 64 (N = 16, 32, 64, 128), fp16 and
+bf16, against an fp64 product of the same inputs; also with the operands brought in by cp.async.bulk
 and by TMA tensor maps (spio/tma.h). The output is NaN-poisoned
 so an accumulator the layout misses fails. Needs an sm_90 GPU (the probe is built for sm_90a).
 """
@@ -40,6 +40,8 @@ def _module(type_name: str):
         ("wgmma_probe_64", 64, 32),
         ("wgmma_probe_128", 128, 32),
         ("wgmma_probe_256", 256, 32),
+        ("wgmma_probe_sw128_16", 16, 64),
+        ("wgmma_probe_sw128_32", 32, 64),
         ("wgmma_probe_sw128_64", 64, 64),
         ("wgmma_probe_sw128_128", 128, 64),
     ],  # fmt: skip

@@ -122,7 +122,7 @@ struct Mma;
 ///
 /// Template parameters:
 ///   T           the operand type, __half or __nv_bfloat16
-///   N           64, 128 or 256: the columns of D (N / 2 accumulators per thread)
+///   N           16, 32, 64, 128 or 256: the columns of D (N / 2 accumulators per thread)
 ///   NMajorB     false: B stored as N rows along K (B transposed, K-major); true: B stored as
 ///               16 rows along K of N elements (N-major, the wgmma's transposed-B mode: 16-bit
 ///               types only). With the 128-byte swizzle an N-major operand is 64-element
@@ -144,14 +144,25 @@ SPIO_DEVICE void mma_async(float (&d)[N / 2], unsigned long long desc_a, unsigne
     static_assert(spio::detail::is_mma_input_v<T>,
                   "spio::warpgroup::mma_async<T, N>: T must be __half or __nv_bfloat16 (fp32 "
                   "accumulators); convert the operands to one of those types");  // T
-    static_assert(N == 64 || N == 128 || N == 256,
-                  "spio::warpgroup::mma_async<T, N>: N must be 64, 128 or 256 (the wrapped "
-                  "shapes); tile wider N as several calls");  // N
+    static_assert(N == 16 || N == 32 || N == 64 || N == 128 || N == 256,
+                  "spio::warpgroup::mma_async<T, N>: N must be 16, 32, 64, 128 or 256 (the "
+                  "wrapped shapes); tile wider N as several calls");  // N
     detail::Mma<N>::template run<T, MMajorA, NMajorB>(d, desc_a, desc_b, accumulate);
 }
 
 namespace detail {
 
+#define SPIO_WGMMA_REGS_16 \
+    "%0,%1,%2,%3,%4,%5,%6,%7"
+#define SPIO_WGMMA_OUTS_16 \
+    "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), \
+    "+f"(d[6]), "+f"(d[7])
+#define SPIO_WGMMA_REGS_32 \
+    "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15"
+#define SPIO_WGMMA_OUTS_32 \
+    "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), \
+    "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), \
+    "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
 #define SPIO_WGMMA_REGS_64 \
     "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15," \
     "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31"
@@ -254,10 +265,16 @@ namespace detail {
         }                                                                                      \
     };
 
+SPIO_WGMMA_SPECIALIZE(16, 8, 8, 9, 10)
+SPIO_WGMMA_SPECIALIZE(32, 16, 16, 17, 18)
 SPIO_WGMMA_SPECIALIZE(64, 32, 32, 33, 34)
 SPIO_WGMMA_SPECIALIZE(128, 64, 64, 65, 66)
 SPIO_WGMMA_SPECIALIZE(256, 128, 128, 129, 130)
 
+#undef SPIO_WGMMA_REGS_16
+#undef SPIO_WGMMA_OUTS_16
+#undef SPIO_WGMMA_REGS_32
+#undef SPIO_WGMMA_OUTS_32
 #undef SPIO_WGMMA_REGS_64
 #undef SPIO_WGMMA_OUTS_64
 #undef SPIO_WGMMA_REGS_128

@@ -2,7 +2,8 @@
 // (the second accumulating), operands staged by ordinary stores into the no-swizzle core-matrix
 // layout of spio/wgmma.h. A is row-major (K contiguous), bt is B transposed (N x 32, K
 // contiguous), out is D row-major. T is SPIO_T (compile with -DSPIO_T=__half or __nv_bfloat16).
-// wgmma_probe_sw128_N: the same with K = 64 in the 128-byte swizzled layout (below).
+// wgmma_probe_sw128_N: the same with K = 64 in the 128-byte swizzled layout (below), also for
+// N = 16 and 32 (the narrow tiles of the Hopper matmul's swapped decode configs).
 // bulk_wgmma_probe_128: A and bt given already in core-matrix order, brought in by one thread's
 // cp.async.bulk copies completing on an mbarrier (spio/mbarrier.h), then the same product.
 // tma_wgmma_probe_128: A (64 x 64) and bt (128 x 64) row-major, brought in by TMA tensor maps
@@ -106,6 +107,14 @@ extern "C" __global__ void __launch_bounds__(128) wgmma_probe_128(float* o, cons
 }
 extern "C" __global__ void __launch_bounds__(128) wgmma_probe_256(float* o, const T* a, const T* b) {
     probe<256>(o, a, b);
+}
+extern "C" __global__ void __launch_bounds__(128)
+    wgmma_probe_sw128_16(float* o, const T* a, const T* b) {
+    probe_sw128<16>(o, a, b);
+}
+extern "C" __global__ void __launch_bounds__(128)
+    wgmma_probe_sw128_32(float* o, const T* a, const T* b) {
+    probe_sw128<32>(o, a, b);
 }
 extern "C" __global__ void __launch_bounds__(128)
     wgmma_probe_sw128_64(float* o, const T* a, const T* b) {

@@ -1,8 +1,8 @@
 """Host tests of spio/wgmma.h (Hopper warpgroup MMA): no GPU needed.
 
-tests/gpu/data/wgmma_probe.cu (one warpgroup, D = A B through two wgmma m64nNk16 for N = 64, 128,
-256) compiles for sm_90a to wgmma PTX and HGMMA SASS with no local memory; the header defines
-nothing (SPIO_WGMMA 0) for sm_80 and plain sm_90, and rejects a bad N or type at compile time.
+tests/gpu/data/wgmma_probe.cu (one warpgroup, D = A B through chains of wgmma m64nNk16 for N =
+16, 32, 64, 128, 256) compiles for sm_90a to wgmma PTX and HGMMA SASS with no local memory; the
+header defines nothing (SPIO_WGMMA 0) for sm_80 and plain sm_90, and rejects a bad N or type at compile time.
 The values are checked on an H100/H200 by tests/gpu/test_wgmma.py.
 """
 
@@ -22,7 +22,8 @@ from spio.errors import CompileError
 PROBE = (Path(__file__).parents[2] / "gpu" / "data" / "wgmma_probe.cu").read_text()
 TYPES = ("__half", "__nv_bfloat16")
 KERNELS = (
-    "wgmma_probe_64", "wgmma_probe_128", "wgmma_probe_256", "wgmma_probe_sw128_64",
+    "wgmma_probe_64", "wgmma_probe_128", "wgmma_probe_256", "wgmma_probe_sw128_16",
+    "wgmma_probe_sw128_32", "wgmma_probe_sw128_64",
     "wgmma_probe_sw128_128", "bulk_wgmma_probe_128", "tma_wgmma_probe_128",
 )  # fmt: skip
 
@@ -37,7 +38,7 @@ def _probe(type_name: str, ptx: bool = False) -> bytes:
 def test_probe_ptx_and_no_local_memory(type_name):
     ptx = _probe(type_name, ptx=True).decode()
     kind = "f16" if type_name == "__half" else "bf16"
-    for n in (64, 128, 256):
+    for n in (16, 32, 64, 128, 256):
         assert f"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{kind}.{kind}" in ptx
     for op in ("wgmma.fence.sync.aligned", "wgmma.commit_group.sync.aligned",
                "wgmma.wait_group.sync.aligned 0", "fence.proxy.async.shared::cta"):  # fmt: skip
@@ -57,10 +58,10 @@ def test_probe_sass_has_hgmma(tmp_path):
         [str(find_tool("cuobjdump")), "-sass", str(cubin)], capture_output=True, text=True,
         check=True,
     ).stdout  # fmt: skip
-    # Per shape: two wgmma (K = 32, no swizzle), for N = 64 and 128 four more (K = 64, 128-byte
-    # swizzle), for N = 128 two more (the bulk-copied operands) and four more (TMA-loaded, K =
-    # 64); each chain opens with D = A B.
-    for n, count in ((64, 6), (128, 12), (256, 2)):
+    # Per shape: two wgmma (K = 32, no swizzle; not N = 16 and 32), for N = 16, 32, 64 and 128
+    # four (K = 64, 128-byte swizzle), for N = 128 two more (the bulk-copied operands) and four
+    # more (TMA-loaded, K = 64); each chain opens with D = A B.
+    for n, count in ((16, 4), (32, 4), (64, 6), (128, 12), (256, 2)):
         assert len(re.findall(rf"HGMMA\.64x{n}x16\.F32 ", sass)) == count, f"N = {n}:\n{sass}"
     assert "WARPGROUP" in sass, sass
     opcodes = set(re.findall(r"\b([A-Z][A-Z0-9]+)(?:\.[A-Za-z0-9_.]+)?\s", sass))
@@ -83,8 +84,8 @@ def test_header_defines_nothing_below_sm90a(arch):
     "snippet, message",
     [
         (
-            "float d[16]; spio::warpgroup::mma_async<__half, 32>(d, 0, 0, false);",
-            "N must be 64, 128 or 256",
+            "float d[24]; spio::warpgroup::mma_async<__half, 48>(d, 0, 0, false);",
+            "N must be 16, 32, 64, 128 or 256",
         ),
         (
             "float d[32]; spio::warpgroup::mma_async<float, 64>(d, 0, 0, false);",
