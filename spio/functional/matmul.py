@@ -230,9 +230,12 @@ class _Plan:
             if family == "sm90":
                 # An A that is the transposed view of a contiguous (K, M) tensor with 16-byte
                 # rows (dB = dC^T A's dC^T) is read as it lies, M-major: no copy. That layout
-                # runs without clusters (the heuristic's LARGE_PICK has one: dropped here).
+                # runs without clusters (the heuristic's LARGE_PICK has one: dropped here) and
+                # unswapped (a swapped decode pick gives way to the heuristic's unswapped one).
                 self.a_t = m > 1 and m % 8 == 0 and a.stride() == (1, m)
                 if self.a_t:
+                    if cfg.swap_ab:
+                        cfg = k90.unswapped(p, dev)
                     cfg = replace(cfg, a_transposed=True, cluster_m=1)
                 # A row-major B's rows are padded to a multiple of 8 (TMA's 16-byte rule).
                 self.launch = k90.bound(p, cfg, dev, ldb=None if b_transposed else n + self.pad_n)

@@ -15,7 +15,6 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from spio.kernels import matmul_splitk_reduce as splitk_sum
 from spio.kernels import matmul_tail_sum as tail_sum
 from spio.kernels.kernel_def import KernelDef, KernelSpec
 from spio.kernels.matmul import stats
@@ -27,7 +26,7 @@ THREADS = 384  # producer warpgroup + two consumer warpgroups
 BLOCK_NS = (64, 128, 256)
 STAGE_COUNTS = (2, 3, 4, 5, 6, 8)
 CLUSTER_MS = (1, 2)  # CTAs of a cluster along M sharing (multicasting) one B tile
-SPLIT_KS = (1, *splitk_sum.SPLITS)  # CTAs per tile along K (split-K: fp32 partials + a sum)
+SPLIT_KS = (1, 2, 4, 8)  # CTAs per tile along K (split-K: fp32 partials, summed in the kernel)
 # The split-K configs `configs` lists: few tiles want narrow ones, and deep rings per split.
 SPLIT_BLOCK_NS = (64, 128)
 SPLIT_STAGE_COUNTS = (4, 6, 8)
@@ -37,6 +36,12 @@ SPLIT_STAGE_COUNTS = (4, 6, 8)
 TAIL_CONFIGS = ((256, 3), (256, 4), (128, 4), (128, 6))
 TAIL_MAX_SPLITS = tail_sum.MAX_SPLITS
 TAIL_MIN_K_TILES = 2
+# Swapped configs (`swap_ab`, decode: M <= SWAP_MAX_M rows of A against B as (N, K)): the kernel
+# multiplies C^T = B A^T in tiles of 128 rows of B x block_n rows of A, block_n the narrowest of
+# SWAP_BLOCK_NS that holds M (`swap_block_n`), each ring depth and split of K `configs` lists.
+SWAP_MAX_M = 64
+SWAP_BLOCK_NS = (16, 32, 64)
+SWAP_STAGE_COUNTS = (4, 6, 8)
 SWIZZLE_ALIGN = 1024  # the kernel aligns the ring to the 128-byte swizzle's 1024-byte atom
 # Registers a thread may use per block_n, what `ctas_per_sm` counts on: 80 keeps two CTAs of
 # 64-wide tiles on an SM (NVRTC 12.9 and 13.0 use 58-63), 168 is __launch_bounds__(384, 1)'s
@@ -44,7 +49,7 @@ SWIZZLE_ALIGN = 1024  # the kernel aligns the ring to the 128-byte swizzle's 102
 # consumers: setmaxnreg, 40 and 232 a thread; `spec`'s min_registers, checked at load). A host
 # test checks the compiled kernels against it: one above its budget would hold fewer CTAs than a
 # persistent grid launches.
-REGISTERS = {64: 80, 128: 168, 256: 168}
+REGISTERS = {16: 80, 32: 80, 64: 80, 128: 168, 256: 168}
 SMEM_RESERVED = 1024  # shared memory the system keeps per resident CTA (sm_80 and later)
 # The TMA-store epilogue's staging: two buffers per consumer warpgroup, each 64 rows of one
 # 128-byte box row (BOX_COLS = 128 / the output's size columns of C).
@@ -78,7 +83,11 @@ class MatmulSm90Config:
     `tail` (plain 128- and 256-wide CTAs, no cluster, no split-K) splits the partial last wave:
     the tiles of the whole waves run one CTA each, and each tile of the last, partial wave runs
     over several CTAs along K, whose fp32 partials a second kernel sums in order (+ bias) into C
-    (`tail_plan` says how many; a problem whose tiles fill their waves runs the plain kernel)."""
+    (`tail_plan` says how many; a problem whose tiles fill their waves runs the plain kernel).
+    `swap_ab` (decode: B as (N, K), M <= SWAP_MAX_M) runs the kernel on the swapped operands,
+    C^T = B A^T, in tiles of 128 rows of B x block_n (16, 32 or 64: `swap_block_n`) rows of A,
+    stored transposed from registers: a 128-row tile of A would multiply 128 / M times the
+    product's work. Plain or split-K CTAs, no cluster, persistence, tail or transposed A."""
 
     block_n: int = 128
     stages: int = 4
@@ -89,6 +98,7 @@ class MatmulSm90Config:
     tma_store: bool = True
     a_transposed: bool = False
     tail: bool = False
+    swap_ab: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.persistent, bool):
@@ -104,9 +114,23 @@ class MatmulSm90Config:
                 "MatmulSm90Config: an A given as (K, M) (a_transposed) runs without clusters; "
                 f"set cluster_m=1 (got {self.cluster_m})"
             )
-        if self.block_n not in BLOCK_NS:
+        if not isinstance(self.swap_ab, bool):
+            raise ValueError(f"MatmulSm90Config.swap_ab must be a bool, got {self.swap_ab!r}")
+        widths = SWAP_BLOCK_NS if self.swap_ab else BLOCK_NS
+        if self.block_n not in widths:
             raise ValueError(
-                f"MatmulSm90Config.block_n must be one of {BLOCK_NS}, got {self.block_n}"
+                f"MatmulSm90Config.block_n must be one of {widths}"
+                + (" with swap_ab" if self.swap_ab else "")
+                + f", got {self.block_n}"
+            )
+        if self.swap_ab and (
+            self.cluster_m > 1 or self.persistent or self.tail or self.a_transposed
+        ):
+            raise ValueError(
+                "MatmulSm90Config: swap_ab runs plain or split-K CTAs on K-major operands; set "
+                f"cluster_m=1, persistent=False, tail=False and a_transposed=False (got "
+                f"cluster_m={self.cluster_m}, persistent={self.persistent}, tail={self.tail}, "
+                f"a_transposed={self.a_transposed})"
             )
         if self.stages not in STAGE_COUNTS:
             raise ValueError(
@@ -148,11 +172,14 @@ class MatmulSm90Config:
         return ring + staging + 2 * 8 * self.stages + SWIZZLE_ALIGN
 
     def tiles(self, p: MatmulParams) -> tuple[int, int]:
-        return (-(-p.m // BLOCK_M), -(-p.n // self.block_n))
+        """(tiles along the kernel's M, along its N): of C, or with swap_ab of C^T."""
+        rows, cols = (p.n, p.m) if self.swap_ab else (p.m, p.n)
+        return (-(-rows // BLOCK_M), -(-cols // self.block_n))
 
     def label(self) -> str:
         """Short name for reports: "n128 s4", with " c2" for a cluster of two, " p" for
-        persistent, " k4" for a split over K in 4 and " t" for a split tail."""
+        persistent, " k4" for a split over K in 4, " t" for a split tail and " sw" for the
+        swapped operands."""
         cluster = f" c{self.cluster_m}" if self.cluster_m > 1 else ""
         split = f" k{self.split_k}" if self.split_k > 1 else ""
         # " rs": a config that could store by TMA stores from registers.
@@ -164,14 +191,16 @@ class MatmulSm90Config:
             + (" t" if self.tail else "")
             + regs
             + (" at" if self.a_transposed else "")
+            + (" sw" if self.swap_ab else "")
         )
 
 
 def stores_by_tma(cfg: MatmulSm90Config) -> bool:
     """Whether cfg's epilogue stages C in shared memory and stores it by TMA (the kernel's
     EPI_TMA): `tma_store`, a 128- or 256-wide tile (64-wide ones keep their register epilogue
-    and their two CTAs an SM) and no split-K (its partials are stored from registers)."""
-    return cfg.tma_store and cfg.block_n >= 128 and cfg.split_k == 1
+    and their two CTAs an SM), no split-K (its partials are stored from registers) and no swap
+    (its tile is stored transposed, from registers)."""
+    return cfg.tma_store and cfg.block_n >= 128 and cfg.split_k == 1 and not cfg.swap_ab
 
 
 def tma_store_fits(p: MatmulParams) -> bool:
@@ -191,7 +220,8 @@ def configs(p: MatmulParams, dev: Any) -> list[MatmulSm90Config]:
     each (block_n, stages) plain, then each again as a cluster of two (B as (N, K) only), then
     all of those again persistent (`heuristic` picks one: LARGE_PICK), then the
     split-K ones (SPLIT_BLOCK_NS x SPLIT_STAGE_COUNTS x each split_k > 1), then the split-tail
-    ones (TAIL_CONFIGS)."""
+    ones (TAIL_CONFIGS), and for B as (N, K) with M <= SWAP_MAX_M the swapped ones
+    (`swap_block_n`'s width, each of SWAP_STAGE_COUNTS and SPLIT_KS)."""
     if not supported(p, dev):
         return []
     out = []
@@ -210,7 +240,16 @@ def configs(p: MatmulParams, dev: Any) -> list[MatmulSm90Config]:
                 out.append(MatmulSm90Config(block_n, stages, split_k=split_k))
     for block_n, stages in TAIL_CONFIGS:
         out.append(MatmulSm90Config(block_n, stages, tail=True))
+    if p.b_transposed and p.m <= SWAP_MAX_M:
+        for split_k in SPLIT_KS:
+            for stages in SWAP_STAGE_COUNTS:
+                out.append(MatmulSm90Config(swap_block_n(p), stages, split_k=split_k, swap_ab=True))
     return [cfg for cfg in out if cfg.smem() <= dev.max_smem_per_block_optin]
+
+
+def swap_block_n(p: MatmulParams) -> int:
+    """The narrowest of SWAP_BLOCK_NS that holds p's M rows (a swapped tile's columns)."""
+    return next((n for n in SWAP_BLOCK_NS if n >= p.m), SWAP_BLOCK_NS[-1])
 
 
 def ctas_per_sm(cfg: MatmulSm90Config, dev: Any, registers: int | None = None) -> int:
@@ -261,16 +300,22 @@ def tail_plan(p: MatmulParams, cfg: MatmulSm90Config, dev: Any) -> tuple[int, in
 
 
 def spec(p: MatmulParams, cfg: MatmulSm90Config, dev: Any = None) -> KernelSpec:
-    """The variant for (dtypes, bias, block_n, stages, cluster_m, persistent, split_k, tail);
+    """The variant for (dtypes, bias, block_n, stages, cluster_m, persistent, split_k, tail,
+    swap_ab);
     independent of m, n, k and raster (and of the split tail's plan: `tail` adds the workspace,
     dp_tiles and splits as launch arguments). CLUSTER_M is a macro (the kernel's __cluster_dims__ is
     preprocessed on it); PERSISTENT a constant (0: the one-tile-per-CTA code, unchanged by the
-    persistent one). With split_k > 1 the kernel writes fp32 partials without the bias (Out
-    float, HAS_BIAS 0); the sum (`spio.kernels.matmul_splitk_reduce`) applies p's output type
-    and bias."""
+    persistent one). With split_k > 1 the kernel writes fp32 partials to a workspace and each
+    tile's last CTA sums them into C (+ bias): two more arguments, the workspace and the
+    tiles' counts."""
     from spio.generators import Constant, Macro, Type, dtype
 
     del dev
+    if cfg.swap_ab and not p.b_transposed:
+        raise ValueError(
+            "matmul_sm90: swap_ab reads B as the kernel's K-major A; pass B as (N, K) "
+            "(b_transposed=True) or run an unswapped config"
+        )
     if not p.b_transposed and cfg.cluster_m > 1:
         raise ValueError(
             f"matmul_sm90: a row-major (K, N) B runs without clusters (cluster_m=1), got "
@@ -281,7 +326,7 @@ def spec(p: MatmulParams, cfg: MatmulSm90Config, dev: Any = None) -> KernelSpec:
     constants = {
         "BLOCK_N": cfg.block_n,
         "STAGES": cfg.stages,
-        "HAS_BIAS": int(p.has_bias and not split),
+        "HAS_BIAS": int(p.has_bias),
         "PERSISTENT": int(cfg.persistent),
         "SPLIT_K": cfg.split_k,
     }
@@ -289,11 +334,13 @@ def spec(p: MatmulParams, cfg: MatmulSm90Config, dev: Any = None) -> KernelSpec:
     return KernelSpec(
         source="matmul_sm90.cu",
         entry="matmul_sm90",
-        # c, a_map, b_map, (c_map,) bias, m, n, k, raster, (ws, dp_tiles, splits)
-        signature=("ptttpiiii" if epi_tma else "pttpiiii") + ("pii" if cfg.tail else ""),
+        # c, a_map, b_map, (c_map,) bias, m, n, k, raster, (ws, dp_tiles, splits) / (ws, flags)
+        signature=("ptttpiiii" if epi_tma else "pttpiiii")
+        + ("pii" if cfg.tail else "")
+        + ("pp" if split else ""),
         specs={
             "Element": Type(dtype.by_name(p.dtype)),
-            "Out": Type(dtype.by_name("float32" if split else p.out_dtype)),
+            "Out": Type(dtype.by_name(p.out_dtype)),
             **tiles,
             **{name: Constant(value) for name, value in constants.items()},
             "CLUSTER_M": Macro(cfg.cluster_m),
@@ -301,6 +348,7 @@ def spec(p: MatmulParams, cfg: MatmulSm90Config, dev: Any = None) -> KernelSpec:
             "TAIL": Macro(int(cfg.tail)),
             "B_MN_MAJOR": Macro(int(not p.b_transposed)),
             "A_MN_MAJOR": Macro(int(cfg.a_transposed)),
+            "SWAP_AB": Macro(int(cfg.swap_ab)),
         },
         title=(
             f"matmul_sm90 {p.dtype}->{p.out_dtype} bias={p.has_bias}"
@@ -310,9 +358,14 @@ def spec(p: MatmulParams, cfg: MatmulSm90Config, dev: Any = None) -> KernelSpec:
             f"{cfg.block_n}x{BLOCK_K} stages {cfg.stages}"
             + (f" cluster {cfg.cluster_m}x1" if cfg.cluster_m > 1 else "")
             + (" persistent" if cfg.persistent else "")
-            + (f" split-K {cfg.split_k} (fp32 partials)" if split else "")
+            + (
+                f" split-K {cfg.split_k} (fp32 partials, summed by a tile's last CTA)"
+                if split
+                else ""
+            )
             + (" split tail" if cfg.tail else "")
             + (" TMA-store epilogue" if epi_tma else "")
+            + (" swapped (C^T = B A^T)" if cfg.swap_ab else "")
         ),
         block=(THREADS, 1, 1),
         smem=cfg.smem(),
@@ -515,6 +568,12 @@ LARGE_MIN_WAVES = 2
 LARGE_MIN_M_TILES = 8
 # The most fp32 partials (MB) a split-K pick may take per call (the op allocates them).
 SPLIT_WORKSPACE_MAX_MB = 64
+# Decode products (`swap_choice`): M <= SWAP_MAX_M rows of A against at least SWAP_MIN_N rows of
+# B as (N, K) run swapped, with SWAP_STAGES slots, split over K where each split keeps at least
+# SWAP_MIN_K_TILES k tiles.
+SWAP_MIN_N = 128
+SWAP_STAGES = 6
+SWAP_MIN_K_TILES = 4
 # Host µs of one eager call of the op (`spio bench matmul`'s spio_host_us on the H100 and H200
 # machines: 12-14 plain, 20-35 split-K, whose call also allocates the partials and launches the
 # sum). Back-to-back calls take the larger of host and GPU time, so `heuristic` splits only where
@@ -590,10 +649,40 @@ def heuristic(p: MatmulParams, dev: Any) -> MatmulSm90Config:
     p90 1.121, max 1.333 (as called 1.010 / 1.117 / 1.306) on an H100 and an H200 together,
     the max at a 12 µs product, 333 x 777 x 1000 (the previous rule, 128 x 256 tiles
     unless they left half the SMs idle: max 2.54 / 2.82, at 512 x 1024 x 16384, where split-K
-    wins; docs/ops/matmul.md)."""
+    wins; docs/ops/matmul.md). Decode products (M <= SWAP_MAX_M, B as (N, K)) run swapped
+    (`swap_choice`); the rest is `unswapped`."""
+    return swap_choice(p, dev) or unswapped(p, dev)
+
+
+def unswapped(p: MatmulParams, dev: Any) -> MatmulSm90Config:
+    """`heuristic`'s pick among the unswapped configs (what the op runs where a swapped pick
+    cannot: an A it reads transposed)."""
     if p.n <= 64:
         return split_choice(p, dev) or MatmulSm90Config(block_n=64, stages=4)
     return large_pick(p, cost_pick(p, dev), dev)
+
+
+def swap_choice(p: MatmulParams, dev: Any) -> MatmulSm90Config | None:
+    """The swapped config for a decode product (B as (N, K), M <= SWAP_MAX_M, N >=
+    SWAP_MIN_N), else None: `swap_block_n`'s width, SWAP_STAGES slots, and the most splits of
+    K (SPLIT_KS) whose CTAs number at most one an SM, each with at least SWAP_MIN_K_TILES k
+    tiles, and whose partials stay within SPLIT_WORKSPACE_MAX_MB."""
+    if not p.b_transposed or p.m > SWAP_MAX_M or p.n < SWAP_MIN_N:
+        return None
+    cfg = MatmulSm90Config(swap_block_n(p), SWAP_STAGES, swap_ab=True)
+    if cfg.smem() > dev.max_smem_per_block_optin:
+        return None
+    tiles = cfg.tiles(p)[0] * cfg.tiles(p)[1]
+    k_tiles = -(-p.k // BLOCK_K)
+    for split_k in reversed(SPLIT_KS[1:]):
+        split = replace(cfg, split_k=split_k)
+        if (
+            tiles * split_k <= dev.sm_count
+            and k_tiles >= SWAP_MIN_K_TILES * split_k
+            and split_mb(p, split) <= SPLIT_WORKSPACE_MAX_MB
+        ):
+            return split
+    return cfg
 
 
 def large_pick(p: MatmulParams, pick: MatmulSm90Config, dev: Any) -> MatmulSm90Config:
@@ -679,6 +768,8 @@ def ranked(p: MatmulParams, dev: Any) -> list[MatmulSm90Config]:
     autotune times the GPU alone, and there a split's second launch costs more host time than
     it can save."""
     first = heuristic(p, dev)
+    if first.swap_ab:
+        return swap_ranked(p, first, dev)
     model = HEURISTIC_CANDIDATES[0] if first == LARGE_PICK else first  # the cost model's pick
     fits = [
         c
@@ -708,6 +799,23 @@ def ranked(p: MatmulParams, dev: Any) -> list[MatmulSm90Config]:
     ]
     keep = AUTOTUNE_CANDIDATES - 1 - len(extra)
     return [first, *rest[:keep], *extra]
+
+
+def swap_ranked(p: MatmulParams, first: MatmulSm90Config, dev: Any) -> list[MatmulSm90Config]:
+    """`ranked` for a swapped pick: it, the same tile with the other splits of K that fit one
+    wave of the SMs' slots with two k tiles each or more (most splits first) and without a
+    split, then the unswapped pick; at most AUTOTUNE_CANDIDATES."""
+    tiles = first.tiles(p)[0] * first.tiles(p)[1]
+    slots = dev.sm_count * ctas_per_sm(first, dev)
+    k_tiles = -(-p.k // BLOCK_K)
+    splits = [
+        replace(first, split_k=k)
+        for k in reversed(SPLIT_KS)
+        if k != first.split_k
+        and (k == 1 or (tiles * k <= slots and k_tiles >= 2 * k))
+        and split_mb(p, replace(first, split_k=k)) <= SPLIT_WORKSPACE_MAX_MB
+    ]
+    return [first, *splits[: AUTOTUNE_CANDIDATES - 2], unswapped(p, dev)]
 
 
 def make_runner(p: MatmulParams, cfg: MatmulSm90Config) -> Any:
@@ -774,7 +882,7 @@ def bound(
     ldb: int | None = None,
     lda: int | None = None,
 ) -> Sm90Launch:
-    """The variant of (p, cfg) (and with split_k > 1 its sum's) loaded through `cache`
+    """The variant of (p, cfg) (and with a split tail its sum's) loaded through `cache`
     (default: the process's shared function cache) and bound to p's problem: what the op's plan
     launches. `ldb`: a row-major (K, N) B's row stride in elements (default N; the op pads its
     rows to a multiple of 8); `lda` likewise an A given as (K, M) (`cfg.a_transposed`, default
@@ -794,10 +902,6 @@ def bound(
     reduce = None
     if cfg.tail:
         reduce = cache.get(tail_sum.DEF, variant, tail_sum.TailSumConfig(cfg.block_n), dev)
-    if cfg.split_k > 1:
-        reduce = cache.get(splitk_sum.DEF, variant, splitk_sum.config_for(p, cfg.split_k), dev)
-        # Its partials are fp32 without the bias whatever p's output: one variant serves all.
-        variant = replace(variant, out_dtype="float32", has_bias=False)
     kernel = cache.get(DEF, variant, replace(cfg, raster=1), dev)
     return Sm90Launch(kernel, p, cfg, dev, reduce, ldb, lda)
 
@@ -812,19 +916,22 @@ class Sm90Launch:
     one `spio.kernels.map_cache.MapCache` per operand (encoded once per address, at most
     MAP_CACHE addresses kept), so a steady loop encodes nothing and a hit is one dict lookup.
 
-    Split-K (cfg.split_k > 1, `reduce` the loaded sum): each call takes a workspace of split_k
-    x M x N floats (`workspace`, the shape): the caller's `workspace` tensor (fp32, contiguous,
-    16-byte aligned, allocated for the launch stream: the op's plan passes one from PyTorch's
-    allocator on the current stream), else one from PyTorch's allocator (recorded on the launch
-    stream when that is not the current one, so it is not reused before the kernels are done).
-    The main kernel writes its partials there and the sum (a dependent launch: PDL on sm_90)
-    writes C. A split tail (cfg.tail, `reduce` its sum) takes a workspace the same way: one
-    128 x block_n fp32 partial per CTA of the tail (`tail_plan`), summed per tail tile into C by
-    the dependent second launch. `stream` is a raw handle (an int)."""
+    Split-K (cfg.split_k > 1): each call takes a workspace of split_k x M x N floats
+    (`workspace`, the shape): the caller's `workspace` tensor (fp32, contiguous, 16-byte
+    aligned, allocated for the launch stream: the op's plan passes one from PyTorch's allocator
+    on the current stream), else one from PyTorch's allocator (recorded on the launch stream
+    when that is not the current one, so it is not reused before the kernel is done). The
+    kernel writes its partials there and each tile's last CTA sums them into C, counting in one
+    int32 a tile that the kernel leaves zeroed: those counts are this launch's own, one set per
+    stream (zeroed once, on that stream), or during CUDA-graph capture one set per captured
+    call (the graph's memory, zeroed by a captured memset), so no two launches that may run at
+    once share them. A split tail (cfg.tail, `reduce` its sum) takes a workspace the same way:
+    one 128 x block_n fp32 partial per CTA of the tail (`tail_plan`), summed per tail tile into
+    C by a dependent second launch (PDL on sm_90). `stream` is a raw handle (an int)."""
 
     MAP_CACHE = 64
     __slots__ = ("_launch", "_dims", "_a_maps", "_b_maps", "_c_maps", "_reduce", "_sum_args",
-                 "_workspace", "_plan")  # fmt: skip
+                 "_workspace", "_plan", "_swap", "_counts", "_tiles")  # fmt: skip
 
     def __init__(
         self,
@@ -838,10 +945,10 @@ class Sm90Launch:
     ) -> None:
         from spio.kernels.map_cache import MapCache
 
-        if (cfg.split_k > 1 or cfg.tail) != (reduce is not None):
+        if cfg.tail != (reduce is not None):
             raise ValueError(
-                f"Sm90Launch: split_k={cfg.split_k}, tail={cfg.tail} needs the second pass's "
-                "kernel exactly when split_k > 1 or tail (matmul_sm90.bound loads it)"
+                f"Sm90Launch: tail={cfg.tail} needs the split tail's sum kernel exactly when "
+                "tail (matmul_sm90.bound loads it)"
             )
         self._plan: tuple[int, int] | None = None  # a split tail's (dp_tiles, splits)
         if cfg.tail:
@@ -865,10 +972,17 @@ class Sm90Launch:
                     f"(a_transposed={cfg.a_transposed}, b_transposed={p.b_transposed})"
                 )
         self._launch = kernel.bind(grid(p, cfg, dev))
-        self._dims = (p.m, p.n, p.k, cfg.raster)
+        # Swapped, the kernel's A is B and its B is A: its problem is C^T's, (N, M, K).
+        self._swap = cfg.swap_ab
+        self._dims = (p.n, p.m, p.k, cfg.raster) if cfg.swap_ab else (p.m, p.n, p.k, cfg.raster)
         self._reduce = None
-        self._sum_args: tuple[int, ...] = (p.n, p.m * p.n)
-        self._workspace = (cfg.split_k * p.m * p.n,)
+        self._sum_args: tuple[int, ...] = ()
+        self._workspace: tuple[int, ...] | None = None
+        self._counts: dict[int, Any] | None = None  # split-K: the tiles' counts per stream
+        self._tiles = grid(p, cfg, dev)[0]
+        if cfg.split_k > 1:
+            self._workspace = (cfg.split_k * p.m * p.n,)
+            self._counts = {}
         if self._plan is not None:
             dp_tiles, splits = self._plan
             tm, tn = cfg.tiles(p)
@@ -876,9 +990,6 @@ class Sm90Launch:
             self._workspace = (tail_tiles * splits * BLOCK_M * cfg.block_n,)
             self._sum_args = (p.m, p.n, dp_tiles, splits, cfg.raster)
             sum_grid = tail_sum.grid(tail_sum.TailSumConfig(cfg.block_n), tail_tiles)
-            self._reduce = reduce.bind(sum_grid, dependent=True)
-        elif reduce is not None:
-            sum_grid = splitk_sum.grid(p, splitk_sum.config_for(p, cfg.split_k))
             self._reduce = reduce.bind(sum_grid, dependent=True)
 
         def maps(rows: int, box_rows: int) -> MapCache:
@@ -888,9 +999,11 @@ class Sm90Launch:
         if cfg.a_transposed:  # (K, M) rows of lda elements, in boxes of 64 k rows x 64 m
             self._a_maps = MapCache(p.dtype, (p.k, p.m), (lda or p.m, 1), (BLOCK_K, 64),
                                     swizzle=128, limit=self.MAP_CACHE)  # fmt: skip
-        else:
-            self._a_maps = maps(p.m, BLOCK_M)
-        if p.b_transposed:
+        else:  # swapped, the kernel's A map is over B (N, K)
+            self._a_maps = maps(p.n, BLOCK_M) if cfg.swap_ab else maps(p.m, BLOCK_M)
+        if cfg.swap_ab:  # the kernel's B map over A (M, K)
+            self._b_maps = maps(p.m, cfg.block_n)
+        elif p.b_transposed:
             # With a cluster each CTA copies 1 / cluster_m of the B tile (multicast to both).
             self._b_maps = maps(p.n, cfg.block_n // cfg.cluster_m)
         else:  # (K, N) rows of ldb elements, in boxes of 64 k rows x 64 n (128 bytes)
@@ -912,11 +1025,13 @@ class Sm90Launch:
     def workspace(self) -> tuple[int, ...] | None:
         """The shape of the fp32 workspace a split-K or split-tail call takes (None for a plain
         config)."""
-        return self._workspace if self._reduce is not None else None
+        return self._workspace
 
     def __call__(
         self, c: Any, a: Any, b: Any, bias: Any, stream: int, workspace: Any = None
     ) -> None:
+        if self._swap:
+            a, b = b, a
         a_map = self._a_maps.get(a.data_ptr())
         b_map = self._b_maps.get(b.data_ptr())
         if self._plan is not None:
@@ -926,12 +1041,29 @@ class Sm90Launch:
             c_map = self._c_maps.get(c.data_ptr())
             self._launch((c, a_map, b_map, c_map, c if bias is None else bias, *self._dims), stream)
             return
-        if self._reduce is None:
-            self._launch((c, a_map, b_map, c if bias is None else bias, *self._dims), stream)
+        bias_arg = c if bias is None else bias
+        if self._counts is None:
+            self._launch((c, a_map, b_map, bias_arg, *self._dims), stream)
             return
         ws = self._workspace_for(c, stream, workspace)
-        self._launch((ws, a_map, b_map, ws, *self._dims), stream)
-        self._reduce((c, ws, ws if bias is None else bias, *self._sum_args), stream)
+        self._launch((c, a_map, b_map, bias_arg, *self._dims, ws, self._counts_for(c, stream)),
+                     stream)  # fmt: skip
+
+    def _counts_for(self, c: Any, stream: int) -> Any:
+        """Split-K's per-tile counts for a launch on `stream`: zeros the kernel leaves zeroed,
+        one set per stream (made on that stream, so zeroed before its first launch there);
+        during CUDA-graph capture a fresh set per call, which the graph's memory pool keeps and
+        its captured memset zeroes at every replay."""
+        import torch
+
+        if torch.cuda.is_current_stream_capturing():
+            return torch.zeros(self._tiles, dtype=torch.int32, device=c.device)
+        counts = self._counts.get(stream)  # type: ignore[union-attr]
+        if counts is None:
+            with torch.cuda.stream(torch.cuda.ExternalStream(stream, device=c.device)):
+                counts = torch.zeros(self._tiles, dtype=torch.int32, device=c.device)
+            self._counts[stream] = counts  # type: ignore[index]
+        return counts
 
     def _call_tail(
         self, c: Any, a_map: Any, b_map: Any, bias: Any, stream: int, workspace: Any
@@ -955,6 +1087,7 @@ class Sm90Launch:
             return workspace
         import torch
 
+        assert self._workspace is not None  # a split or split-tail launch
         ws = torch.empty(self._workspace, dtype=torch.float32, device=c.device)
         if stream != torch.cuda.current_stream(c.device).cuda_stream:
             # Freed when this returns: the allocator must not reuse it before `stream` is done.

@@ -192,10 +192,12 @@ def test_token_counts_do_not_compile(seed):
 
 
 def test_split_k_through_graphs_compile_streams_and_autograd(seed):
-    """On sm_90 the op splits K at decode shapes (`matmul_sm90.heuristic`: fp32 partials in a
-    workspace the plan allocates per call, then the sum). That path against fp64 replayed from a
-    CUDA graph, compiled, on a side stream, and as the input gradient of a product with B as
-    (K, N) (dA = dC @ B^T runs with B as (N, K): M 16, K 4096 splits too)."""
+    """On sm_90 the op splits K at decode shapes (`matmul_sm90.heuristic`, swapped: fp32
+    partials in a workspace the plan allocates per call, summed by each tile's last CTA, which
+    counts in per-stream counts). That path against fp64 replayed from a CUDA graph (twice: the
+    captured counts are zeroed again), compiled, on a side stream, on two streams at once (each
+    its own counts), and as the input gradient of a product with B as (K, N) (dA = dC @ B^T runs
+    with B as (N, K): M 16, K 4096 splits too)."""
     import importlib
 
     if torch.cuda.get_device_capability() != (9, 0):
@@ -206,6 +208,7 @@ def test_split_k_through_graphs_compile_streams_and_autograd(seed):
     y = matmul(a, b, c, b_transposed=True)
     plan = fm._PLANS.get(fm._key(a, b, c, None, True))  # the eager call's signature
     assert plan.workspace == (8 * 16 * 256,), plan.workspace  # 8 splits of 8 k tiles
+    assert plan.launch._swap, "the decode pick runs swapped"
     assert_close(y, _reference(a, b, c, True), tol, where=f"split eager seed={seed}")
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
@@ -222,6 +225,22 @@ def test_split_k_through_graphs_compile_streams_and_autograd(seed):
     graph.replay()
     torch.cuda.synchronize()
     assert_close(y_graph, _reference(a, b, c, True), tol, where=f"split graph seed={seed}")
+    a_in.copy_(torch.randn_like(a))
+    graph.replay()
+    torch.cuda.synchronize()
+    assert_close(y_graph, _reference(a_in, b, c, True), tol, where=f"split graph 2 seed={seed}")
+    want = matmul(a, b, c, b_transposed=True)
+    streams = (torch.cuda.Stream(), torch.cuda.Stream())
+    for s in streams:
+        s.wait_stream(torch.cuda.current_stream())
+    outs = []
+    for i in range(40):  # both streams' launches overlap: each stream's counts are its own
+        with torch.cuda.stream(streams[i % 2]):
+            outs.append(matmul(a, b, c, b_transposed=True))
+    for s in streams:
+        torch.cuda.current_stream().wait_stream(s)
+    torch.cuda.synchronize()
+    assert all(torch.equal(o, want) for o in outs), "split on two streams at once: other bits"
     compiled = torch.compile(lambda a, b, c: matmul(a, b, c, b_transposed=True), fullgraph=True)
     assert torch.equal(compiled(a, b, c), matmul(a, b, c, b_transposed=True)), "compiled bits"
     # Forward B (K, N) = (256, 4096): dA = dC (16 x 4096) @ B^T, B read as (N, K) = (256, 4096).

@@ -208,18 +208,55 @@ def test_split_k_decode_shapes_same_bits_every_run(m, n, k, seed):
     cfg = k90.split_choice(p, _device())
     assert cfg is not None and cfg.split_k > 1, cfg
     check(p, cfg, seed)
+    assert_same_bits_twice(p, cfg, seed, cfg.split_k * m * n)
+
+
+def assert_same_bits_twice(p: MatmulParams, cfg: k90.MatmulSm90Config, seed: int, nan: int) -> None:
+    """Two launches of (p, cfg) on the same fresh inputs (bias on) give the same bits: before
+    each, `nan` NaNs are freed where the next workspace is likely to come from, so a partial
+    left unwritten or summed out of order shows."""
     g = torch.Generator("cuda").manual_seed(seed)
-    a = torch.randn(m, k, generator=g, device="cuda").to(torch.bfloat16)
-    b = torch.randn(n, k, generator=g, device="cuda").to(torch.bfloat16)
-    bias = torch.randn(n, generator=g, device="cuda").to(torch.bfloat16)
+    dt = getattr(torch, p.dtype)
+    a = torch.randn(p.m, p.k, generator=g, device="cuda").to(dt)
+    b = torch.randn(p.n, p.k, generator=g, device="cuda").to(dt)
+    bias = torch.randn(p.n, generator=g, device="cuda").to(dt)
     stream = torch.cuda.current_stream().cuda_stream
-    outs = [torch.empty(m, n, dtype=torch.bfloat16, device="cuda") for _ in range(2)]
+    outs = [torch.empty(p.m, p.n, dtype=getattr(torch, p.out_dtype), device="cuda") for _ in "ab"]
     for c in outs:
-        # NaN in the freed block the next workspace is likely to get: every partial is written.
-        del_me = torch.full((cfg.split_k * m * n,), float("nan"), device="cuda")
+        del_me = torch.full((nan,), float("nan"), device="cuda")
         del del_me
         k90.launch(p, cfg, c, a, b, bias, stream=stream)
-    assert torch.equal(outs[0], outs[1]), f"{p} {cfg}: split-K results differ between runs"
+    assert torch.equal(outs[0], outs[1]), f"{p} {cfg}: results differ between runs"
+
+
+@pytest.mark.timeout(SWEEP_TIMEOUT_S)
+@pytest.mark.parametrize("flags", FLAG_SETS, ids=str)
+def test_swapped_every_config_at_decode_shapes(flags, seed):
+    """Swapped configs (`swap_ab`: the kernel multiplies C^T = B A^T and stores the tile
+    transposed) of each width, M 1 to 64 (ragged against the 16-, 32- and 64-wide tiles), every
+    ring depth and split of K, N ragged against the 128-row tiles of B (odd N too), K from 3
+    chunks to 64 k tiles, bias by the tile's rows; and C one element off."""
+    _skip_unless_hopper()
+    dev = _device()
+    for m in (1, 5, 16, 17, 32, 33, 64):
+        cfgs = [c for c in k90.configs(_params(flags, m, 8, 8), dev) if c.swap_ab]
+        assert {c.block_n for c in cfgs} == {k90.swap_block_n(_params(flags, m, 8, 8))}, cfgs
+        for cfg in cfgs:
+            for n, kk in ((1000, 1032), (257, 4096), (130, 24)):
+                check(_params(flags, m, n, kk), cfg, seed)
+        check(_params(flags, m, 264, 520), cfgs[0], seed, 1)
+
+
+@pytest.mark.parametrize("m, n, k", [(16, 4096, 4096), (1, 1000, 2056), (64, 11008, 4096)])
+def test_swapped_decode_picks_same_bits_every_run(m, n, k, seed):
+    """The heuristic's swapped pick (`swap_choice`) at decode shapes against fp64, and the same
+    bits in a second run."""
+    _skip_unless_hopper()
+    p = _params(("bfloat16", False, True), m, n, k)
+    cfg = k90.heuristic(p, _device())
+    assert cfg.swap_ab, cfg
+    check(p, cfg, seed)
+    assert_same_bits_twice(p, cfg, seed, cfg.split_k * m * n)
 
 
 def _tail_shapes(dev, block_n: int) -> list[tuple[int, int, int]]:
@@ -260,15 +297,4 @@ def test_split_tail_same_bits_every_run(seed):
     dev = _device()
     cfg = k90.MatmulSm90Config(256, 4, tail=True)
     m, n, k = _tail_shapes(dev, 256)[1]
-    p = _params(("bfloat16", False, True), m, n, k)
-    g = torch.Generator("cuda").manual_seed(seed)
-    a = torch.randn(m, k, generator=g, device="cuda").to(torch.bfloat16)
-    b = torch.randn(n, k, generator=g, device="cuda").to(torch.bfloat16)
-    bias = torch.randn(n, generator=g, device="cuda").to(torch.bfloat16)
-    stream = torch.cuda.current_stream().cuda_stream
-    outs = [torch.empty(m, n, dtype=torch.bfloat16, device="cuda") for _ in range(2)]
-    for c in outs:
-        del_me = torch.full((m * n,), float("nan"), device="cuda")
-        del del_me
-        k90.launch(p, cfg, c, a, b, bias, stream=stream)
-    assert torch.equal(outs[0], outs[1]), f"{p} {cfg}: split-tail results differ between runs"
+    assert_same_bits_twice(_params(("bfloat16", False, True), m, n, k), cfg, seed, m * n)

@@ -2,7 +2,8 @@
 
 tests/gpu/data/wgmma_probe.cu (one warpgroup, D = A B through chains of wgmma m64nNk16 for N =
 16, 32, 64, 128, 256) compiles for sm_90a to wgmma PTX and HGMMA SASS with no local memory; the
-header defines nothing (SPIO_WGMMA 0) for sm_80 and plain sm_90, and rejects a bad N or type at compile time.
+header defines nothing (SPIO_WGMMA 0) for sm_80 and plain sm_90, and rejects a bad N or type at
+compile time.
 The values are checked on an H100/H200 by tests/gpu/test_wgmma.py.
 """
 

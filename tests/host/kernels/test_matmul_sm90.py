@@ -35,7 +35,6 @@ from spio.compiler import kernel_resources, nvrtc_version
 from spio.compiler.locate import find_tool
 from spio.cuda import known_device
 from spio.kernels import matmul_sm90 as k90
-from spio.kernels import matmul_splitk_reduce as sk
 from spio.kernels import matmul_tail_sum as ts
 from spio.kernels.loader import compile_spec
 from spio.kernels.matmul_params import MatmulParams
@@ -50,13 +49,13 @@ def _p(dtype="float16", out="float16", bias=False, b_transposed=True) -> MatmulP
 
 def test_space_fits_shared_memory_and_is_sm90_only():
     cfgs = k90.configs(_p(), H100)
-    assert {c.block_n for c in cfgs} == set(k90.BLOCK_NS)
+    assert {c.block_n for c in cfgs if not c.swap_ab} == set(k90.BLOCK_NS)
     assert all(c.smem() <= H100.max_smem_per_block_optin for c in cfgs)
     assert max(c.stages for c in cfgs if c.block_n == 256) == 4  # 48 KiB a slot
     assert k90.heuristic(_p(), H100) in cfgs
     # Every plain config again as a cluster of two (same shared memory: B's halves share a slot),
     # and all of those again persistent; then the split-K ones.
-    split = [c for c in cfgs if c.split_k > 1]
+    split = [c for c in cfgs if c.split_k > 1 and not c.swap_ab]
     assert split == [
         k90.MatmulSm90Config(n, s, split_k=k)
         for k in (2, 4, 8)
@@ -66,16 +65,41 @@ def test_space_fits_shared_memory_and_is_sm90_only():
     ]
     tail = [c for c in cfgs if c.tail]
     assert tail == [k90.MatmulSm90Config(n, s, tail=True) for n, s in k90.TAIL_CONFIGS]
-    once = [c for c in cfgs if not c.persistent and c.split_k == 1 and not c.tail]
+    once = [c for c in cfgs if not (c.persistent or c.split_k > 1 or c.tail or c.swap_ab)]
     plain = [c for c in once if c.cluster_m == 1]
     assert [c for c in once if c.cluster_m == 2] == [
         k90.MatmulSm90Config(c.block_n, c.stages, cluster_m=2) for c in plain
     ]
     assert [c for c in cfgs if c.persistent] == [replace(c, persistent=True) for c in once]
-    assert cfgs == once + [replace(c, persistent=True) for c in once] + split + tail
+    # Decode (M <= SWAP_MAX_M, B as (N, K)): the swapped configs of the narrowest width that
+    # holds M, each ring depth and split; none past SWAP_MAX_M.
+    swap = [c for c in cfgs if c.swap_ab]
+    assert swap == [
+        k90.MatmulSm90Config(16, s, split_k=k, swap_ab=True)
+        for k in k90.SPLIT_KS
+        for s in k90.SWAP_STAGE_COUNTS
+    ]
+    assert cfgs == once + [replace(c, persistent=True) for c in once] + split + tail + swap
+    for m, width in ((16, 16), (17, 32), (33, 64), (64, 64)):
+        assert {c.block_n for c in k90.configs(replace(_p(), m=m), H100) if c.swap_ab} == {width}
+    assert not any(c.swap_ab for c in k90.configs(replace(_p(), m=65), H100))
     assert k90.DEF.compiled(MatmulParams(300, 70, 16, b_transposed=True)) == _p()
-    # A row-major (K, N) B: the same space without clusters.
-    assert k90.configs(_p(b_transposed=False), H100) == [c for c in cfgs if c.cluster_m == 1]
+    # A row-major (K, N) B: the same space without clusters or swaps.
+    assert k90.configs(_p(b_transposed=False), H100) == [
+        c for c in cfgs if c.cluster_m == 1 and not c.swap_ab
+    ]
+    with pytest.raises(ValueError, match="swap_ab reads B as the kernel's K-major A"):
+        k90.spec(_p(b_transposed=False), swap[0])
+    with pytest.raises(ValueError, match=r"block_n must be one of \(64, 128, 256\), got 16"):
+        k90.MatmulSm90Config(block_n=16)
+    with pytest.raises(ValueError, match=r"one of \(16, 32, 64\) with swap_ab, got 128"):
+        k90.MatmulSm90Config(block_n=128, swap_ab=True)
+    for other in ({"cluster_m": 2}, {"persistent": True}, {"tail": True}, {"a_transposed": True}):
+        with pytest.raises(ValueError, match="swap_ab runs plain or split-K CTAs"):
+            k90.MatmulSm90Config(64, swap_ab=True, **other)
+    with pytest.raises(ValueError, match="swap_ab must be a bool"):
+        k90.MatmulSm90Config(64, swap_ab=1)
+    assert swap[-1].label() == "n16 s8 k8 sw"
     assert k90.configs(_p(), known_device("A100")) == []
     with pytest.raises(ValueError, match="row-major .* runs without clusters"):
         k90.spec(_p(b_transposed=False), k90.MatmulSm90Config(cluster_m=2))
@@ -252,21 +276,6 @@ def test_persistent_grid_is_min_of_tiles_and_resident_ctas(m, n, cluster_m, bloc
     assert walked == list(range(work))
 
 
-@pytest.mark.parametrize("flags", FLAGS, ids=str)
-def test_split_sum_compiles_without_local_memory(flags):
-    """Every variant of the split-K sum (each split_k, float4 and scalar) for each dtype flag."""
-    for n in (64, 70):
-        p = replace(_p(*flags), n=n)
-        for rcfg in sk.configs(p, H100):
-            assert rcfg.vec == (4 if n % 4 == 0 else 1)
-            spec = sk.spec(p, rcfg, H100)
-            res = kernel_resources(compile_spec(spec, H100.arch))["matmul_splitk_reduce"]
-            assert res.local_bytes == 0, f"{rcfg}: {res}"
-    assert sk.config_for(replace(_p(), n=64), 8) == sk.SplitSumConfig(8, 4)
-    assert sk.grid(MatmulParams(16, 4096, 64), sk.SplitSumConfig(4, 4)) == (64, 1, 1)
-    assert sk.grid(MatmulParams(3, 70, 64), sk.SplitSumConfig(4, 1)) == (1, 1, 1)
-
-
 @pytest.mark.parametrize("b_transposed", [True, False])
 @pytest.mark.parametrize("flags", FLAGS, ids=str)
 def test_every_config_compiles_without_local_memory(flags, b_transposed):
@@ -279,9 +288,11 @@ def test_every_config_compiles_without_local_memory(flags, b_transposed):
         assert cfg.block_n < 128 or res.registers == 168, f"{cfg}: {res}"
         # One CTA of 384 threads must fit the 64 K-register file.
         assert res.registers * k90.THREADS <= H100.regs_per_sm, f"{cfg}: {res}"
-        # Within the budget the persistent grid counts on (same CTAs per SM either way).
+        # Within the budget the persistent grid counts on (same CTAs per SM either way; swapped
+        # configs, never persistent, may hold more than their budget counts).
         assert res.registers <= k90.REGISTERS[cfg.block_n], f"{cfg}: {res}"
-        assert k90.ctas_per_sm(cfg, H100, res.registers) == k90.ctas_per_sm(cfg, H100)
+        if not cfg.swap_ab:
+            assert k90.ctas_per_sm(cfg, H100, res.registers) == k90.ctas_per_sm(cfg, H100)
 
 
 @pytest.mark.parametrize("b_transposed", [True, False])
@@ -291,7 +302,7 @@ def test_transposed_a_compiles_without_local_memory(b_transposed):
     found) with its wgmma batches unserialized and A's two boxes a slot."""
     p = _p(b_transposed=b_transposed)
     for cfg in k90.configs(p, H100):
-        if cfg.cluster_m > 1:
+        if cfg.cluster_m > 1 or cfg.swap_ab:
             continue
         cfg = replace(cfg, a_transposed=True)
         cubin = compile_spec(k90.spec(p, cfg, H100), H100.arch)
@@ -499,7 +510,9 @@ def _plain_variants() -> list[tuple[str, MatmulParams, k90.MatmulSm90Config]]:
     for flags in FLAGS:
         p = _p(*flags)
         for cfg in k90.configs(p, H100):
-            if cfg.cluster_m == 1 and not cfg.persistent and cfg.split_k == 1 and not cfg.tail:
+            if not (
+                cfg.cluster_m > 1 or cfg.persistent or cfg.split_k > 1 or cfg.tail or cfg.swap_ab
+            ):
                 out.append((f"{p.dtype}->{p.out_dtype} bias={p.has_bias} {cfg.label()}", p, cfg))
     return out
 
@@ -878,10 +891,13 @@ def test_launch_names_a_misaligned_operand():
         k90.launch(p, cfg, c, a, b, device=H100)
 
 
-def test_split_launch_writes_partials_then_sums_them(monkeypatch):
-    """With split_k > 1, Sm90Launch runs the main kernel on a (split_k, M, N) fp32 workspace
-    (its bias slot unused) over a (tiles, split_k) grid, then the sum as a dependent launch
-    (PDL) reading that workspace into C with the bias; a plain config refuses a sum kernel."""
+def test_split_launch_writes_partials_and_counts_in_one_launch(monkeypatch):
+    """With split_k > 1, Sm90Launch runs one launch over a (tiles, split_k) grid with C, the
+    bias, a (split_k, M, N) fp32 workspace and the tiles' counts: the workspace the caller's or
+    one from PyTorch's allocator (recorded on another launch stream), the counts one zeroed set
+    per stream, made on that stream and kept, and a fresh one per call during graph capture."""
+    import contextlib
+
     import torch
 
     from spio.cuda import driver
@@ -890,50 +906,79 @@ def test_split_launch_writes_partials_then_sums_them(monkeypatch):
     p = MatmulParams(16, 200, 4096, "float16", "float16", b_transposed=True, has_bias=True)
     cfg = k90.MatmulSm90Config(block_n=128, stages=6, split_k=4)
     launched: list = []
-
-    rcfg = sk.config_for(p, cfg.split_k)
-    assert rcfg == sk.SplitSumConfig(4, 4)  # N % 4 == 0: float4 (N = 202 below: scalar)
-    main = _BindChecker("main", (2, 4, 1), False, launched)
-    run = k90.Sm90Launch(main, p, cfg, H100, _BindChecker("sum", sk.grid(p, rcfg), True, launched))
+    run = k90.Sm90Launch(_BindChecker("main", (2, 4, 1), False, launched), p, cfg, H100)
     c, bias = torch.empty(16, 200, dtype=torch.float16), object()
     # Stream 5 is the current one; on another, the workspace is recorded on the launch stream.
     monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: SimpleNamespace(
         cuda_stream=5))  # fmt: skip
     monkeypatch.setattr(torch.cuda, "ExternalStream", lambda handle, device=None: ("ext", handle))
+    made_on: list = []
+    monkeypatch.setattr(
+        torch.cuda, "stream", lambda s: made_on.append(s) or contextlib.nullcontext()
+    )
+    capturing = [False]
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: capturing[0])
     recorded: list = []
     monkeypatch.setattr(torch.Tensor, "record_stream", lambda t, s: recorded.append(s))
-    run(c, _FakeTensor(0x10000), _FakeTensor(0x20000), bias, 5)
-    assert recorded == []
-    run(c, _FakeTensor(0x10000), _FakeTensor(0x20000), bias, 9)
-    assert recorded == [("ext", 9)]
-    del launched[2:]
-    (name1, args1, s1), (name2, args2, s2) = launched
-    ws = args1[0]
-    assert (name1, name2, s1, s2) == ("main", "sum", 5, 5)
-    assert ws.dtype == torch.float32 and ws.shape == (4 * 16 * 200,) and args1[3] is ws
-    assert args1[4:] == (16, 200, 4096, cfg.raster)
-    assert args2[0] is c and args2[1] is ws and args2[2] is bias and args2[3:] == (200, 3200)
+    for stream in (5, 5, 9):
+        run(c, _FakeTensor(0x10000), _FakeTensor(0x20000), bias, stream)
+    assert recorded == [("ext", 9)] and made_on == [("ext", 5), ("ext", 9)]
+    (name, args, s1), (_, args2, _), (_, args3, s3) = launched
+    assert (name, s1, s3) == ("main", 5, 9) and len(args) == 10
+    ws, counts = args[8], args[9]
+    assert args[0] is c and args[3] is bias and args[4:8] == (16, 200, 4096, cfg.raster)
+    assert ws.dtype == torch.float32 and ws.shape == (4 * 16 * 200,)
+    assert counts.dtype == torch.int32 and counts.shape == (2,) and not counts.any()
+    assert args2[9] is counts and args3[9] is not counts  # kept per stream
     # The caller's workspace (the op's plan passes one): used as is, no stream query.
     assert run.workspace == (4 * 16 * 200,)
     given = torch.empty(run.workspace, dtype=torch.float32)
     monkeypatch.setattr(torch.cuda, "current_stream", None)
     launched.clear()
-    run(c, _FakeTensor(0x10000), _FakeTensor(0x20000), bias, 9, given)
-    (n1, main_args, s1), (n2, sum_args, s2) = launched
-    assert (n1, n2, s1, s2) == ("main", "sum", 9, 9)
-    assert main_args[0] is given and sum_args[0] is c and sum_args[1] is given
-    assert recorded == [("ext", 9)]
+    run(c, _FakeTensor(0x10000), _FakeTensor(0x20000), None, 9, given)
+    ((_, args, _),) = launched
+    assert args[8] is given and args[3] is c and args[9] is args3[9]
+    # Under capture: fresh zeroed counts each call (the graph's pool keeps them).
+    capturing[0] = True
+    launched.clear()
+    for _ in range(2):
+        run(c, _FakeTensor(0x10000), _FakeTensor(0x20000), None, 9, given)
+    (_, a1, _), (_, a2, _) = launched
+    assert a1[9] is not a2[9] and a1[9] is not args3[9] and not a1[9].any()
     plain = k90.Sm90Launch(
         _BindChecker("main", (2, 1, 1), False, launched), p, replace(cfg, split_k=1), H100
     )
     assert plain.workspace is None
-    with pytest.raises(ValueError, match="needs the second pass's kernel exactly when"):
-        k90.Sm90Launch(main, p, cfg, H100)
-    with pytest.raises(ValueError, match="needs the second pass's kernel exactly when"):
-        k90.Sm90Launch(
-            main, p, k90.MatmulSm90Config(), H100, _BindChecker("sum", (1, 1, 1), True, launched)
-        )
-    assert sk.config_for(replace(p, n=202), cfg.split_k) == sk.SplitSumConfig(4, 1)
+    with pytest.raises(ValueError, match="needs the split tail's sum kernel exactly when"):
+        k90.Sm90Launch(_BindChecker("main", (2, 4, 1), False, launched), p, cfg, H100, object())
+
+
+def test_swapped_launch_maps_b_as_the_kernels_a(monkeypatch):
+    """A swapped config (`swap_ab`): the kernel's A map is over B (N, K) in 128-row boxes, its B
+    map over A (M, K) in block_n-row boxes, its problem (N, M, K); the grid counts C^T's tiles
+    (split: x split_k)."""
+    import torch
+
+    from spio.cuda import driver
+
+    encoded: list = []
+    monkeypatch.setattr(driver, "tensor_map_encode_tiled", lambda *args: encoded.append(args)
+                        or bytes(128))  # fmt: skip
+    p = MatmulParams(16, 1000, 4096, "bfloat16", "bfloat16", b_transposed=True)
+    cfg = k90.MatmulSm90Config(16, 6, swap_ab=True)
+    launched: list = []
+    run = k90.Sm90Launch(_BindChecker("main", (8, 1, 1), False, launched), p, cfg, H100)
+    c = torch.empty(16, 1000, dtype=torch.bfloat16)
+    run(c, _FakeTensor(0x10000), _FakeTensor(0x20000), None, 3)
+    (b_map, a_map) = encoded  # the kernel's A (the product's B) first
+    # (dtype, address, dims, strides, box, ...), dims and box innermost first
+    assert b_map[1] == 0x20000 and b_map[2] == (4096, 1000) and b_map[4] == (64, 128), b_map
+    assert a_map[1] == 0x10000 and a_map[2] == (4096, 16) and a_map[4] == (64, 16), a_map
+    ((_, args, _),) = launched
+    assert args[0] is c and args[4:] == (1000, 16, 4096, cfg.raster)
+    split = replace(cfg, split_k=4)
+    assert k90.grid(p, split, H100) == (8, 4, 1) and split.tiles(p) == (8, 1)
+    assert k90.grid(replace(p, m=40), replace(cfg, block_n=32), H100) == (8 * 2, 1, 1)
 
 
 def test_tail_plan_splits_only_the_partial_last_wave():
@@ -1037,9 +1082,9 @@ def test_tail_launch_runs_whole_tiles_then_sums_the_tail(monkeypatch):
     assert keys == [("matmul_sm90", replace(cfg, raster=1, tail=False))]
 
 
-def test_split_main_kernel_is_one_variant_for_every_output_and_bias():
-    """The split main kernel writes fp32 partials without the bias whatever p's output type and
-    bias, so `bound` loads one variant for all of them; the sum's variant keeps p's."""
+def test_split_is_one_kernel_of_the_problems_output_and_bias():
+    """A split-K config loads one kernel, of p's output type and bias (its last CTAs sum the
+    partials into C): no second kernel."""
     keys: list = []
 
     class Cache:
@@ -1050,10 +1095,10 @@ def test_split_main_kernel_is_one_variant_for_every_output_and_bias():
     cfg = k90.MatmulSm90Config(block_n=128, stages=6, split_k=4)
     for out, bias in (("float16", False), ("float32", True)):
         k90.bound(MatmulParams(16, 256, 4096, "float16", out, True, bias), cfg, H100, Cache())
-    mains = {params for name, params, _ in keys if name == "matmul_sm90"}
-    sums = {params for name, params, _ in keys if name == "matmul_splitk_reduce"}
-    assert mains == {MatmulParams(1, 1, 8, "float16", "float32", True, False)}
-    assert len(sums) == 2
+    assert [(name, params) for name, params, _ in keys] == [
+        ("matmul_sm90", MatmulParams(1, 1, 8, "float16", "float16", True, False)),
+        ("matmul_sm90", MatmulParams(1, 1, 8, "float16", "float32", True, True)),
+    ]
     # tma_store is moot for split-K: `bound` loads it off, one variant either way.
     want = replace(cfg, raster=1, tma_store=False)
     assert all(c == want for name, _, c in keys if name == "matmul_sm90")
@@ -1073,7 +1118,9 @@ def test_split_main_kernel_is_one_variant_for_every_output_and_bias():
         (1024, 1024, 8192, "n128 s6 k2"),  # 64 tiles x 2: one wave of half the k tiles
         (512, 1024, 16384, "n128 s6 k4"),  # the previous rule's worst: 2.5-2.8x the best
         (129, 4096, 4096, "n128 s6 k2"),  # a second row of tiles with one row in it
-        (16, 4096, 4096, "n128 s6 k4"),  # decode
+        (16, 4096, 4096, "n16 s6 k4 sw"),  # decode: swapped, 32 tiles x 4 splits
+        (64, 11008, 4096, "n64 s6 sw"),  # 86 tiles: one an SM, no split
+        (65, 4096, 4096, "n128 s6 k4"),  # past SWAP_MAX_M
         (16, 64, 4096, "n64 s6 k8"),  # N <= 64: split_choice
         (300, 60, 64, "n64 s4"),
     ],
@@ -1164,12 +1211,22 @@ def test_ranked_is_the_cost_models_order_for_autotune():
             floor = k90.SPLIT_HOST_US if c.split_k > 1 or c.tail else k90.PLAIN_HOST_US
             return max(us, floor), us
 
-        assert r[1:] == sorted(r[1:], key=as_called), r
+        if not r[0].swap_ab:  # swapped picks: `swap_ranked` (below)
+            assert r[1:] == sorted(r[1:], key=as_called), r
     host_bound = MatmulParams(333, 777, 1000, "float16", "float16")
     assert k90.predicted_us(host_bound, k90.heuristic(host_bound, H100), H100) < k90.SPLIT_HOST_US
     assert all(c.split_k == 1 and not c.tail for c in k90.ranked(host_bound, H100))
     decode = k90.ranked(MatmulParams(16, 4096, 4096, "float16", "float16"), H100)
     assert decode[0].split_k > 1 and sum(c.split_k > 1 for c in decode) >= 3, decode
+    # Swapped: its other splits, unsplit, then the unswapped pick.
+    swapped = k90.ranked(MatmulParams(16, 4096, 4096, "float16", "float16", True), H100)
+    assert [c.label() for c in swapped] == [
+        "n16 s6 k4 sw",
+        "n16 s6 k8 sw",
+        "n16 s6 k2 sw",
+        "n16 s6 sw",
+        "n128 s6 k4",
+    ]
     assert any(
         c.tail for c in k90.ranked(MatmulParams(777, 5000, 3000, "float16", "float16"), H100)
     )
