@@ -305,7 +305,8 @@ def spec(p: MatmulParams, cfg: MatmulSm90Config, dev: Any = None) -> KernelSpec:
     independent of m, n, k and raster (and of the split tail's plan: `tail` adds the workspace,
     dp_tiles and splits as launch arguments). CLUSTER_M is a macro (the kernel's __cluster_dims__ is
     preprocessed on it); PERSISTENT a constant (0: the one-tile-per-CTA code, unchanged by the
-    persistent one). With split_k > 1 the kernel writes fp32 partials to a workspace and each
+    persistent one). SPLIT_K is a macro too (the kernel's arguments depend on it). With
+    split_k > 1 the kernel writes fp32 partials to a workspace and each
     tile's last CTA sums them into C (+ bias): two more arguments, the workspace and the
     tiles' counts."""
     from spio.generators import Constant, Macro, Type, dtype
@@ -328,7 +329,6 @@ def spec(p: MatmulParams, cfg: MatmulSm90Config, dev: Any = None) -> KernelSpec:
         "STAGES": cfg.stages,
         "HAS_BIAS": int(p.has_bias),
         "PERSISTENT": int(cfg.persistent),
-        "SPLIT_K": cfg.split_k,
     }
     tiles = smem_tiles(cfg, p.b_transposed)
     return KernelSpec(
@@ -344,6 +344,7 @@ def spec(p: MatmulParams, cfg: MatmulSm90Config, dev: Any = None) -> KernelSpec:
             **tiles,
             **{name: Constant(value) for name, value in constants.items()},
             "CLUSTER_M": Macro(cfg.cluster_m),
+            "SPLIT_K": Macro(cfg.split_k),
             "EPI_TMA": Macro(int(epi_tma)),
             "TAIL": Macro(int(cfg.tail)),
             "B_MN_MAJOR": Macro(int(not p.b_transposed)),

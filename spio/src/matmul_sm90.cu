@@ -95,10 +95,10 @@
 /// Assumes: K % 8 == 0 (16-byte row strides for TMA; M % 8 == 0 for an M-major A, N % 8 == 0 for
 ///   an N-major B), A, B 16-byte aligned (launch checks, the op copies), C and bias
 ///   element-aligned (EPI_TMA: C 16-byte aligned, its rows whole 16-byte units); sm_90a.
-// The generated header (included first) defines Element (__half or __nv_bfloat16), Out (the
-// same or float), BLOCK_N, STAGES, HAS_BIAS, PERSISTENT (0 or 1), SPLIT_K, the macros CLUSTER_M
-// (1 or 2), EPI_TMA, TAIL, A_MN_MAJOR, B_MN_MAJOR and SWAP_AB (0 or 1), the dims M, N, K, K8, STAGE and the
-// swizzled shared-memory rings SmemA (STAGE, M, K8; A_MN_MAJOR: STAGE, MB, KROW, M8) and SmemB
+// The generated header (included first) defines Element (__half or __nv_bfloat16), Out (C's
+// type: Element or float), BLOCK_N, STAGES, HAS_BIAS, PERSISTENT (0 or 1), the macros SPLIT_K
+// (1, 2, 4 or 8), CLUSTER_M (1 or 2), EPI_TMA, TAIL, A_MN_MAJOR, B_MN_MAJOR and SWAP_AB (0 or
+// 1), the dims M, N, K, K8, STAGE and the swizzled shared-memory rings SmemA (STAGE, M, K8; A_MN_MAJOR: STAGE, MB, KROW, M8) and SmemB
 // (STAGE, N, K8; B_MN_MAJOR: STAGE, NB, KROW, N8), and with EPI_TMA the staging buffers SmemC
 // (EPI, ROW, CH); see spio/kernels/matmul_sm90.py.
 #include "spio/cta.h"

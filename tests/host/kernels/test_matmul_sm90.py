@@ -469,6 +469,32 @@ def test_sass_has_wgmma_tma_and_barriers(block_n, cluster_m, persistent, b_trans
         assert re.search(r"UTMALDG\.2D \[", sass), "the plain load of A"
 
 
+@needs_cuobjdump
+@pytest.mark.parametrize(
+    "cfg",
+    [
+        k90.MatmulSm90Config(128, 6, split_k=4),
+        k90.MatmulSm90Config(64, 6, split_k=2),
+        k90.MatmulSm90Config(16, 6, split_k=8, swap_ab=True),
+        k90.MatmulSm90Config(32, 4, swap_ab=True),
+        k90.MatmulSm90Config(64, 4),
+    ],
+    ids=lambda c: c.label(),
+)
+def test_split_variants_count_tiles_and_sum_in_the_kernel(cfg):
+    """A split-K variant counts its tile in with one returning atomic add (ATOMG) and reads the
+    slices through L2; a variant without a split has neither. Swapped variants run the
+    narrow wgmma (HGMMA 64 x block_n) and store from registers (STG, no UTMASTG)."""
+    from spio.compiler.disasm import disassemble
+
+    p = _p(bias=True)
+    sass = disassemble(compile_spec(k90.spec(p, cfg, H100), H100.arch))
+    assert bool(re.search(r"\bATOMG\.E\.ADD", sass)) == (cfg.split_k > 1), cfg
+    assert re.search(rf"HGMMA\.64x{cfg.block_n}x16\.F32", sass), cfg
+    assert "UTMASTG" not in sass and re.search(r"\bSTG\b", sass), cfg
+    assert not re.search(r"\b(STL|LDL)\b", sass), "local memory traffic"
+
+
 def _cluster_dims(cubin: bytes) -> tuple[int, ...] | None:
     """The compile-time cluster shape the cubin declares (EIATTR_CTA_PER_CLUSTER, what the
     driver launches a __cluster_dims__ kernel with under plain cuLaunchKernel), None if none."""
