@@ -43,13 +43,15 @@ SWAP_MAX_M = 64
 SWAP_BLOCK_NS = (16, 32, 64)
 SWAP_STAGE_COUNTS = (4, 6, 8)
 SWIZZLE_ALIGN = 1024  # the kernel aligns the ring to the 128-byte swizzle's 1024-byte atom
-# Registers a thread may use per block_n, what `ctas_per_sm` counts on: 80 keeps two CTAs of
-# 64-wide tiles on an SM (NVRTC 12.9 and 13.0 use 58-63), 168 is __launch_bounds__(384, 1)'s
-# cap, which 128- and 256-wide tiles launch with (their producer warpgroup hands registers to the
-# consumers: setmaxnreg, 40 and 232 a thread; `spec`'s min_registers, checked at load). A host
-# test checks the compiled kernels against it: one above its budget would hold fewer CTAs than a
-# persistent grid launches.
-REGISTERS = {16: 80, 32: 80, 64: 80, 128: 168, 256: 168}
+# Registers a thread may use, what `ctas_per_sm` counts on (`register_budget`): 80 keeps two CTAs of
+# 64-wide (or narrower) tiles on an SM (NVRTC 12.9 and 13.0 use 58-63 for plain 64-wide ones;
+# the kernel caps swapped and split 16- and 32-wide ones there), 168 is __launch_bounds__(384,
+# 1)'s cap, which 128- and 256-wide tiles launch with (their producer warpgroup hands registers
+# to the consumers: setmaxnreg, 40 and 232 a thread; `spec`'s min_registers, checked at load),
+# and which swapped or split 64-wide tiles may use (their second epilogue took 84-166): one CTA
+# an SM. A host test checks the compiled kernels against it: one above its budget would hold
+# fewer CTAs than a persistent grid launches.
+NARROW_REGISTERS, WIDE_REGISTERS = 80, 168
 SMEM_RESERVED = 1024  # shared memory the system keeps per resident CTA (sm_80 and later)
 # The TMA-store epilogue's staging: two buffers per consumer warpgroup, each 64 rows of one
 # 128-byte box row (BOX_COLS = 128 / the output's size columns of C).
@@ -252,11 +254,17 @@ def swap_block_n(p: MatmulParams) -> int:
     return next((n for n in SWAP_BLOCK_NS if n >= p.m), SWAP_BLOCK_NS[-1])
 
 
+def register_budget(cfg: MatmulSm90Config) -> int:
+    """The registers a thread of cfg's kernel may use (NARROW_REGISTERS or WIDE_REGISTERS)."""
+    wide = cfg.block_n >= 128 or (cfg.block_n == 64 and (cfg.swap_ab or cfg.split_k > 1))
+    return WIDE_REGISTERS if wide else NARROW_REGISTERS
+
+
 def ctas_per_sm(cfg: MatmulSm90Config, dev: Any, registers: int | None = None) -> int:
     """CTAs of cfg one SM of dev holds at once: the least of what its threads, shared memory
     (+ the system's SMEM_RESERVED a CTA) and registers allow; `registers` a thread (default the
-    budget REGISTERS[block_n]) is allocated in units of 8 (256 a warp)."""
-    regs = -(-(registers or REGISTERS[cfg.block_n]) // 8) * 8
+    budget `register_budget(cfg)`) is allocated in units of 8 (256 a warp)."""
+    regs = -(-(registers or register_budget(cfg)) // 8) * 8
     return min(
         dev.max_threads_per_sm // THREADS,
         dev.max_smem_per_sm // (cfg.smem() + SMEM_RESERVED),
@@ -372,7 +380,7 @@ def spec(p: MatmulParams, cfg: MatmulSm90Config, dev: Any = None) -> KernelSpec:
         smem=cfg.smem(),
         arch_suffix="a",
         # 128- and 256-wide tiles rebalance registers (setmaxnreg) from the launch's cap.
-        min_registers=REGISTERS[cfg.block_n] if cfg.block_n >= 128 else 0,
+        min_registers=WIDE_REGISTERS if cfg.block_n >= 128 else 0,
     )
 
 

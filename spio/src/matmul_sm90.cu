@@ -65,7 +65,8 @@
 ///   per = ceil(k tiles / SPLIT_K), into fp32 slice y of the workspace `ws` (each slice laid
 ///   out as C); the CTA that stores a tile's last slice (a count per tile in `flags`, which the
 ///   host zeroes once and the kernel leaves zeroed) sums the tile's slices in order (+ bias)
-///   into C, rounded once (split_fixup): one launch, same bits every run. An empty range (more
+///   into C, rounded once (split_is_last, split_sum: its own slice from its registers, the
+///   others through L2, all of a chunk's loads at once): one launch, same bits every run. An empty range (more
 ///   splits than k tiles) stores zeros. SPLIT_K 1 compiles the code without it.
 /// Split tail (TAIL 1; plain CTAs, no cluster, no split-K): against wave quantization, the host
 ///   (`matmul_sm90.tail_plan`) runs the first `dp_tiles` tiles of the raster order whole, one
@@ -131,9 +132,11 @@ constexpr unsigned SWIZZLE_ATOM = 1024;             // 8 rows x 128 bytes
 // 2048^3): the 256-wide 4-slot config unchanged, 3-slot, persistent and 128-wide configs 2-11%
 // faster (docs/ops/matmul.md, "Twenty-first session").
 constexpr bool REBALANCE = BLOCK_N >= 128;
-// CTAs an SM must hold (__launch_bounds__): 2 caps a swapped variant at 80 registers a thread,
-// as the host's `ctas_per_sm` counts (its transposed stores took 96 uncapped at BLOCK_N 64).
-constexpr int MIN_CTAS = SWAP_AB ? 2 : 1;
+// CTAs an SM must hold (__launch_bounds__): 2 caps a swapped or split 16- or 32-wide variant at
+// 80 registers a thread, as the host's `ctas_per_sm` counts; a swapped or split 64-wide one
+// (its second epilogue spilled at 80) may take up to 168 and runs one CTA an SM (the host's
+// `register_budget`); plain ones stay as they compiled.
+constexpr int MIN_CTAS = BLOCK_N < 64 && (SWAP_AB || SPLIT_K > 1) ? 2 : 1;
 constexpr int LAUNCH_REGISTERS = (65536 / THREADS) / 8 * 8;  // 168: an SM's 64 K registers
 constexpr int PRODUCER_REGISTERS = 40;
 constexpr int CONSUMER_REGISTERS =
@@ -327,48 +330,52 @@ SPIO_DEVICE void store_tile_tma(const Smem& smem, const spio::tma::Descriptor* c
 #if SPLIT_K > 1
 constexpr unsigned FIXUP_BARRIER = 3;  // named barrier of the 256 consumer threads
 
-/// Split-K: this CTA's partials of tile `tile` (the kernel's rows row0.., columns col0..) are in
-/// slice blockIdx.y of `ws`; the CTA that completes the tile's set (the last of SPLIT_K to count
-/// itself in flags[tile]) sums the tile's slices in order 0, 1, .. into C (+ bias), rounded
-/// once, and resets flags[tile] to 0 for the next launch. Nobody waits: every other CTA just
-/// exits, so no co-residency is assumed. The order of the sum depends only on SPLIT_K, so the
-/// bits do not depend on which CTA comes last. Release: every consumer thread fences its
-/// partial stores, the barrier orders them before thread 0's count; acquire: the last CTA's
-/// threads fence after the barrier that tells them, and read the slices through L2 (ld.cg).
-/// Consumer threads only (the producer warpgroup has left).
-SPIO_DEVICE void split_fixup(Out* __restrict__ c, const float* __restrict__ ws,
-                             unsigned* __restrict__ flags, const Element* __restrict__ bias,
-                             int tile, int row0, int col0, int m, int n) {
+/// Split-K: whether this CTA completes tile `tile`'s set of partials, the last of SPLIT_K to
+/// count itself in flags[tile] (each has stored its slice first). Nobody waits: the others just
+/// exit, so no co-residency is assumed. Release: every consumer thread fences its partial
+/// stores, the barrier orders them before thread 0's count; acquire: the last CTA's threads
+/// fence after the barrier that tells them. Consumer threads only (the producer has left).
+SPIO_DEVICE bool split_is_last(unsigned* __restrict__ flags, int tile) {
     __shared__ int last;
-    const int t = static_cast<int>(threadIdx.x) - 128;  // consumer thread 0..255
     __threadfence();
     spio::named_barrier_sync<CONSUMERS * 128>(FIXUP_BARRIER);
-    if (t == 0) last = atomicAdd(&flags[tile], 1u) == SPLIT_K - 1;
+    if (threadIdx.x == 128) last = atomicAdd(&flags[tile], 1u) == SPLIT_K - 1;
     spio::named_barrier_sync<CONSUMERS * 128>(FIXUP_BARRIER);
-    if (!last) return;
+    if (!last) return false;
     __threadfence();
-    // The tile in C's layout: rows r0.. (height h) and columns q0.. (width w) of C, `rows` x
-    // `cols` elements, `ld` a row (swapped, the kernel's rows are C's columns).
-#if SWAP_AB
-    const int r0 = col0, q0 = row0, h = BLOCK_N, w = BLOCK_M, rows = n, cols = m;
-#else
-    const int r0 = row0, q0 = col0, h = BLOCK_M, w = BLOCK_N, rows = m, cols = n;
-#endif
+    return true;
+}
+
+/// The last CTA of a tile: d (its own slice's partials, this warpgroup's rows from row0) becomes
+/// the sum of the tile's SPLIT_K slices in order 0, 1, .. (the other slices read through L2 from
+/// ws, laid out as C), element by element in the accumulator layout. The order depends only on
+/// SPLIT_K, so the bits do not depend on which CTA came last. The loads of 8 accumulators go out
+/// together, ahead of their adds.
+SPIO_DEVICE void split_sum(float (&d)[ACC], const float* __restrict__ ws, int row0, int col0,
+                           int m, int n) {
+    const int t = threadIdx.x % 128;
+    const int own = static_cast<int>(blockIdx.y);
     const long long total = static_cast<long long>(m) * n;
-    for (int i = t; i < h * w; i += CONSUMERS * 128) {
-        const int r = r0 + i / w, q = q0 + i % w;  // a warp reads along a row of C
-        if (r >= rows || q >= cols) continue;
-        const long long e = static_cast<long long>(r) * cols + q;
-        float part[SPLIT_K];
 #pragma unroll
-        for (int y = 0; y < SPLIT_K; ++y) part[y] = __ldcg(ws + y * total + e);
-        float sum = part[0];
+    for (int i = 0; i < ACC; ++i) {
+        const int row = row0 + spio::warpgroup::acc_row(t, i);
+        const int col = col0 + spio::warpgroup::acc_col(t, i);
+        if (row >= m || col >= n) continue;
+#if SWAP_AB
+        const float* at = ws + static_cast<long long>(col) * m + row;  // C's (col, row)
+#else
+        const float* at = ws + static_cast<long long>(row) * n + col;
+#endif
+        float sum = 0.f;
 #pragma unroll
-        for (int y = 1; y < SPLIT_K; ++y) sum += part[y];
-        if constexpr (HAS_BIAS) sum += static_cast<float>(bias[q]);
-        c[e] = static_cast<Out>(sum);
+        for (int y = 0; y < SPLIT_K; ++y) {
+            const float part = y == own ? d[i] : __ldcg(at + y * total);
+            sum = y == 0 ? part : sum + part;
+        }
+        d[i] = sum;
+        // At most 8 accumulators' loads in flight: hoisting them all spilled 64-wide tiles.
+        if (i % 8 == 7) asm volatile("" ::: "memory");
     }
-    if (t == 0) flags[tile] = 0;
 }
 #endif
 
@@ -638,7 +645,12 @@ extern "C" __global__ void __launch_bounds__(THREADS, MIN_CTAS) SPIO_MATMUL_CLUS
             // Slice y of the workspace, then the last CTA of the tile sums them into C.
             store_tile<float, false>(ws + static_cast<long long>(blockIdx.y) * m * n, bias, d,
                                      tile_m * BLOCK_M + rows, tile_n * BLOCK_N, m, n);
-            split_fixup(c, ws, flags, bias, tile, tile_m * BLOCK_M, tile_n * BLOCK_N, m, n);
+            if (split_is_last(flags, tile)) {
+                split_sum(d, ws, tile_m * BLOCK_M + rows, tile_n * BLOCK_N, m, n);
+                store_tile<Out, HAS_BIAS>(c, bias, d, tile_m * BLOCK_M + rows, tile_n * BLOCK_N,
+                                          m, n);
+                if (threadIdx.x == 128) flags[tile] = 0;  // zeroed for the next launch
+            }
 #else
             store_tile<Out, HAS_BIAS>(c, bias, d, tile_m * BLOCK_M + rows, tile_n * BLOCK_N, m,
                                       n);
