@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
+from spio.kernels import matmul_splitk_reduce as splitk_sum
 from spio.kernels import matmul_tail_sum as tail_sum
 from spio.kernels.kernel_def import KernelDef, KernelSpec
 from spio.kernels.matmul import stats
@@ -26,7 +27,7 @@ THREADS = 384  # producer warpgroup + two consumer warpgroups
 BLOCK_NS = (64, 128, 256)
 STAGE_COUNTS = (2, 3, 4, 5, 6, 8)
 CLUSTER_MS = (1, 2)  # CTAs of a cluster along M sharing (multicasting) one B tile
-SPLIT_KS = (1, 2, 4, 8)  # CTAs per tile along K (split-K: fp32 partials, summed in the kernel)
+SPLIT_KS = (1, *splitk_sum.SPLITS)  # CTAs per tile along K (split-K: fp32 partials + a sum)
 # The split-K configs `configs` lists: few tiles want narrow ones, and deep rings per split.
 SPLIT_BLOCK_NS = (64, 128)
 SPLIT_STAGE_COUNTS = (4, 6, 8)
@@ -43,15 +44,13 @@ SWAP_MAX_M = 64
 SWAP_BLOCK_NS = (16, 32, 64)
 SWAP_STAGE_COUNTS = (4, 6, 8)
 SWIZZLE_ALIGN = 1024  # the kernel aligns the ring to the 128-byte swizzle's 1024-byte atom
-# Registers a thread may use, what `ctas_per_sm` counts on (`register_budget`): 80 keeps two CTAs of
-# 64-wide (or narrower) tiles on an SM (NVRTC 12.9 and 13.0 use 58-63 for plain 64-wide ones;
-# the kernel caps swapped and split 16- and 32-wide ones there), 168 is __launch_bounds__(384,
-# 1)'s cap, which 128- and 256-wide tiles launch with (their producer warpgroup hands registers
-# to the consumers: setmaxnreg, 40 and 232 a thread; `spec`'s min_registers, checked at load),
-# and which swapped or split 64-wide tiles may use (their second epilogue took 84-166): one CTA
-# an SM. A host test checks the compiled kernels against it: one above its budget would hold
-# fewer CTAs than a persistent grid launches.
-NARROW_REGISTERS, WIDE_REGISTERS = 80, 168
+# Registers a thread may use per block_n, what `ctas_per_sm` counts on: 80 keeps two CTAs of
+# 64-wide tiles on an SM (NVRTC 12.9 and 13.0 use 58-63), 168 is __launch_bounds__(384, 1)'s
+# cap, which 128- and 256-wide tiles launch with (their producer warpgroup hands registers to the
+# consumers: setmaxnreg, 40 and 232 a thread; `spec`'s min_registers, checked at load). A host
+# test checks the compiled kernels against it: one above its budget would hold fewer CTAs than a
+# persistent grid launches.
+REGISTERS = {16: 80, 32: 80, 64: 80, 128: 168, 256: 168}
 SMEM_RESERVED = 1024  # shared memory the system keeps per resident CTA (sm_80 and later)
 # The TMA-store epilogue's staging: two buffers per consumer warpgroup, each 64 rows of one
 # 128-byte box row (BOX_COLS = 128 / the output's size columns of C).
@@ -254,17 +253,11 @@ def swap_block_n(p: MatmulParams) -> int:
     return next((n for n in SWAP_BLOCK_NS if n >= p.m), SWAP_BLOCK_NS[-1])
 
 
-def register_budget(cfg: MatmulSm90Config) -> int:
-    """The registers a thread of cfg's kernel may use (NARROW_REGISTERS or WIDE_REGISTERS)."""
-    wide = cfg.block_n >= 128 or (cfg.block_n == 64 and (cfg.swap_ab or cfg.split_k > 1))
-    return WIDE_REGISTERS if wide else NARROW_REGISTERS
-
-
 def ctas_per_sm(cfg: MatmulSm90Config, dev: Any, registers: int | None = None) -> int:
     """CTAs of cfg one SM of dev holds at once: the least of what its threads, shared memory
     (+ the system's SMEM_RESERVED a CTA) and registers allow; `registers` a thread (default the
-    budget `register_budget(cfg)`) is allocated in units of 8 (256 a warp)."""
-    regs = -(-(registers or register_budget(cfg)) // 8) * 8
+    budget REGISTERS[block_n]) is allocated in units of 8 (256 a warp)."""
+    regs = -(-(registers or REGISTERS[cfg.block_n]) // 8) * 8
     return min(
         dev.max_threads_per_sm // THREADS,
         dev.max_smem_per_sm // (cfg.smem() + SMEM_RESERVED),
@@ -313,10 +306,9 @@ def spec(p: MatmulParams, cfg: MatmulSm90Config, dev: Any = None) -> KernelSpec:
     independent of m, n, k and raster (and of the split tail's plan: `tail` adds the workspace,
     dp_tiles and splits as launch arguments). CLUSTER_M is a macro (the kernel's __cluster_dims__ is
     preprocessed on it); PERSISTENT a constant (0: the one-tile-per-CTA code, unchanged by the
-    persistent one). SPLIT_K is a macro too (the kernel's arguments depend on it). With
-    split_k > 1 the kernel writes fp32 partials to a workspace and each
-    tile's last CTA sums them into C (+ bias): two more arguments, the workspace and the
-    tiles' counts."""
+    persistent one). With split_k > 1 the kernel writes fp32 partials without the bias (Out
+    float, HAS_BIAS 0); the sum (`spio.kernels.matmul_splitk_reduce`) applies p's output type
+    and bias."""
     from spio.generators import Constant, Macro, Type, dtype
 
     del dev
@@ -335,24 +327,22 @@ def spec(p: MatmulParams, cfg: MatmulSm90Config, dev: Any = None) -> KernelSpec:
     constants = {
         "BLOCK_N": cfg.block_n,
         "STAGES": cfg.stages,
-        "HAS_BIAS": int(p.has_bias),
+        "HAS_BIAS": int(p.has_bias and not split),
         "PERSISTENT": int(cfg.persistent),
+        "SPLIT_K": cfg.split_k,
     }
     tiles = smem_tiles(cfg, p.b_transposed)
     return KernelSpec(
         source="matmul_sm90.cu",
         entry="matmul_sm90",
-        # c, a_map, b_map, (c_map,) bias, m, n, k, raster, (ws, dp_tiles, splits) / (ws, flags)
-        signature=("ptttpiiii" if epi_tma else "pttpiiii")
-        + ("pii" if cfg.tail else "")
-        + ("pp" if split else ""),
+        # c, a_map, b_map, (c_map,) bias, m, n, k, raster, (ws, dp_tiles, splits)
+        signature=("ptttpiiii" if epi_tma else "pttpiiii") + ("pii" if cfg.tail else ""),
         specs={
             "Element": Type(dtype.by_name(p.dtype)),
-            "Out": Type(dtype.by_name(p.out_dtype)),
+            "Out": Type(dtype.by_name("float32" if split else p.out_dtype)),
             **tiles,
             **{name: Constant(value) for name, value in constants.items()},
             "CLUSTER_M": Macro(cfg.cluster_m),
-            "SPLIT_K": Macro(cfg.split_k),
             "EPI_TMA": Macro(int(epi_tma)),
             "TAIL": Macro(int(cfg.tail)),
             "B_MN_MAJOR": Macro(int(not p.b_transposed)),
@@ -367,11 +357,7 @@ def spec(p: MatmulParams, cfg: MatmulSm90Config, dev: Any = None) -> KernelSpec:
             f"{cfg.block_n}x{BLOCK_K} stages {cfg.stages}"
             + (f" cluster {cfg.cluster_m}x1" if cfg.cluster_m > 1 else "")
             + (" persistent" if cfg.persistent else "")
-            + (
-                f" split-K {cfg.split_k} (fp32 partials, summed by a tile's last CTA)"
-                if split
-                else ""
-            )
+            + (f" split-K {cfg.split_k} (fp32 partials)" if split else "")
             + (" split tail" if cfg.tail else "")
             + (" TMA-store epilogue" if epi_tma else "")
             + (" swapped (C^T = B A^T)" if cfg.swap_ab else "")
@@ -380,7 +366,7 @@ def spec(p: MatmulParams, cfg: MatmulSm90Config, dev: Any = None) -> KernelSpec:
         smem=cfg.smem(),
         arch_suffix="a",
         # 128- and 256-wide tiles rebalance registers (setmaxnreg) from the launch's cap.
-        min_registers=WIDE_REGISTERS if cfg.block_n >= 128 else 0,
+        min_registers=REGISTERS[cfg.block_n] if cfg.block_n >= 128 else 0,
     )
 
 
@@ -891,7 +877,7 @@ def bound(
     ldb: int | None = None,
     lda: int | None = None,
 ) -> Sm90Launch:
-    """The variant of (p, cfg) (and with a split tail its sum's) loaded through `cache`
+    """The variant of (p, cfg) (and with split_k > 1 its sum's) loaded through `cache`
     (default: the process's shared function cache) and bound to p's problem: what the op's plan
     launches. `ldb`: a row-major (K, N) B's row stride in elements (default N; the op pads its
     rows to a multiple of 8); `lda` likewise an A given as (K, M) (`cfg.a_transposed`, default
@@ -911,6 +897,10 @@ def bound(
     reduce = None
     if cfg.tail:
         reduce = cache.get(tail_sum.DEF, variant, tail_sum.TailSumConfig(cfg.block_n), dev)
+    if cfg.split_k > 1:
+        reduce = cache.get(splitk_sum.DEF, variant, splitk_sum.config_for(p, cfg.split_k), dev)
+        # Its partials are fp32 without the bias whatever p's output: one variant serves all.
+        variant = replace(variant, out_dtype="float32", has_bias=False)
     kernel = cache.get(DEF, variant, replace(cfg, raster=1), dev)
     return Sm90Launch(kernel, p, cfg, dev, reduce, ldb, lda)
 
@@ -925,22 +915,19 @@ class Sm90Launch:
     one `spio.kernels.map_cache.MapCache` per operand (encoded once per address, at most
     MAP_CACHE addresses kept), so a steady loop encodes nothing and a hit is one dict lookup.
 
-    Split-K (cfg.split_k > 1): each call takes a workspace of split_k x M x N floats
-    (`workspace`, the shape): the caller's `workspace` tensor (fp32, contiguous, 16-byte
-    aligned, allocated for the launch stream: the op's plan passes one from PyTorch's allocator
-    on the current stream), else one from PyTorch's allocator (recorded on the launch stream
-    when that is not the current one, so it is not reused before the kernel is done). The
-    kernel writes its partials there and each tile's last CTA sums them into C, counting in one
-    int32 a tile that the kernel leaves zeroed: those counts are this launch's own, one set per
-    stream (zeroed once, on that stream), or during CUDA-graph capture one set per captured
-    call (the graph's memory, zeroed by a captured memset), so no two launches that may run at
-    once share them. A split tail (cfg.tail, `reduce` its sum) takes a workspace the same way:
-    one 128 x block_n fp32 partial per CTA of the tail (`tail_plan`), summed per tail tile into
-    C by a dependent second launch (PDL on sm_90). `stream` is a raw handle (an int)."""
+    Split-K (cfg.split_k > 1, `reduce` the loaded sum): each call takes a workspace of split_k
+    x M x N floats (`workspace`, the shape): the caller's `workspace` tensor (fp32, contiguous,
+    16-byte aligned, allocated for the launch stream: the op's plan passes one from PyTorch's
+    allocator on the current stream), else one from PyTorch's allocator (recorded on the launch
+    stream when that is not the current one, so it is not reused before the kernels are done).
+    The main kernel writes its partials there and the sum (a dependent launch: PDL on sm_90)
+    writes C. A split tail (cfg.tail, `reduce` its sum) takes a workspace the same way: one
+    128 x block_n fp32 partial per CTA of the tail (`tail_plan`), summed per tail tile into C by
+    the dependent second launch. `stream` is a raw handle (an int)."""
 
     MAP_CACHE = 64
     __slots__ = ("_launch", "_dims", "_a_maps", "_b_maps", "_c_maps", "_reduce", "_sum_args",
-                 "_workspace", "_plan", "_swap", "_counts", "_tiles")  # fmt: skip
+                 "_workspace", "_plan", "_swap")  # fmt: skip
 
     def __init__(
         self,
@@ -954,10 +941,10 @@ class Sm90Launch:
     ) -> None:
         from spio.kernels.map_cache import MapCache
 
-        if cfg.tail != (reduce is not None):
+        if (cfg.split_k > 1 or cfg.tail) != (reduce is not None):
             raise ValueError(
-                f"Sm90Launch: tail={cfg.tail} needs the split tail's sum kernel exactly when "
-                "tail (matmul_sm90.bound loads it)"
+                f"Sm90Launch: split_k={cfg.split_k}, tail={cfg.tail} needs the second pass's "
+                "kernel exactly when split_k > 1 or tail (matmul_sm90.bound loads it)"
             )
         self._plan: tuple[int, int] | None = None  # a split tail's (dp_tiles, splits)
         if cfg.tail:
@@ -985,13 +972,8 @@ class Sm90Launch:
         self._swap = cfg.swap_ab
         self._dims = (p.n, p.m, p.k, cfg.raster) if cfg.swap_ab else (p.m, p.n, p.k, cfg.raster)
         self._reduce = None
-        self._sum_args: tuple[int, ...] = ()
-        self._workspace: tuple[int, ...] | None = None
-        self._counts: dict[int, Any] | None = None  # split-K: the tiles' counts per stream
-        self._tiles = grid(p, cfg, dev)[0]
-        if cfg.split_k > 1:
-            self._workspace = (cfg.split_k * p.m * p.n,)
-            self._counts = {}
+        self._sum_args: tuple[int, ...] = (p.n, p.m * p.n)
+        self._workspace = (cfg.split_k * p.m * p.n,)
         if self._plan is not None:
             dp_tiles, splits = self._plan
             tm, tn = cfg.tiles(p)
@@ -999,6 +981,9 @@ class Sm90Launch:
             self._workspace = (tail_tiles * splits * BLOCK_M * cfg.block_n,)
             self._sum_args = (p.m, p.n, dp_tiles, splits, cfg.raster)
             sum_grid = tail_sum.grid(tail_sum.TailSumConfig(cfg.block_n), tail_tiles)
+            self._reduce = reduce.bind(sum_grid, dependent=True)
+        elif reduce is not None:
+            sum_grid = splitk_sum.grid(p, splitk_sum.config_for(p, cfg.split_k))
             self._reduce = reduce.bind(sum_grid, dependent=True)
 
         def maps(rows: int, box_rows: int) -> MapCache:
@@ -1034,7 +1019,7 @@ class Sm90Launch:
     def workspace(self) -> tuple[int, ...] | None:
         """The shape of the fp32 workspace a split-K or split-tail call takes (None for a plain
         config)."""
-        return self._workspace
+        return self._workspace if self._reduce is not None else None
 
     def __call__(
         self, c: Any, a: Any, b: Any, bias: Any, stream: int, workspace: Any = None
@@ -1050,29 +1035,12 @@ class Sm90Launch:
             c_map = self._c_maps.get(c.data_ptr())
             self._launch((c, a_map, b_map, c_map, c if bias is None else bias, *self._dims), stream)
             return
-        bias_arg = c if bias is None else bias
-        if self._counts is None:
-            self._launch((c, a_map, b_map, bias_arg, *self._dims), stream)
+        if self._reduce is None:
+            self._launch((c, a_map, b_map, c if bias is None else bias, *self._dims), stream)
             return
         ws = self._workspace_for(c, stream, workspace)
-        self._launch((c, a_map, b_map, bias_arg, *self._dims, ws, self._counts_for(c, stream)),
-                     stream)  # fmt: skip
-
-    def _counts_for(self, c: Any, stream: int) -> Any:
-        """Split-K's per-tile counts for a launch on `stream`: zeros the kernel leaves zeroed,
-        one set per stream (made on that stream, so zeroed before its first launch there);
-        during CUDA-graph capture a fresh set per call, which the graph's memory pool keeps and
-        its captured memset zeroes at every replay."""
-        import torch
-
-        if torch.cuda.is_current_stream_capturing():
-            return torch.zeros(self._tiles, dtype=torch.int32, device=c.device)
-        counts = self._counts.get(stream)  # type: ignore[union-attr]
-        if counts is None:
-            with torch.cuda.stream(torch.cuda.ExternalStream(stream, device=c.device)):
-                counts = torch.zeros(self._tiles, dtype=torch.int32, device=c.device)
-            self._counts[stream] = counts  # type: ignore[index]
-        return counts
+        self._launch((ws, a_map, b_map, ws, *self._dims), stream)
+        self._reduce((c, ws, ws if bias is None else bias, *self._sum_args), stream)
 
     def _call_tail(
         self, c: Any, a_map: Any, b_map: Any, bias: Any, stream: int, workspace: Any
@@ -1096,7 +1064,6 @@ class Sm90Launch:
             return workspace
         import torch
 
-        assert self._workspace is not None  # a split or split-tail launch
         ws = torch.empty(self._workspace, dtype=torch.float32, device=c.device)
         if stream != torch.cuda.current_stream(c.device).cuda_stream:
             # Freed when this returns: the allocator must not reuse it before `stream` is done.

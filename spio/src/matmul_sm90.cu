@@ -62,12 +62,10 @@
 /// Split-K (SPLIT_K > 1; plain CTAs only): for shapes with too few tiles to fill the GPU against
 ///   long K (decode, small M x N at any M: the host's heuristic decides), the grid is (tiles,
 ///   SPLIT_K) and CTA (t, y) sums k tiles [y per, (y + 1) per),
-///   per = ceil(k tiles / SPLIT_K), into fp32 slice y of the workspace `ws` (each slice laid
-///   out as C); the CTA that stores a tile's last slice (a count per tile in `flags`, which the
-///   host zeroes once and the kernel leaves zeroed) sums the tile's slices in order (+ bias)
-///   into C, rounded once (split_is_last, split_sum: its own slice from its registers, the
-///   others through L2, all of a chunk's loads at once): one launch, same bits every run. An empty range (more
-///   splits than k tiles) stores zeros. SPLIT_K 1 compiles the code without it.
+///   per = ceil(k tiles / SPLIT_K), into fp32 slice y of a workspace (c points at it; Out is
+///   float, no bias): C is then their ordered sum (+ bias), rounded once, by
+///   matmul_splitk_reduce.cu. An empty range (more splits than k tiles) stores zeros.
+///   SPLIT_K 1 compiles the code without it.
 /// Split tail (TAIL 1; plain CTAs, no cluster, no split-K): against wave quantization, the host
 ///   (`matmul_sm90.tail_plan`) runs the first `dp_tiles` tiles of the raster order whole, one
 ///   CTA each (their waves fill every SM), and splits each of the last tiles (the partial last
@@ -90,18 +88,18 @@
 ///   BLOCK_N (16, 32 or 64) rows of A, so at M = 16 the wgmma work is the product's where a
 ///   128-row tile of A (the unswapped kernel) would multiply 8 times as many rows. store_tile
 ///   writes the transposed tile into C (M, N) row-major (a split-K CTA its slice of partials,
-///   as the unswapped kernel lays them out, so the same sum serves) and adds the bias by the
+///   laid out as the unswapped kernel's, so the same sum serves) and adds the bias by the
 ///   tile's rows. Register epilogue only; no cluster, split tail or M- / N-major operand.
 /// Not yet: multicast of A (clusters along N), clusters with an N-major B or an M-major A.
 /// Assumes: K % 8 == 0 (16-byte row strides for TMA; M % 8 == 0 for an M-major A, N % 8 == 0 for
 ///   an N-major B), A, B 16-byte aligned (launch checks, the op copies), C and bias
 ///   element-aligned (EPI_TMA: C 16-byte aligned, its rows whole 16-byte units); sm_90a.
-// The generated header (included first) defines Element (__half or __nv_bfloat16), Out (C's
-// type: Element or float), BLOCK_N, STAGES, HAS_BIAS, PERSISTENT (0 or 1), the macros SPLIT_K
-// (1, 2, 4 or 8), CLUSTER_M (1 or 2), EPI_TMA, TAIL, A_MN_MAJOR, B_MN_MAJOR and SWAP_AB (0 or
-// 1), the dims M, N, K, K8, STAGE and the swizzled shared-memory rings SmemA (STAGE, M, K8; A_MN_MAJOR: STAGE, MB, KROW, M8) and SmemB
-// (STAGE, N, K8; B_MN_MAJOR: STAGE, NB, KROW, N8), and with EPI_TMA the staging buffers SmemC
-// (EPI, ROW, CH); see spio/kernels/matmul_sm90.py.
+// The generated header (included first) defines Element (__half or __nv_bfloat16), Out (the
+// same or float), BLOCK_N, STAGES, HAS_BIAS, PERSISTENT (0 or 1), SPLIT_K, the macros CLUSTER_M
+// (1 or 2), EPI_TMA, TAIL, A_MN_MAJOR, B_MN_MAJOR and SWAP_AB (0 or 1), the dims M, N, K, K8,
+// STAGE and the swizzled shared-memory rings SmemA (STAGE, M, K8; A_MN_MAJOR: STAGE, MB, KROW,
+// M8) and SmemB (STAGE, N, K8; B_MN_MAJOR: STAGE, NB, KROW, N8), and with EPI_TMA the staging
+// buffers SmemC (EPI, ROW, CH); see spio/kernels/matmul_sm90.py.
 #include "spio/cta.h"
 #include "spio/mbarrier.h"
 #include "spio/meta.h"
@@ -132,11 +130,9 @@ constexpr unsigned SWIZZLE_ATOM = 1024;             // 8 rows x 128 bytes
 // 2048^3): the 256-wide 4-slot config unchanged, 3-slot, persistent and 128-wide configs 2-11%
 // faster (docs/ops/matmul.md, "Twenty-first session").
 constexpr bool REBALANCE = BLOCK_N >= 128;
-// CTAs an SM must hold (__launch_bounds__): 2 caps a swapped or split 16- or 32-wide variant at
-// 80 registers a thread, as the host's `ctas_per_sm` counts; a swapped or split 64-wide one
-// (its second epilogue spilled at 80) may take up to 168 and runs one CTA an SM (the host's
-// `register_budget`); plain ones stay as they compiled.
-constexpr int MIN_CTAS = BLOCK_N < 64 && (SWAP_AB || SPLIT_K > 1) ? 2 : 1;
+// CTAs an SM must hold (__launch_bounds__): 2 caps a swapped variant at 80 registers a thread,
+// as the host's `ctas_per_sm` counts (its transposed stores took 96 uncapped at BLOCK_N 64).
+constexpr int MIN_CTAS = SWAP_AB ? 2 : 1;
 constexpr int LAUNCH_REGISTERS = (65536 / THREADS) / 8 * 8;  // 168: an SM's 64 K registers
 constexpr int PRODUCER_REGISTERS = 40;
 constexpr int CONSUMER_REGISTERS =
@@ -156,8 +152,9 @@ static_assert(!SWAP_AB || (!EPI_TMA && !TAIL && !A_MN_MAJOR && !B_MN_MAJOR),
 static_assert(STAGES >= 2, "matmul_sm90: the ring needs at least 2 slots");
 static_assert(CLUSTER_M == 1 || CLUSTER_M == 2, "matmul_sm90: CLUSTER_M must be 1 or 2");
 
-static_assert(SPLIT_K == 1 || (CLUSTER_M == 1 && !PERSISTENT && !EPI_TMA && !TAIL),
-              "matmul_sm90: split-K runs plain CTAs writing fp32 partials from registers");
+static_assert(SPLIT_K == 1 || (CLUSTER_M == 1 && !PERSISTENT && !HAS_BIAS && !EPI_TMA &&
+                               spio::detail::is_same_v<Out, float>),
+              "matmul_sm90: split-K runs plain CTAs writing fp32 partials (no bias) from registers");
 
 static_assert(!TAIL || (CLUSTER_M == 1 && !PERSISTENT && SPLIT_K == 1),
               "matmul_sm90: a split tail runs plain CTAs without a cluster or split-K");
@@ -206,16 +203,14 @@ SPIO_DEVICE Smem carve(unsigned char* raw) {
 #endif
 }
 
-/// The accumulators (+ bias where BIAS) of one consumer warpgroup to C (T = Out), or as fp32
-/// partials to a split-K slice laid out as C (T = float, no bias), in wgmma's accumulator layout
+/// The accumulators (+ bias) of one consumer warpgroup to C, in wgmma's accumulator layout
 /// (spio::warpgroup::acc_row / acc_col); d[i] and d[i + 1] (i even) are adjacent columns.
-template <typename T, bool BIAS>
-SPIO_DEVICE void store_tile(T* __restrict__ c, const Element* __restrict__ bias,
+SPIO_DEVICE void store_tile(Out* __restrict__ c, const Element* __restrict__ bias,
                             const float (&d)[ACC], int row0, int col0, int m, int n) {
     const int t = threadIdx.x % 128;
     // Every (row, even column) is 2-element aligned when N is even and C's base is.
     const bool pairs =
-        n % 2 == 0 && reinterpret_cast<unsigned long long>(c) % (2 * sizeof(T)) == 0;
+        n % 2 == 0 && reinterpret_cast<unsigned long long>(c) % (2 * sizeof(Out)) == 0;
 #pragma unroll
     for (int i = 0; i < ACC; i += 2) {
         const int row = row0 + spio::warpgroup::acc_row(t, i);
@@ -224,29 +219,29 @@ SPIO_DEVICE void store_tile(T* __restrict__ c, const Element* __restrict__ bias,
         float lo = d[i], hi = d[i + 1];
 #if SWAP_AB
         // The tile's (row, col) is C's (col, row): C has n rows of m elements, the bias one
-        // value per row of the tile.
-        if constexpr (BIAS) {
+        // value per row of the tile. A split-K slice is laid out as C too.
+        if constexpr (HAS_BIAS) {
             const float b = static_cast<float>(bias[row]);
             lo += b, hi += b;
         }
-        c[static_cast<long long>(col) * m + row] = static_cast<T>(lo);
-        if (col + 1 < n) c[static_cast<long long>(col + 1) * m + row] = static_cast<T>(hi);
+        c[static_cast<long long>(col) * m + row] = static_cast<Out>(lo);
+        if (col + 1 < n) c[static_cast<long long>(col + 1) * m + row] = static_cast<Out>(hi);
         continue;
 #endif
-        if constexpr (BIAS) {
+        if constexpr (HAS_BIAS) {
             lo += static_cast<float>(bias[col]);
             if (col + 1 < n) hi += static_cast<float>(bias[col + 1]);
         }
-        T* dst = c + static_cast<long long>(row) * n + col;
+        Out* dst = c + static_cast<long long>(row) * n + col;
         if (pairs) {  // col + 1 < n too, since n and col are even
-            if constexpr (spio::detail::is_same_v<T, float>) {
+            if constexpr (spio::detail::is_same_v<Out, float>) {
                 *reinterpret_cast<float2*>(dst) = make_float2(lo, hi);
             } else {
-                *reinterpret_cast<unsigned*>(dst) = spio::round_pack2<T>(lo, hi);
+                *reinterpret_cast<unsigned*>(dst) = spio::round_pack2<Out>(lo, hi);
             }
         } else {
-            dst[0] = static_cast<T>(lo);
-            if (col + 1 < n) dst[1] = static_cast<T>(hi);
+            dst[0] = static_cast<Out>(lo);
+            if (col + 1 < n) dst[1] = static_cast<Out>(hi);
         }
     }
 }
@@ -323,58 +318,6 @@ SPIO_DEVICE void store_tile_tma(const Smem& smem, const spio::tma::Descriptor* c
             }
             ++boxes;
         }
-    }
-}
-#endif
-
-#if SPLIT_K > 1
-constexpr unsigned FIXUP_BARRIER = 3;  // named barrier of the 256 consumer threads
-
-/// Split-K: whether this CTA completes tile `tile`'s set of partials, the last of SPLIT_K to
-/// count itself in flags[tile] (each has stored its slice first). Nobody waits: the others just
-/// exit, so no co-residency is assumed. Release: every consumer thread fences its partial
-/// stores, the barrier orders them before thread 0's count; acquire: the last CTA's threads
-/// fence after the barrier that tells them. Consumer threads only (the producer has left).
-SPIO_DEVICE bool split_is_last(unsigned* __restrict__ flags, int tile) {
-    __shared__ int last;
-    __threadfence();
-    spio::named_barrier_sync<CONSUMERS * 128>(FIXUP_BARRIER);
-    if (threadIdx.x == 128) last = atomicAdd(&flags[tile], 1u) == SPLIT_K - 1;
-    spio::named_barrier_sync<CONSUMERS * 128>(FIXUP_BARRIER);
-    if (!last) return false;
-    __threadfence();
-    return true;
-}
-
-/// The last CTA of a tile: d (its own slice's partials, this warpgroup's rows from row0) becomes
-/// the sum of the tile's SPLIT_K slices in order 0, 1, .. (the other slices read through L2 from
-/// ws, laid out as C), element by element in the accumulator layout. The order depends only on
-/// SPLIT_K, so the bits do not depend on which CTA came last. The loads of 8 accumulators go out
-/// together, ahead of their adds.
-SPIO_DEVICE void split_sum(float (&d)[ACC], const float* __restrict__ ws, int row0, int col0,
-                           int m, int n) {
-    const int t = threadIdx.x % 128;
-    const int own = static_cast<int>(blockIdx.y);
-    const long long total = static_cast<long long>(m) * n;
-#pragma unroll
-    for (int i = 0; i < ACC; ++i) {
-        const int row = row0 + spio::warpgroup::acc_row(t, i);
-        const int col = col0 + spio::warpgroup::acc_col(t, i);
-        if (row >= m || col >= n) continue;
-#if SWAP_AB
-        const float* at = ws + static_cast<long long>(col) * m + row;  // C's (col, row)
-#else
-        const float* at = ws + static_cast<long long>(row) * n + col;
-#endif
-        float sum = 0.f;
-#pragma unroll
-        for (int y = 0; y < SPLIT_K; ++y) {
-            const float part = y == own ? d[i] : __ldcg(at + y * total);
-            sum = y == 0 ? part : sum + part;
-        }
-        d[i] = sum;
-        // At most 8 accumulators' loads in flight: hoisting them all spilled 64-wide tiles.
-        if (i % 8 == 7) asm volatile("" ::: "memory");
     }
 }
 #endif
@@ -510,10 +453,6 @@ extern "C" __global__ void __launch_bounds__(THREADS, MIN_CTAS) SPIO_MATMUL_CLUS
                 ,
                 float* __restrict__ ws, int dp_tiles, int splits  // the split tail (tail_plan)
 #endif
-#if SPLIT_K > 1
-                ,
-                float* __restrict__ ws, unsigned* __restrict__ flags  // partials, tile counts
-#endif
     ) {
     extern __shared__ unsigned char smem_raw[];
     const Smem smem = carve(smem_raw);
@@ -554,6 +493,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, MIN_CTAS) SPIO_MATMUL_CLUS
         const int per = (k_tiles + SPLIT_K - 1) / SPLIT_K;
         kt0 = min(static_cast<int>(blockIdx.y) * per, k_tiles);
         k_tiles = min(per, k_tiles - kt0);
+        c += static_cast<long long>(blockIdx.y) * m * n;  // slice y of the workspace
     }
 
     if (threadIdx.x == 0) {
@@ -641,19 +581,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, MIN_CTAS) SPIO_MATMUL_CLUS
 #if EPI_TMA
             store_tile_tma(smem, &c_map, bias, d, warpgroup - 1, tile_m * BLOCK_M + rows,
                            tile_n * BLOCK_N, n, boxes);
-#elif SPLIT_K > 1
-            // Slice y of the workspace, then the last CTA of the tile sums them into C.
-            store_tile<float, false>(ws + static_cast<long long>(blockIdx.y) * m * n, bias, d,
-                                     tile_m * BLOCK_M + rows, tile_n * BLOCK_N, m, n);
-            if (split_is_last(flags, tile)) {
-                split_sum(d, ws, tile_m * BLOCK_M + rows, tile_n * BLOCK_N, m, n);
-                store_tile<Out, HAS_BIAS>(c, bias, d, tile_m * BLOCK_M + rows, tile_n * BLOCK_N,
-                                          m, n);
-                if (threadIdx.x == 128) flags[tile] = 0;  // zeroed for the next launch
-            }
 #else
-            store_tile<Out, HAS_BIAS>(c, bias, d, tile_m * BLOCK_M + rows, tile_n * BLOCK_N, m,
-                                      n);
+            store_tile(c, bias, d, tile_m * BLOCK_M + rows, tile_n * BLOCK_N, m, n);
 #endif
         }
     } else {
@@ -683,7 +612,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, MIN_CTAS) SPIO_MATMUL_CLUS
             store_tile_tma(smem, &c_map, bias, d, warpgroup - 1, tm * BLOCK_M + rows,
                            tn * BLOCK_N, n, boxes);
 #else
-            store_tile<Out, HAS_BIAS>(c, bias, d, tm * BLOCK_M + rows, tn * BLOCK_N, m, n);
+            store_tile(c, bias, d, tm * BLOCK_M + rows, tn * BLOCK_N, m, n);
 #endif
         }
         // Every arrival on the peer's barriers is issued (the last ones above).

@@ -193,11 +193,10 @@ def test_token_counts_do_not_compile(seed):
 
 def test_split_k_through_graphs_compile_streams_and_autograd(seed):
     """On sm_90 the op splits K at decode shapes (`matmul_sm90.heuristic`, swapped: fp32
-    partials in a workspace the plan allocates per call, summed by each tile's last CTA, which
-    counts in per-stream counts). That path against fp64 replayed from a CUDA graph (twice: the
-    captured counts are zeroed again), compiled, on a side stream, on two streams at once (each
-    its own counts), and as the input gradient of a product with B as (K, N) (dA = dC @ B^T runs
-    with B as (N, K): M 16, K 4096 splits too)."""
+    partials in a workspace the plan allocates per call, then the sum). That path against fp64
+    replayed from a CUDA graph (twice, on other values), compiled, on a side stream, on two
+    streams at once (each call its own workspace), and as the input gradient of a product with
+    B as (K, N) (dA = dC @ B^T runs with B as (N, K): M 16, K 4096 splits too)."""
     import importlib
 
     if torch.cuda.get_device_capability() != (9, 0):
@@ -234,7 +233,7 @@ def test_split_k_through_graphs_compile_streams_and_autograd(seed):
     for s in streams:
         s.wait_stream(torch.cuda.current_stream())
     outs = []
-    for i in range(40):  # both streams' launches overlap: each stream's counts are its own
+    for i in range(40):  # both streams' launches overlap
         with torch.cuda.stream(streams[i % 2]):
             outs.append(matmul(a, b, c, b_transposed=True))
     for s in streams:

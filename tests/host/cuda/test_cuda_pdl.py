@@ -21,6 +21,7 @@ import pytest
 from spio.cuda import known_device
 from spio.kernels import layernorm_2d as k
 from spio.kernels import loader
+from spio.kernels import matmul_splitk_reduce as sk
 from spio.kernels import matmul_tail_sum as ts
 from spio.kernels.conv2d_gw8 import wgrad_reduce as rd
 from spio.kernels.conv2d_gw8.params import Conv2dGw8Params
@@ -171,6 +172,9 @@ def _reduce_specs():
                                 id=f"ln-c{p.c}"))  # fmt: skip
     for p in (CONV, CONV_K7):
         out.append(pytest.param(rd.reduce_spec(p, rd.config_for(64)), id=f"conv-c{p.c}k{p.r}"))
+    for n, bias in ((4096, True), (70, False)):  # the matmul split-K sum, float4 and scalar
+        p = MatmulParams(16, n, 4096, "bfloat16", "bfloat16", b_transposed=True, has_bias=bias)
+        out.append(pytest.param(sk.spec(p, sk.config_for(p, 4)), id=f"matmul-splitk-n{n}"))
     return out
 
 

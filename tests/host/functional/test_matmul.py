@@ -302,15 +302,14 @@ def test_plan_runs_a_transposed_a_without_clusters(monkeypatch):
 
 def test_split_plan_passes_its_workspace(monkeypatch):
     """At a decode shape on an H100 the plan runs a swapped split-K config
-    (`matmul_sm90.heuristic`): it loads one kernel, and each call allocates the fp32 (split_k x
-    M x N) workspace as it allocates the output (on the current stream) and hands it, with the
-    tiles' counts, to the one launch on that stream."""
+    (`matmul_sm90.heuristic`): it loads the main kernel and the sum, and each call allocates the
+    fp32 (split_k x M x N) workspace as it allocates the output (on the current stream) and
+    hands it to both launches with that stream; the main kernel runs C^T's problem."""
     import contextlib
     import importlib
 
     from spio.cuda import driver, known_device
     from spio.kernels import loader
-    from spio.kernels import matmul_sm90 as k90
 
     fm = importlib.import_module("spio.functional.matmul")
     loads, launched, allocated = [], [], []
@@ -337,17 +336,15 @@ def test_split_plan_passes_its_workspace(monkeypatch):
     monkeypatch.setattr(fm, "_empty", empty)
     monkeypatch.setattr(fm, "raw_stream", lambda index: 7)
     monkeypatch.setattr(torch.cuda, "device", lambda d: contextlib.nullcontext())
-    counts = torch.zeros(32, dtype=torch.int32, device="meta")
-    monkeypatch.setattr(k90.Sm90Launch, "_counts_for", lambda self, c, stream: counts)
     a = torch.empty(16, 4096, dtype=torch.float16, device="meta")
     b = torch.empty(4096, 4096, dtype=torch.float16, device="meta")
     plan = fm._Plan(a, b, None, torch.float16, True)
-    assert loads == ["matmul_sm90"]
+    assert sorted(loads) == ["matmul_sm90", "matmul_splitk_reduce"]
     assert plan.workspace == (4 * 16 * 4096,)  # 32 tiles of C^T x 4 splits of 16 k tiles
     out = plan.forward(a, b, None)
     assert allocated == [((16, 4096), torch.float16), ((4 * 16 * 4096,), torch.float32)]
-    ((main, main_args, s1),) = launched
-    assert (main, s1) == ("matmul_sm90", 7) and main_args[0] is out
+    (main, main_args, s1), (total, sum_args, s2) = launched
+    assert (main, total, s1, s2) == ("matmul_sm90", "matmul_splitk_reduce", 7, 7)
+    assert main_args[0] is sum_args[1] and sum_args[0] is out
+    assert main_args[0].shape == (4 * 16 * 4096,) and main_args[0].dtype == torch.float32
     assert main_args[4:8] == (4096, 16, 4096, 8)  # swapped: C^T's problem
-    assert main_args[8].shape == (4 * 16 * 4096,) and main_args[8].dtype == torch.float32
-    assert main_args[9] is counts

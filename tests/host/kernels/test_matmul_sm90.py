@@ -35,6 +35,7 @@ from spio.compiler import kernel_resources, nvrtc_version
 from spio.compiler.locate import find_tool
 from spio.cuda import known_device
 from spio.kernels import matmul_sm90 as k90
+from spio.kernels import matmul_splitk_reduce as sk
 from spio.kernels import matmul_tail_sum as ts
 from spio.kernels.loader import compile_spec
 from spio.kernels.matmul_params import MatmulParams
@@ -276,6 +277,21 @@ def test_persistent_grid_is_min_of_tiles_and_resident_ctas(m, n, cluster_m, bloc
     assert walked == list(range(work))
 
 
+@pytest.mark.parametrize("flags", FLAGS, ids=str)
+def test_split_sum_compiles_without_local_memory(flags):
+    """Every variant of the split-K sum (each split_k, float4 and scalar) for each dtype flag."""
+    for n in (64, 70):
+        p = replace(_p(*flags), n=n)
+        for rcfg in sk.configs(p, H100):
+            assert rcfg.vec == (4 if n % 4 == 0 else 1)
+            spec = sk.spec(p, rcfg, H100)
+            res = kernel_resources(compile_spec(spec, H100.arch))["matmul_splitk_reduce"]
+            assert res.local_bytes == 0, f"{rcfg}: {res}"
+    assert sk.config_for(replace(_p(), n=64), 8) == sk.SplitSumConfig(8, 4)
+    assert sk.grid(MatmulParams(16, 4096, 64), sk.SplitSumConfig(4, 4)) == (64, 1, 1)
+    assert sk.grid(MatmulParams(3, 70, 64), sk.SplitSumConfig(4, 1)) == (1, 1, 1)
+
+
 @pytest.mark.parametrize("b_transposed", [True, False])
 @pytest.mark.parametrize("flags", FLAGS, ids=str)
 def test_every_config_compiles_without_local_memory(flags, b_transposed):
@@ -289,9 +305,9 @@ def test_every_config_compiles_without_local_memory(flags, b_transposed):
         # One CTA of 384 threads must fit the 64 K-register file.
         assert res.registers * k90.THREADS <= H100.regs_per_sm, f"{cfg}: {res}"
         # Within the budget the persistent grid counts on (same CTAs per SM either way; swapped
-        # and split configs, never persistent, may hold more than their budget counts).
-        assert res.registers <= k90.register_budget(cfg), f"{cfg}: {res}"
-        if not cfg.swap_ab and cfg.split_k == 1:
+        # configs, never persistent, may hold more than their budget counts).
+        assert res.registers <= k90.REGISTERS[cfg.block_n], f"{cfg}: {res}"
+        if not cfg.swap_ab:
             assert k90.ctas_per_sm(cfg, H100, res.registers) == k90.ctas_per_sm(cfg, H100)
 
 
@@ -307,7 +323,7 @@ def test_transposed_a_compiles_without_local_memory(b_transposed):
         cfg = replace(cfg, a_transposed=True)
         cubin = compile_spec(k90.spec(p, cfg, H100), H100.arch)
         res = kernel_resources(cubin)["matmul_sm90"]
-        assert res.local_bytes == 0 and res.registers <= k90.register_budget(cfg), (cfg, res)
+        assert res.local_bytes == 0 and res.registers <= k90.REGISTERS[cfg.block_n], (cfg, res)
         assert cfg.block_n < 128 or res.registers == 168, (cfg, res)  # rebalanced (setmaxnreg)
         if find_tool("cuobjdump") is not None and cfg.stages == 2:
             from spio.compiler.disasm import disassemble
@@ -400,7 +416,7 @@ def test_tail_variants_keep_wgmma_batched(block_n, stages):
     cfg = k90.MatmulSm90Config(block_n, stages, tail=True)
     cubin = compile_spec(k90.spec(_p(bias=True), cfg, H100), H100.arch)
     res = kernel_resources(cubin)["matmul_sm90"]
-    assert res.local_bytes == 0 and res.registers <= k90.register_budget(cfg), (cfg, res)
+    assert res.local_bytes == 0 and res.registers <= k90.REGISTERS[block_n], (cfg, res)
     assert block_n < 128 or res.registers == 168, (cfg, res)  # rebalanced (setmaxnreg)
     if find_tool("cuobjdump") is not None:
         from spio.compiler.disasm import disassemble
@@ -473,26 +489,29 @@ def test_sass_has_wgmma_tma_and_barriers(block_n, cluster_m, persistent, b_trans
 @pytest.mark.parametrize(
     "cfg",
     [
-        k90.MatmulSm90Config(128, 6, split_k=4),
-        k90.MatmulSm90Config(64, 6, split_k=2),
         k90.MatmulSm90Config(16, 6, split_k=8, swap_ab=True),
         k90.MatmulSm90Config(32, 4, swap_ab=True),
-        k90.MatmulSm90Config(64, 4),
+        k90.MatmulSm90Config(64, 6, split_k=2, swap_ab=True),
     ],
     ids=lambda c: c.label(),
 )
-def test_split_variants_count_tiles_and_sum_in_the_kernel(cfg):
-    """A split-K variant counts its tile in with one returning atomic add (ATOMG) and reads the
-    slices through L2; a variant without a split has neither. Swapped variants run the
-    narrow wgmma (HGMMA 64 x block_n) and store from registers (STG, no UTMASTG)."""
+def test_swapped_variants_run_the_narrow_wgmma_and_store_from_registers(cfg):
+    """Swapped variants run wgmma m64 x block_n (HGMMA 64 x block_n), their batches
+    unserialized, and store C (or a split's partials) from registers: STG, no UTMASTG, no local
+    memory, within their register budget (two CTAs an SM)."""
     from spio.compiler.disasm import disassemble
 
     p = _p(bias=True)
-    sass = disassemble(compile_spec(k90.spec(p, cfg, H100), H100.arch))
-    assert bool(re.search(r"\bATOMG\.E\.ADD", sass)) == (cfg.split_k > 1), cfg
-    assert re.search(rf"HGMMA\.64x{cfg.block_n}x16\.F32", sass), cfg
+    if cfg.split_k > 1:
+        p = replace(p, out_dtype="float32", has_bias=False)  # the split variant `bound` loads
+    cubin = compile_spec(k90.spec(p, cfg, H100), H100.arch)
+    sass = disassemble(cubin)
+    hgmma = re.findall(rf"HGMMA\.64x{cfg.block_n}x16\.F32[^;]*;", sass)
+    assert hgmma and sum("gsb0" not in h for h in hgmma) >= len(hgmma) // 2, cfg
     assert "UTMASTG" not in sass and re.search(r"\bSTG\b", sass), cfg
     assert not re.search(r"\b(STL|LDL)\b", sass), "local memory traffic"
+    res = kernel_resources(cubin)["matmul_sm90"]
+    assert res.registers <= k90.REGISTERS[cfg.block_n] and k90.ctas_per_sm(cfg, H100) >= 1, res
 
 
 def _cluster_dims(cubin: bytes) -> tuple[int, ...] | None:
@@ -917,13 +936,10 @@ def test_launch_names_a_misaligned_operand():
         k90.launch(p, cfg, c, a, b, device=H100)
 
 
-def test_split_launch_writes_partials_and_counts_in_one_launch(monkeypatch):
-    """With split_k > 1, Sm90Launch runs one launch over a (tiles, split_k) grid with C, the
-    bias, a (split_k, M, N) fp32 workspace and the tiles' counts: the workspace the caller's or
-    one from PyTorch's allocator (recorded on another launch stream), the counts one zeroed set
-    per stream, made on that stream and kept, and a fresh one per call during graph capture."""
-    import contextlib
-
+def test_split_launch_writes_partials_then_sums_them(monkeypatch):
+    """With split_k > 1, Sm90Launch runs the main kernel on a (split_k, M, N) fp32 workspace
+    (its bias slot unused) over a (tiles, split_k) grid, then the sum as a dependent launch
+    (PDL) reading that workspace into C with the bias; a plain config refuses a sum kernel."""
     import torch
 
     from spio.cuda import driver
@@ -932,51 +948,50 @@ def test_split_launch_writes_partials_and_counts_in_one_launch(monkeypatch):
     p = MatmulParams(16, 200, 4096, "float16", "float16", b_transposed=True, has_bias=True)
     cfg = k90.MatmulSm90Config(block_n=128, stages=6, split_k=4)
     launched: list = []
-    run = k90.Sm90Launch(_BindChecker("main", (2, 4, 1), False, launched), p, cfg, H100)
+
+    rcfg = sk.config_for(p, cfg.split_k)
+    assert rcfg == sk.SplitSumConfig(4, 4)  # N % 4 == 0: float4 (N = 202 below: scalar)
+    main = _BindChecker("main", (2, 4, 1), False, launched)
+    run = k90.Sm90Launch(main, p, cfg, H100, _BindChecker("sum", sk.grid(p, rcfg), True, launched))
     c, bias = torch.empty(16, 200, dtype=torch.float16), object()
     # Stream 5 is the current one; on another, the workspace is recorded on the launch stream.
     monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: SimpleNamespace(
         cuda_stream=5))  # fmt: skip
     monkeypatch.setattr(torch.cuda, "ExternalStream", lambda handle, device=None: ("ext", handle))
-    made_on: list = []
-    monkeypatch.setattr(
-        torch.cuda, "stream", lambda s: made_on.append(s) or contextlib.nullcontext()
-    )
-    capturing = [False]
-    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: capturing[0])
     recorded: list = []
     monkeypatch.setattr(torch.Tensor, "record_stream", lambda t, s: recorded.append(s))
-    for stream in (5, 5, 9):
-        run(c, _FakeTensor(0x10000), _FakeTensor(0x20000), bias, stream)
-    assert recorded == [("ext", 9)] and made_on == [("ext", 5), ("ext", 9)]
-    (name, args, s1), (_, args2, _), (_, args3, s3) = launched
-    assert (name, s1, s3) == ("main", 5, 9) and len(args) == 10
-    ws, counts = args[8], args[9]
-    assert args[0] is c and args[3] is bias and args[4:8] == (16, 200, 4096, cfg.raster)
-    assert ws.dtype == torch.float32 and ws.shape == (4 * 16 * 200,)
-    assert counts.dtype == torch.int32 and counts.shape == (2,) and not counts.any()
-    assert args2[9] is counts and args3[9] is not counts  # kept per stream
+    run(c, _FakeTensor(0x10000), _FakeTensor(0x20000), bias, 5)
+    assert recorded == []
+    run(c, _FakeTensor(0x10000), _FakeTensor(0x20000), bias, 9)
+    assert recorded == [("ext", 9)]
+    del launched[2:]
+    (name1, args1, s1), (name2, args2, s2) = launched
+    ws = args1[0]
+    assert (name1, name2, s1, s2) == ("main", "sum", 5, 5)
+    assert ws.dtype == torch.float32 and ws.shape == (4 * 16 * 200,) and args1[3] is ws
+    assert args1[4:] == (16, 200, 4096, cfg.raster)
+    assert args2[0] is c and args2[1] is ws and args2[2] is bias and args2[3:] == (200, 3200)
     # The caller's workspace (the op's plan passes one): used as is, no stream query.
     assert run.workspace == (4 * 16 * 200,)
     given = torch.empty(run.workspace, dtype=torch.float32)
     monkeypatch.setattr(torch.cuda, "current_stream", None)
     launched.clear()
-    run(c, _FakeTensor(0x10000), _FakeTensor(0x20000), None, 9, given)
-    ((_, args, _),) = launched
-    assert args[8] is given and args[3] is c and args[9] is args3[9]
-    # Under capture: fresh zeroed counts each call (the graph's pool keeps them).
-    capturing[0] = True
-    launched.clear()
-    for _ in range(2):
-        run(c, _FakeTensor(0x10000), _FakeTensor(0x20000), None, 9, given)
-    (_, a1, _), (_, a2, _) = launched
-    assert a1[9] is not a2[9] and a1[9] is not args3[9] and not a1[9].any()
+    run(c, _FakeTensor(0x10000), _FakeTensor(0x20000), bias, 9, given)
+    (n1, main_args, s1), (n2, sum_args, s2) = launched
+    assert (n1, n2, s1, s2) == ("main", "sum", 9, 9)
+    assert main_args[0] is given and sum_args[0] is c and sum_args[1] is given
+    assert recorded == [("ext", 9)]
     plain = k90.Sm90Launch(
         _BindChecker("main", (2, 1, 1), False, launched), p, replace(cfg, split_k=1), H100
     )
     assert plain.workspace is None
-    with pytest.raises(ValueError, match="needs the split tail's sum kernel exactly when"):
-        k90.Sm90Launch(_BindChecker("main", (2, 4, 1), False, launched), p, cfg, H100, object())
+    with pytest.raises(ValueError, match="needs the second pass's kernel exactly when"):
+        k90.Sm90Launch(main, p, cfg, H100)
+    with pytest.raises(ValueError, match="needs the second pass's kernel exactly when"):
+        k90.Sm90Launch(
+            main, p, k90.MatmulSm90Config(), H100, _BindChecker("sum", (1, 1, 1), True, launched)
+        )
+    assert sk.config_for(replace(p, n=202), cfg.split_k) == sk.SplitSumConfig(4, 1)
 
 
 def test_swapped_launch_maps_b_as_the_kernels_a(monkeypatch):
@@ -1004,6 +1019,20 @@ def test_swapped_launch_maps_b_as_the_kernels_a(monkeypatch):
     assert args[0] is c and args[4:] == (1000, 16, 4096, cfg.raster)
     split = replace(cfg, split_k=4)
     assert k90.grid(p, split, H100) == (8, 4, 1) and split.tiles(p) == (8, 1)
+    # Split: the swapped kernel writes slices laid out as C, which the usual sum reads.
+    launched.clear()
+    total = 16 * 1000
+    sum_grid = sk.grid(p, sk.config_for(p, 4))
+    run = k90.Sm90Launch(
+        _BindChecker("main", (8, 4, 1), False, launched), p, split, H100,
+        _BindChecker("sum", sum_grid, True, launched),
+    )  # fmt: skip
+    ws = torch.empty(run.workspace, dtype=torch.float32)
+    assert run.workspace == (4 * total,)
+    run(c, _FakeTensor(0x10000), _FakeTensor(0x20000), None, 3, ws)
+    (_, main_args, _), (_, sum_args, _) = launched
+    assert main_args[0] is ws and main_args[4:] == (1000, 16, 4096, cfg.raster)
+    assert sum_args[:2] == (c, ws) and sum_args[3:] == (1000, total)
     assert k90.grid(replace(p, m=40), replace(cfg, block_n=32), H100) == (8 * 2, 1, 1)
 
 
@@ -1108,9 +1137,9 @@ def test_tail_launch_runs_whole_tiles_then_sums_the_tail(monkeypatch):
     assert keys == [("matmul_sm90", replace(cfg, raster=1, tail=False))]
 
 
-def test_split_is_one_kernel_of_the_problems_output_and_bias():
-    """A split-K config loads one kernel, of p's output type and bias (its last CTAs sum the
-    partials into C): no second kernel."""
+def test_split_main_kernel_is_one_variant_for_every_output_and_bias():
+    """The split main kernel writes fp32 partials without the bias whatever p's output type and
+    bias, so `bound` loads one variant for all of them; the sum's variant keeps p's."""
     keys: list = []
 
     class Cache:
@@ -1121,10 +1150,10 @@ def test_split_is_one_kernel_of_the_problems_output_and_bias():
     cfg = k90.MatmulSm90Config(block_n=128, stages=6, split_k=4)
     for out, bias in (("float16", False), ("float32", True)):
         k90.bound(MatmulParams(16, 256, 4096, "float16", out, True, bias), cfg, H100, Cache())
-    assert [(name, params) for name, params, _ in keys] == [
-        ("matmul_sm90", MatmulParams(1, 1, 8, "float16", "float16", True, False)),
-        ("matmul_sm90", MatmulParams(1, 1, 8, "float16", "float32", True, True)),
-    ]
+    mains = {params for name, params, _ in keys if name == "matmul_sm90"}
+    sums = {params for name, params, _ in keys if name == "matmul_splitk_reduce"}
+    assert mains == {MatmulParams(1, 1, 8, "float16", "float32", True, False)}
+    assert len(sums) == 2
     # tma_store is moot for split-K: `bound` loads it off, one variant either way.
     want = replace(cfg, raster=1, tma_store=False)
     assert all(c == want for name, _, c in keys if name == "matmul_sm90")
