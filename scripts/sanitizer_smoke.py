@@ -193,6 +193,9 @@ def main() -> None:
         # 16 x 17 tiles of 128 x 256: more than a wave, so B as (N, K) runs the persistent cluster
         # config (matmul_sm90.LARGE_PICK; a row-major B the plain one); short K for the sanitizer.
         matmul(2048, 4352, 64, torch.float16)
+        # Decode: B as (N, K) runs swapped (C^T = B A^T in 16-wide tiles), split over K in 4
+        # (matmul_sm90.swap_choice), its partials summed by the second kernel.
+        matmul(5, 1000, 1032, torch.bfloat16)
     torch.cuda.synchronize()
     print("sanitizer smoke: all ops ran and matched PyTorch")
 
