@@ -5,9 +5,9 @@ bound. Scope: B given as (N, K) (`MatmulParams.b_transposed`, nn.Linear's weight
 fp16/bf16/fp32 output, optional bias; M, N, K runtime (K % 8 == 0; a row-major B's rows whole
 16-byte units: its leading dimension `ldb` a multiple of 8, the op pads N). `spio.functional.matmul`
 runs it on sm_90 GPUs (`supported`), with the config `heuristic` picks (a fitted cost model of
-waves, split-K and split tails; no XGBoost model), or under SPIO_AUTOTUNE the fastest of `ranked`
-measured (`KernelDef.ranked`, through the selector); other GPUs run the mma.sync kernel
-(`spio.kernels.matmul`).
+waves, split-K and split tails, and swapped configs for decode products; no XGBoost model), or
+under SPIO_AUTOTUNE the fastest of `ranked` measured (`KernelDef.ranked`, through the
+selector); other GPUs run the mma.sync kernel (`spio.kernels.matmul`).
 """
 
 from __future__ import annotations
