@@ -125,7 +125,7 @@ def measure(
         every.append({"shape": f"{m}x{n}x{k}", "dtype": dtype_name, "block_n": cfg90.block_n,
                       "stages": cfg90.stages, "cluster_m": cfg90.cluster_m,
                       "persistent": cfg90.persistent, "split_k": cfg90.split_k,
-                      "tail": cfg90.tail,
+                      "tail": cfg90.tail, "swap_ab": cfg90.swap_ab,
                       "tflops": round(flop / t / 1e9, 1), "us": round(t * 1e3, 3)})  # fmt: skip
         if cfg90 == pick:
             t_pick = t

@@ -56,7 +56,7 @@ def load(paths: list[Path]) -> dict[str, dict[tuple[int, int, int], dict]]:
                 cfg = k90.MatmulSm90Config(
                     int(r["block_n"]), int(r["stages"]), cluster_m=int(r["cluster_m"]),
                     persistent=r["persistent"] == "True", split_k=int(r["split_k"]),
-                    tail=r.get("tail") == "True",
+                    tail=r.get("tail") == "True", swap_ab=r.get("swap_ab") == "True",
                 )  # fmt: skip
                 if r["dtype"] != "float16":
                     continue  # the model is fitted to fp16 timings
