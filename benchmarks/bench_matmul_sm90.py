@@ -55,8 +55,8 @@ def regret_summary(rows: list[dict]) -> str:
 
 
 def precompile(dtype_name: str) -> None:
-    """Every variant of the space for B (N, K) in dtype_name, compiled in parallel (the variant
-    does not depend on M, N, K)."""
+    """Every variant of the space for B (N, K) in dtype_name, compiled in parallel (a variant
+    does not depend on M, N, K; the space does: decode M adds the swapped widths)."""
     import torch
 
     from spio.cuda import device_attributes
@@ -65,8 +65,13 @@ def precompile(dtype_name: str) -> None:
     from spio.kernels.loader import compile_specs
 
     dev = device_attributes(torch.cuda.current_device())
-    p = mm.MatmulParams(4096, 4096, 4096, dtype_name, dtype_name, b_transposed=True)
-    specs = {k90.spec(p, cfg, dev).title: k90.spec(p, cfg, dev) for cfg in k90.configs(p, dev)}
+    specs = {}
+    for m in (4096, 1, 17, 33):  # the swapped configs of each width at decode shapes
+        p = mm.MatmulParams(m, 4096, 4096, dtype_name, dtype_name, b_transposed=True)
+        for cfg in k90.configs(p, dev):
+            # A split variant writes fp32 partials without the bias (what `bound` loads).
+            q = replace(p, out_dtype="float32") if cfg.split_k > 1 else p
+            specs[k90.spec(q, cfg, dev).title] = k90.spec(q, cfg, dev)
     compile_specs(list(specs.values()), dev.arch, progress=None)
 
 

@@ -660,8 +660,9 @@ def unswapped(p: MatmulParams, dev: Any) -> MatmulSm90Config:
 def swap_choice(p: MatmulParams, dev: Any) -> MatmulSm90Config | None:
     """The swapped config for a decode product (B as (N, K), M <= SWAP_MAX_M, N >=
     SWAP_MIN_N), else None: `swap_block_n`'s width, SWAP_STAGES slots, and the most splits of
-    K (SPLIT_KS) whose CTAs number at most one an SM, each with at least SWAP_MIN_K_TILES k
-    tiles, and whose partials stay within SPLIT_WORKSPACE_MAX_MB."""
+    K (SPLIT_KS) whose CTAs number at most one an SM, with SWAP_MIN_K_TILES k tiles a split or
+    more and none left empty (`splits_fill`), and whose partials stay within
+    SPLIT_WORKSPACE_MAX_MB."""
     if not p.b_transposed or p.m > SWAP_MAX_M or p.n < SWAP_MIN_N:
         return None
     cfg = MatmulSm90Config(swap_block_n(p), SWAP_STAGES, swap_ab=True)
@@ -674,10 +675,17 @@ def swap_choice(p: MatmulParams, dev: Any) -> MatmulSm90Config | None:
         if (
             tiles * split_k <= dev.sm_count
             and k_tiles >= SWAP_MIN_K_TILES * split_k
+            and splits_fill(k_tiles, split_k)
             and split_mb(p, split) <= SPLIT_WORKSPACE_MAX_MB
         ):
             return split
     return cfg
+
+
+def splits_fill(k_tiles: int, split_k: int) -> bool:
+    """Whether split_k CTAs of ceil(k_tiles / split_k) k tiles each (the kernel's split) all get
+    some: 33 k tiles in 8 would leave the last CTA none (it stores zeros)."""
+    return -(-k_tiles // split_k) * (split_k - 1) < k_tiles
 
 
 def large_pick(p: MatmulParams, pick: MatmulSm90Config, dev: Any) -> MatmulSm90Config:
@@ -798,8 +806,8 @@ def ranked(p: MatmulParams, dev: Any) -> list[MatmulSm90Config]:
 
 def swap_ranked(p: MatmulParams, first: MatmulSm90Config, dev: Any) -> list[MatmulSm90Config]:
     """`ranked` for a swapped pick: it, the same tile with the other splits of K that fit one
-    wave of the SMs' slots with two k tiles each or more (most splits first) and without a
-    split, then the unswapped pick; at most AUTOTUNE_CANDIDATES."""
+    wave of the SMs' slots with two k tiles each or more and none empty (most splits first) and
+    without a split, then the unswapped pick; at most AUTOTUNE_CANDIDATES."""
     tiles = first.tiles(p)[0] * first.tiles(p)[1]
     slots = dev.sm_count * ctas_per_sm(first, dev)
     k_tiles = -(-p.k // BLOCK_K)
@@ -807,7 +815,7 @@ def swap_ranked(p: MatmulParams, first: MatmulSm90Config, dev: Any) -> list[Matm
         replace(first, split_k=k)
         for k in reversed(SPLIT_KS)
         if k != first.split_k
-        and (k == 1 or (tiles * k <= slots and k_tiles >= 2 * k))
+        and (k == 1 or (tiles * k <= slots and k_tiles >= 2 * k and splits_fill(k_tiles, k)))
         and split_mb(p, replace(first, split_k=k)) <= SPLIT_WORKSPACE_MAX_MB
     ]
     return [first, *splits[: AUTOTUNE_CANDIDATES - 2], unswapped(p, dev)]

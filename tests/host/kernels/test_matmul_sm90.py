@@ -311,6 +311,21 @@ def test_every_config_compiles_without_local_memory(flags, b_transposed):
             assert k90.ctas_per_sm(cfg, H100, res.registers) == k90.ctas_per_sm(cfg, H100)
 
 
+@pytest.mark.parametrize("m", [17, 33])
+@pytest.mark.parametrize("flags", FLAGS, ids=str)
+def test_wider_swapped_variants_compile_within_two_ctas_an_sm(flags, m):
+    """The 32- and 64-wide swapped variants (M 17-64; `test_every_config_compiles_without_local_
+    memory` compiles the 16-wide ones): no local memory, within the 80 registers that keep two
+    CTAs an SM (the 64-wide ones sit at the cap)."""
+    p = replace(_p(*flags), m=m)
+    cfgs = [c for c in k90.configs(p, H100) if c.swap_ab]
+    assert {c.block_n for c in cfgs} == {32 if m == 17 else 64}
+    for cfg in cfgs:
+        q = replace(p, out_dtype="float32", has_bias=False) if cfg.split_k > 1 else p
+        res = kernel_resources(compile_spec(k90.spec(q, cfg, H100), H100.arch))["matmul_sm90"]
+        assert res.local_bytes == 0 and res.registers <= k90.REGISTERS[cfg.block_n], (cfg, res)
+
+
 @pytest.mark.parametrize("b_transposed", [True, False])
 def test_transposed_a_compiles_without_local_memory(b_transposed):
     """An A given as (K, M) (`a_transposed`): every config without clusters, B either way,
@@ -1174,6 +1189,7 @@ def test_split_main_kernel_is_one_variant_for_every_output_and_bias():
         (512, 1024, 16384, "n128 s6 k4"),  # the previous rule's worst: 2.5-2.8x the best
         (129, 4096, 4096, "n128 s6 k2"),  # a second row of tiles with one row in it
         (16, 4096, 4096, "n16 s6 k4 sw"),  # decode: swapped, 32 tiles x 4 splits
+        (16, 1024, 2112, "n16 s6 k4 sw"),  # 33 k tiles: 8 splits of 5 would leave one empty
         (64, 11008, 4096, "n64 s6 sw"),  # 86 tiles: one an SM, no split
         (65, 4096, 4096, "n128 s6 k4"),  # past SWAP_MAX_M
         (16, 64, 4096, "n64 s6 k8"),  # N <= 64: split_choice
