@@ -205,7 +205,40 @@ def folds_by_group(
     return dict(out)
 
 
-def evaluate(
+@dataclass(frozen=True, slots=True)
+class CompleteShape:
+    """A held-out shape whose every config of the space was measured, as its fold's model saw it:
+    `configs` the space, `times` each one's measured µs, `ranked` the model's order (indices into
+    configs, its pick first) and `tried` autotune's candidates (indices)."""
+
+    shape: str  # canonical params JSON (`shape_of`)
+    configs: tuple[Any, ...]
+    times: tuple[float, ...]
+    ranked: tuple[int, ...]
+    tried: tuple[int, ...]
+
+    @property
+    def pick_regret(self) -> float:
+        return self.times[self.ranked[0]] / min(self.times)
+
+    @property
+    def autotune_regret(self) -> float:
+        return min(self.times[j] for j in self.tried) / min(self.times)
+
+
+@dataclass(frozen=True, slots=True)
+class HeldOut:
+    """What `held_out` found: each held-out shape's top-1 regret among its measured configs,
+    how many shapes had their best measured config in the model's top 5, and the complete
+    shapes in detail."""
+
+    regrets: tuple[float, ...]
+    hits: int
+    complete: tuple[CompleteShape, ...]
+    groups: int
+
+
+def held_out(
     kdef: KernelDef,
     samples: list[Sample],
     device: Any,
@@ -213,10 +246,10 @@ def evaluate(
     rounds: int | None = None,
     split: Split = "layer",
     model: PerfModel | None = None,
-) -> Report:
-    """Regret of the model's top-1 pick per shape, each fold ranked by a model trained on the
-    others. With `model` (e.g. another GPU's, as `find_model` falls back to it) that one model
-    ranks every shape and nothing is trained: the samples need not come from its GPU."""
+) -> HeldOut:
+    """Ranks every shape with a model that never saw its layer (each fold's, trained on the
+    others), or with `model` alone (e.g. another GPU's, as `find_model` falls back to it: nothing
+    is trained and the samples need not come from its GPU)."""
     if not samples:
         raise ValueError(f"evaluate: no samples for {kdef.name}")
     groups = {group_key(kdef, s, split) for s in samples}
@@ -233,8 +266,7 @@ def evaluate(
     else:
         tested = folds_by_group(kdef, samples, folds, split)
     regrets: list[float] = []
-    full: list[float] = []  # regret against the whole space, on the complete shapes
-    tuned: list[float] = []  # the same with autotune's candidates measured
+    complete: list[CompleteShape] = []
     hits = 0
     kwargs = {} if rounds is None else {"rounds": rounds}
     for f in range(folds):
@@ -261,25 +293,48 @@ def evaluate(
             hits += any(measured[j] == best for j in order[:5])
             space = _space_indices(kdef, k, idx, samples, device)
             if space is not None:
-                times = [samples[i].latency_us for i in space]
                 guess = ranker.predict_us([rows[i] for i in space])
                 ranked = sorted(range(len(space)), key=lambda j: (guess[j], j))
-                full.append(times[ranked[0]] / min(times))
                 configs = [from_dict(kdef.config_type, samples[i].config) for i in space]
                 at = {c: j for j, c in enumerate(configs)}
                 tried = autotune_candidates([configs[j] for j in ranked], AUTOTUNE_K)
-                tuned.append(min(times[at[c]] for c in tried) / min(times))
-    median, p90, worst = _percentiles(regrets)
+                complete.append(
+                    CompleteShape(
+                        k,
+                        tuple(configs),
+                        tuple(samples[i].latency_us for i in space),
+                        tuple(ranked),
+                        tuple(at[c] for c in tried),
+                    )
+                )
+    return HeldOut(tuple(regrets), hits, tuple(complete), len(groups))
+
+
+def evaluate(
+    kdef: KernelDef,
+    samples: list[Sample],
+    device: Any,
+    folds: int = 5,
+    rounds: int | None = None,
+    split: Split = "layer",
+    model: PerfModel | None = None,
+) -> Report:
+    """Regret of the model's top-1 pick per shape, each fold ranked by a model trained on the
+    others (`held_out`; with `model`, that one model ranks every shape)."""
+    h = held_out(kdef, samples, device, folds, rounds, split, model)
+    full = [c.pick_regret for c in h.complete]
+    tuned = [c.autotune_regret for c in h.complete]
+    median, p90, worst = _percentiles(list(h.regrets))
     return Report(
         kdef.name,
         samples[0].device,
-        len(regrets),
-        len(groups),
+        len(h.regrets),
+        h.groups,
         len(samples),
         median,
         p90,
         worst,
-        hits / len(regrets),
+        h.hits / len(h.regrets),
         split,
         len(full),
         _percentiles(full) if full else None,

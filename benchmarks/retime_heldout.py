@@ -1,0 +1,217 @@
+"""The whole-space regret of `spio tune eval`, re-timed: every time it compares, repeated.
+
+`spio tune eval` scores each family's complete held-out shapes (every config of the space in the
+dataset) against the best config's recorded time. Each recorded time is one measurement, and the
+collector re-timed only a shape's fastest configs (keeping the lower of two), so the best is
+biased low and a pick timed once is biased high: the regret carries the noise of both. This
+script re-times, on one GPU in one run, what that regret compares: for each complete held-out
+shape the fold model's pick, autotune's candidates and the `--top` fastest recorded configs, in
+`--rounds` rounds, each round in a fresh random order, L2 flushed; each config's time is its
+median over the rounds, and the spread of the rounds is reported as the noise.
+
+    python benchmarks/retime_heldout.py plan --out /tmp/plan.json          # host: folds, picks
+    python benchmarks/retime_heldout.py time /tmp/plan.json --csv t.csv    # GPU (the data's kind)
+    python benchmarks/retime_heldout.py score /tmp/plan.json t.csv         # host or GPU
+
+`plan` trains the folds exactly as `spio tune eval` does (same datasets, folds and recipe), so its
+recorded regrets are eval's. Re-time on the GPU kind the datasets were measured on (the plan
+names it; `time` refuses another): the best recorded configs are that GPU's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import random
+import statistics
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+TUNE = Path(__file__).resolve().parent / "data" / "tune"
+FAMILIES = (
+    "conv2d_gw8_fprop",
+    "conv2d_gw8_dgrad",
+    "conv2d_gw8_wgrad",
+    "layernorm_2d_fwd",
+    "layernorm_2d_bwd",
+    "matmul",
+)
+
+
+def plan(kernels: list[str], top: int, folds: int) -> list[dict]:
+    """One entry per complete held-out shape: the configs to re-time and each one's roles."""
+    from spio.cli.tune import _device_for
+    from spio.kernels import KERNELS
+    from spio.tune.dataset import read
+    from spio.tune.evaluate import held_out
+    from spio.tune.features import to_dict
+
+    out = []
+    for name in kernels:
+        kdef = KERNELS[name]
+        by_device = defaultdict(list)
+        for s in read(TUNE / f"{name}.jsonl", name):
+            by_device[s.device].append(s)
+        for device_name, samples in sorted(by_device.items()):
+            dev = _device_for(device_name, "eval")
+            h = held_out(kdef, samples, dev, folds=folds)
+            for c in h.complete:
+                fastest = sorted(range(len(c.times)), key=c.times.__getitem__)[:top]
+                roles: dict[int, list[str]] = defaultdict(list)
+                roles[c.ranked[0]].append("pick")
+                for j in c.tried:
+                    roles[j].append("tried")
+                for j in fastest:
+                    roles[j].append("fastest")
+                chosen = sorted(roles)
+                out.append(
+                    {
+                        "kernel": name,
+                        "device": device_name,
+                        "shape": json.loads(c.shape),
+                        "configs": [to_dict(c.configs[j]) for j in chosen],
+                        "roles": [roles[j] for j in chosen],
+                        "recorded_us": [c.times[j] for j in chosen],
+                        "recorded_pick_regret": c.pick_regret,
+                        "recorded_autotune_regret": c.autotune_regret,
+                    }
+                )
+    return out
+
+
+def time_plan(entries: list[dict], rounds: int, seed: int, csv_path: Path) -> None:
+    """Times every entry's configs `rounds` times (each round in a fresh order); appends one
+    CSV row per timing. A shape whose runner cannot be built on this GPU is skipped, named."""
+    import torch
+
+    from spio.cuda import device_attributes
+    from spio.errors import OutOfResources
+    from spio.kernels import KERNELS
+    from spio.kernels.loader import compile_specs
+    from spio.timing import bench
+    from spio.tune.collect import REPS, SHAPE_WARMUP_MS, WARMUP_MS
+    from spio.tune.features import from_dict
+
+    dev = device_attributes(0)
+    wrong = {e["device"] for e in entries} - {dev.name}
+    if wrong:
+        raise SystemExit(
+            f"retime: the plan's best configs were measured on {sorted(wrong)}; this is "
+            f"{dev.name}: re-time on the GPU kind the datasets were measured on"
+        )
+    specs = []
+    for e in entries:
+        kdef = KERNELS[e["kernel"]]
+        params = from_dict(kdef.params_type, e["shape"])
+        specs += [kdef.spec(params, from_dict(kdef.config_type, c), dev) for c in e["configs"]]
+    print(f"compiling {len(specs)} variants", flush=True)
+    compile_specs(specs, dev.arch)
+    rng = random.Random(seed)
+    new = not csv_path.exists()
+    with csv_path.open("a", newline="") as f:
+        w = csv.writer(f)
+        if new:
+            w.writerow(["kernel", "device", "shape", "config", "round", "us"])
+        for n, e in enumerate(entries):
+            kdef = KERNELS[e["kernel"]]
+            params = from_dict(kdef.params_type, e["shape"])
+            try:
+                runs = [kdef.make_runner(params, from_dict(kdef.config_type, c))
+                        for c in e["configs"]]  # fmt: skip
+            except (OutOfResources, torch.cuda.OutOfMemoryError) as err:
+                print(f"skipped {e['kernel']} {e['shape']}: {err}", flush=True)
+                continue
+            bench(runs[0], warmup_ms=SHAPE_WARMUP_MS, reps=1)
+            shape = json.dumps(e["shape"], sort_keys=True)
+            for r in range(rounds):
+                order = list(range(len(runs)))
+                rng.shuffle(order)
+                for j in order:
+                    us = bench(runs[j], warmup_ms=WARMUP_MS, reps=REPS).median_ms * 1e3
+                    cfg = json.dumps(e["configs"][j], sort_keys=True)
+                    w.writerow([e["kernel"], dev.name, shape, cfg, r, f"{us:.3f}"])
+            f.flush()
+            del runs
+            torch.cuda.empty_cache()
+            print(f"{n + 1}/{len(entries)} {e['kernel']}", flush=True)
+
+
+def _pct(values: list[float]) -> str:
+    v = sorted(values)
+    p90 = v[min(len(v) - 1, int(round(0.9 * (len(v) - 1))))]
+    return f"{statistics.median(v):.3f} / {p90:.3f} / {v[-1]:.3f}"
+
+
+def score(entries: list[dict], csv_path: Path) -> dict[str, dict]:
+    """Per family: recorded and re-timed regret (median / p90 / max) of the pick and of
+    autotune's choice, and the rounds' noise; prints them and each family's worst shapes."""
+    times: dict[tuple, list[float]] = defaultdict(list)
+    with csv_path.open() as f:
+        for row in csv.DictReader(f):
+            times[(row["kernel"], row["shape"], row["config"])].append(float(row["us"]))
+    per: dict[str, dict] = defaultdict(lambda: defaultdict(list))
+    for e in entries:
+        shape = json.dumps(e["shape"], sort_keys=True)
+        keys = [(e["kernel"], shape, json.dumps(c, sort_keys=True)) for c in e["configs"]]
+        if not all(times.get(k) for k in keys):
+            continue
+        med = [statistics.median(times[k]) for k in keys]
+        best = min(med)
+        pick = next(j for j, r in enumerate(e["roles"]) if "pick" in r)
+        tried = [j for j, r in enumerate(e["roles"]) if "tried" in r]
+        d = per[e["kernel"]]
+        d["pick"].append(med[pick] / best)
+        d["autotune"].append(min(med[j] for j in tried) / best)
+        d["recorded_pick"].append(e["recorded_pick_regret"])
+        d["recorded_autotune"].append(e["recorded_autotune_regret"])
+        d["noise"] += [max(times[k]) / min(times[k]) for k in keys]
+        d["shapes"].append((med[pick] / best, min(med[j] for j in tried) / best, e["shape"]))
+    for kernel, d in per.items():
+        print(f"{kernel}: {len(d['pick'])} complete held-out shapes, median / p90 / max")
+        print(f"  pick      recorded {_pct(d['recorded_pick'])}  re-timed {_pct(d['pick'])}")
+        print(f"  autotune  recorded {_pct(d['recorded_autotune'])}  "
+              f"re-timed {_pct(d['autotune'])}")  # fmt: skip
+        print(f"  noise (max / min of a config's rounds) {_pct(d['noise'])}")
+        for p, a, shape in sorted(d["shapes"], key=lambda t: -max(t[0], t[1]))[:3]:
+            print(f"    worst: pick {p:.3f}, autotune {a:.3f}: {shape}")
+    return per
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    p = sub.add_parser("plan", help="fold models, picks and candidates (host)")
+    p.add_argument("--kernel", action="append", choices=FAMILIES, help="default: every family")
+    p.add_argument("--top", type=int, default=5, help="fastest recorded configs to re-time")
+    p.add_argument("--folds", type=int, default=5)
+    p.add_argument("--out", type=Path, required=True)
+    t = sub.add_parser("time", help="re-time a plan (GPU)")
+    t.add_argument("plan", type=Path)
+    t.add_argument("--csv", type=Path, required=True)
+    t.add_argument("--rounds", type=int, default=5)
+    t.add_argument("--seed", type=int, default=0)
+    t.add_argument("--kernel", action="append", choices=FAMILIES, help="default: every family")
+    s = sub.add_parser("score", help="regret from a plan and its timings")
+    s.add_argument("plan", type=Path)
+    s.add_argument("csv", type=Path)
+    a = ap.parse_args(argv)
+    if a.cmd == "plan":
+        entries = plan(a.kernel or list(FAMILIES), a.top, a.folds)
+        a.out.write_text(json.dumps(entries, indent=0))
+        print(f"{len(entries)} complete held-out shapes, "
+              f"{sum(len(e['configs']) for e in entries)} configs to re-time")  # fmt: skip
+    elif a.cmd == "time":
+        entries = json.loads(a.plan.read_text())
+        if a.kernel:
+            entries = [e for e in entries if e["kernel"] in a.kernel]
+        print(f"seed {a.seed}, {a.rounds} rounds", flush=True)
+        time_plan(entries, a.rounds, a.seed, a.csv)
+    else:
+        score(json.loads(a.plan.read_text()), a.csv)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
