@@ -171,3 +171,52 @@ def test_tensor_size_limit_of_32_bit_offsets():
     wg.check_tensor_size(_layer(8192, 64, 256, 3))  # 8192 images of 256 * 256 * 8 units: 2^32
     with pytest.raises(ValueError, match="32-bit"):
         wg.check_tensor_size(_layer(8193, 64, 256, 3))
+
+
+def test_task_stage_configs_outside_the_default_space_and_compile():
+    """`task_stage` configs (a whole task a pipeline stage) come only with `task_stages=True`, only
+    where rows go by TMA and a task has at most MAX_TASK_ROWS rows, within the shared memory;
+    they compile for sm_90 with no local memory, one CTA barrier in the main loop instead of one
+    per row (2 of them outside it), and every TMA copy of a task in one place; `spec` refuses one
+    that cannot run (sm_80, 1 warp) naming the rule."""
+    from spio.compiler import kernel_resources
+    from spio.compiler.disasm import disassemble, instruction_counts
+    from spio.kernels.loader import compile_specs
+
+    dev = known_device("H100")
+    layers = [
+        _layer(256, 256, 14, 3, has_bias=True),
+        _layer(256, 368, 7, 3, has_bias=True),
+        _layer(128, 440, 14, 3, stride_h=2, stride_w=2, has_bias=True),  # ragged groups
+        _layer(64, 64, 56, 1),
+    ]
+    cfgs, owners = [], []
+    for p in layers:
+        default = wg.configs(p, dev)
+        space = wg.configs(p, dev, task_stages=True)
+        staged = [c for c in space if c.task_stage]
+        assert not any(c.task_stage for c in default)
+        assert [c for c in space if not c.task_stage] == default
+        assert staged and {c.stages for c in staged} == set(wg.TASK_STAGE_CHOICES)
+        for c in staged:
+            assert wg.tma_rows(p, c, dev) and wg.task_rows(p, c) <= wg.MAX_TASK_ROWS, (p, c)
+            assert wg.smem_bytes(p, c, dev) <= dev.max_smem_per_block_optin, (p, c)
+        picked = sample(staged, 2, seed=3)
+        cfgs += picked
+        owners += [p] * len(picked)
+    specs = [wg.spec(p, c, dev) for p, c in zip(owners, cfgs, strict=True)]
+    for p, c, image in zip(owners, cfgs, compile_specs(specs, "sm_90"), strict=True):
+        for res in kernel_resources(image).values():
+            assert res.local_bytes == 0, f"{p} {c}: {res}"
+        bars = instruction_counts(disassemble(image)).get("BAR", 0)
+        assert bars <= 4, f"{p} {c}: {bars} BAR (a row stream's per-row barriers?)"
+    p = layers[0]
+    one_warp = Conv2dGw8WgradConfig(14, 16, 1, 2, 8, task_stage=True)
+    with pytest.raises(ValueError, match="task_stage=False"):
+        wg.spec(p, one_warp, dev)
+    with pytest.raises(ValueError, match="TMA rows"):
+        wg.spec(p, Conv2dGw8WgradConfig(14, 16, 4, 2, 4, task_stage=True), known_device("sm_80"))
+    assert "task_stage=True" in repr(one_warp)
+    assert repr(Conv2dGw8WgradConfig(14, 16, 4, 2, 4)) == (
+        "Conv2dGw8WgradConfig(block_p=14, block_q=16, warps=4, stages=2, splits_per_sm=4)"
+    )
