@@ -16,7 +16,6 @@ Use it to compare two versions of a kernel source on the same GPU (the JIT recom
     python benchmarks/sweep_conv2d_gw8.py --csv sweep.csv      # every timing, for plotting
     python benchmarks/sweep_conv2d_gw8.py --kernel wgrad --no-idle-warps --points "440,14,3,128,2"
     python benchmarks/sweep_conv2d_gw8.py --cp-async   # every pass without TMA rows
-    python benchmarks/sweep_conv2d_gw8.py --kernel wgrad --task-stages   # + whole-task stages
 """
 
 from __future__ import annotations
@@ -99,12 +98,10 @@ def sweep(
     reps: int,
     idle_warps: bool = True,
     wide_warps: bool = False,
-    task_stages: bool = False,
 ) -> tuple[list[dict], str]:
     """Timings of every config of pass `which` at `point` (rows), and the summary text;
     `idle_warps`: False for wgrad's space without its idle-warp CTAs (`with_idle_warps`);
-    `wide_warps`: wgrad's space with its 8-warp CTAs (`warp_choices=WIDE_WARP_CHOICES`);
-    `task_stages`: wgrad's space with its `task_stage` configs (the best of each kind printed)."""
+    `wide_warps`: wgrad's space with its 8-warp CTAs (`warp_choices=WIDE_WARP_CHOICES`)."""
     import torch
 
     from spio.cuda import device_attributes
@@ -127,11 +124,9 @@ def sweep(
         n=n, c=c, h=hw, w=hw, r=k, s=k, pad_h=k // 2, pad_w=k // 2, has_bias=True,
         dtype="float16", stride_h=stride, stride_w=stride,
     )  # fmt: skip
-    if which == "wgrad" and (not idle_warps or wide_warps or task_stages):
+    if which == "wgrad" and (not idle_warps or wide_warps):
         warps = wg.WIDE_WARP_CHOICES if wide_warps else None  # None: the space's own warps
-        configs = wg.configs(
-            p, dev, warp_choices=warps, with_idle_warps=idle_warps, task_stages=task_stages
-        )
+        configs = wg.configs(p, dev, warp_choices=warps, with_idle_warps=idle_warps)
     else:
         configs = kdef.configs(p, dev)
     t0 = time.monotonic()
@@ -175,13 +170,6 @@ def sweep(
             )
     for r in rows[:5]:
         lines.append(f"  {r['us']:8.1f} us  {r['of_elementwise']:.2f}  {r['config']}")
-    if task_stages and which == "wgrad":
-        for kind, staged in (("row stream", False), ("task stage", True)):
-            found = [r for r in rows if ("task_stage=True" in r["config"]) == staged]
-            if found:
-                r = found[0]
-                lines.append(f"  best {kind}: {r['us']:.1f} us, {r['of_elementwise']:.2f} of "
-                             f"elementwise, {r['config']}")  # fmt: skip
     return rows, "\n".join(lines + skipped)
 
 
@@ -213,12 +201,6 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="wgrad: also the 8-warp CTAs (WIDE_WARP_CHOICES, outside the default space)",
     )
-    ap.add_argument(
-        "--task-stages",
-        action="store_true",
-        help="wgrad: also the task_stage configs (a whole task a pipeline stage; outside the "
-        "default space)",
-    )
     ap.add_argument("--csv", type=Path, help="write every timing here")
     a = ap.parse_args(argv)
     try:
@@ -245,9 +227,7 @@ def main(argv: list[str] | None = None) -> int:
     every = []
     for which in passes:
         for point in points:
-            rows, text = sweep(
-                which, point, a.reps, not a.no_idle_warps, a.wide_warps, a.task_stages
-            )
+            rows, text = sweep(which, point, a.reps, not a.no_idle_warps, a.wide_warps)
             print(text, flush=True)
             every += rows
             if a.csv:

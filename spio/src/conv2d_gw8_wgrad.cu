@@ -58,10 +58,6 @@
 ///   groups, then take the same __syncthreads (which still frees the stage and dy slot the next
 ///   copies overwrite). Rows that are not copied (padding, dy rows past OUT_P) complete the
 ///   barrier on the thread's arrival alone.
-///   TASK_STAGE (with TMA_ROWS): a stage holds a whole task instead of one row: its TILE_H x rows
-///   and BLOCK_P dy rows (the rings hold STAGES x TILE_H and STAGES x BLOCK_P rows), all copied by
-///   thread 0 against the stage's one mbarrier, so a CTA waits and takes __syncthreads once per
-///   task instead of once per row, and STAGES - 1 whole tasks are in flight.
 /// Shared memory: x (STAGE, C8, W) and dy (DYROW, C8, Q), 16-byte pixels: each warp reads its
 ///   group's plane, 8 consecutive pixels per ldmatrix matrix, so no bank conflicts (at SW = 2
 ///   every other pixel: two wavefronts). TMA_ROWS: (STAGE, W, C8) and (DYROW, Q, C8) as the
@@ -114,10 +110,7 @@ constexpr int STEP_ROWS = 8;
 constexpr int CHUNKED_ROWS =
     TILE_H <= MAX_TASK_ROWS ? 0 : (TILE_H - (STAGES - 1)) / STEP_ROWS * STEP_ROWS;
 static_assert(STEP_ROWS % STRIDE_H == 0, "tap parities must stay compile-time constants");
-static_assert(TASK_STAGE || CHUNKED_ROWS + STAGES - 1 <= TILE_H,
-              "a chunked row's copy ahead leaves the task");
-static_assert(!TASK_STAGE || (TMA_ROWS && TILE_H <= MAX_TASK_ROWS),
-              "TASK_STAGE copies a task's rows by TMA and unrolls its rows whole");
+static_assert(CHUNKED_ROWS + STAGES - 1 <= TILE_H, "a chunked row's copy ahead leaves the task");
 
 }  // namespace
 
@@ -418,91 +411,6 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
         }
     };
 
-#if TASK_STAGE
-    // ---- main loop: one task a stage, STAGES - 1 tasks ahead -----------------------------------
-    // Task first + n sits in stage n % STAGES (x rows from STAGE(TILE_H (n % STAGES)), dy rows
-    // from DYROW(BLOCK_P (n % STAGES))), its barrier row_full + 8 (n % STAGES) in phase
-    // (n / STAGES) % 2. The stage refilled at task t is task t - 1's, which every warp is done
-    // with once past the __syncthreads that follows t's wait.
-    const unsigned x_task = TILE_H * x_stage;
-    const unsigned dy_task = BLOCK_P * dy_slot;
-    if (threadIdx.x == 0) {
-        for (int s = 0; s < STAGES; ++s) spio::mbarrier::init(row_full + 8 * s, 1);
-        spio::mbarrier::fence_init();
-    }
-    __syncthreads();
-    // Thread 0 copies task `task`'s rows into stage s, completing its barrier (its arrival alone
-    // when no row is copied).
-    auto load_task = [&](const Task& task, int s) {
-        if (threadIdx.x != 0) return;
-        const unsigned bar_s = row_full + 8 * s;
-        unsigned bytes = 0;
-#pragma unroll
-        for (int i = 0; i < TILE_H; ++i) bytes += x_row_inside(task, i) ? X_BOX_BYTES : 0;
-#pragma unroll
-        for (int o = 0; o < BLOCK_P; ++o) bytes += dy_row_inside(task, o) ? DY_BOX_BYTES : 0;
-        if (bytes == 0) {
-            spio::mbarrier::arrive(bar_s);
-            return;
-        }
-        spio::mbarrier::arrive_expect_tx(bar_s, bytes);
-        const unsigned x_base = spio::smem_address(smem_input.get()) + s * x_task;
-        const unsigned dy_base = spio::smem_address(smem_grad.get()) + s * dy_task;
-#pragma unroll
-        for (int i = 0; i < TILE_H; ++i) {
-            if (x_row_inside(task, i)) {
-                spio::tma::load_3d(x_base + i * x_stage, &in_map, group0.get() * 8,
-                                   q0 * STRIDE_W - PAD_W, static_cast<int>(task.x) + i, bar_s);
-            }
-        }
-#pragma unroll
-        for (int o = 0; o < BLOCK_P; ++o) {
-            if (dy_row_inside(task, o)) {
-                spio::tma::load_3d(dy_base + o * dy_slot, &grad_map, group0.get() * 8, q0,
-                                   static_cast<int>(task.dy) + o, bar_s);
-            }
-        }
-    };
-#pragma unroll
-    for (int s = 0; s < STAGES - 1; ++s) {
-        if (first + s < last) load_task(task_at(first + s), s);
-    }
-#pragma unroll
-    for (int r = 0; r < KERNEL_R; ++r)
-#pragma unroll
-        for (int j = 0; j < S_PAIRS; ++j)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) reg_acc[r][j][e] = zero();
-#pragma unroll
-    for (int e = 0; e < 4; ++e) reg_bias[e] = zero();
-    int stage = 0;
-    unsigned phase = 0;
-#pragma unroll 1
-    for (int t = first; t < last; ++t) {
-        spio::mbarrier::wait(row_full + 8 * stage, phase);  // task t's rows have landed
-        __syncthreads();  // and every warp is done with task t - 1's stage, refilled here
-        if (t + STAGES - 1 < last) {
-            load_task(task_at(t + STAGES - 1), stage == 0 ? STAGES - 1 : stage - 1);
-        }
-        const Task task = task_at(t);
-        const unsigned xs0 = stage * x_task;
-        const unsigned ds0 = stage * dy_task;
-#pragma unroll
-        for (int i = 0; i < TILE_H; ++i) {
-            // dy row (i - r) / SH of the task for filter row r (multiply_row skips the r whose
-            // row does not exist: i < r, SH not dividing i - r, or past the task's dy rows).
-            unsigned ds[KERNEL_R + 1];
-#pragma unroll
-            for (int r = 0; r <= KERNEL_R; ++r) {
-                ds[r] = ds0 + (i >= r ? (i - r) / STRIDE_H : 0) * dy_slot;
-            }
-            multiply_row(task, i, i, xs0 + i * x_stage, ds);
-        }
-        const bool wrap = stage + 1 == STAGES;
-        stage = wrap ? 0 : stage + 1;
-        phase ^= wrap ? 1u : 0u;
-    }
-#else
     // ---- main loop: every row of this split's tasks, STAGES - 1 rows ahead ----------------------
     // Ring state at stream position k: the x stage of k and of k - 1 (the one refilled at k, with
     // position k + STAGES - 1), the dy slots of k, k - 1, ..., k - R (the last refilled at k).
@@ -584,7 +492,6 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
 #pragma unroll
         for (int i = CHUNKED_ROWS; i < TILE_H; ++i) step(t, task, i, i, false);
     }
-#endif
     if (!TMA_ROWS) spio::cp_async_wait<0>();  // TMA_ROWS: every copy was waited for in its step
     __syncthreads();  // every warp is done with the pipeline's shared memory: reuse it below
 

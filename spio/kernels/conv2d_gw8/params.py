@@ -415,7 +415,7 @@ class Conv2dGw8Config:
             raise ValueError(f"Conv2dGw8Config.stages must be 2, 3, 4, 6 or 8, got {self.stages}")
 
 
-@dataclass(frozen=True, slots=True, repr=False)
+@dataclass(frozen=True, slots=True)
 class Conv2dGw8WgradConfig:
     """Tiling of the weight-gradient kernel.
 
@@ -423,11 +423,9 @@ class Conv2dGw8WgradConfig:
         block_p: output-gradient rows per task; a CTA streams the BLOCK_P + R - 1 input rows.
         block_q: output columns per CTA, a multiple of 8 (the mma reduces 8 columns at a time).
         warps: channel groups per CTA.
-        stages: input rows in flight (cp.async pipeline depth); with `task_stage`, tasks.
+        stages: input rows in flight (cp.async pipeline depth).
         splits_per_sm: partial-sum slices per SM; the (n, row-chunk) tasks are divided among
             that many CTAs in order, each writing its own fp32 partial (deterministic).
-        task_stage: a pipeline stage holds a whole task (its x and dy rows, copied by TMA at
-            once, one barrier per task instead of one per row): TMA-rows variants only.
     """
 
     block_p: int = 8
@@ -435,16 +433,6 @@ class Conv2dGw8WgradConfig:
     warps: int = 4
     stages: int = 2
     splits_per_sm: int = 2
-    task_stage: bool = False
-
-    def __repr__(self) -> str:
-        # Without `task_stage` the text the configs had before it existed: sweep files and the
-        # yardstick key their configs by it.
-        return (
-            f"Conv2dGw8WgradConfig(block_p={self.block_p}, block_q={self.block_q}, "
-            f"warps={self.warps}, stages={self.stages}, splits_per_sm={self.splits_per_sm}"
-            + (", task_stage=True)" if self.task_stage else ")")
-        )
 
     def __post_init__(self) -> None:
         if self.block_p < 1:
@@ -463,10 +451,6 @@ class Conv2dGw8WgradConfig:
             raise ValueError(
                 "Conv2dGw8WgradConfig.splits_per_sm must be 1, 2, 4, 8, 16 or 32, got "
                 f"{self.splits_per_sm}"
-            )
-        if type(self.task_stage) is not bool:
-            raise ValueError(
-                f"Conv2dGw8WgradConfig.task_stage must be a bool, got {self.task_stage!r}"
             )
 
 

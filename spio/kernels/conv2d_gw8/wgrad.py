@@ -52,7 +52,6 @@ from spio.kernels.conv2d_gw8.wgrad_tiling import split_plan as split_plan
 from spio.kernels.conv2d_gw8.wgrad_tiling import stage_w as stage_w
 from spio.kernels.conv2d_gw8.wgrad_tiling import tile_w as tile_w
 from spio.kernels.conv2d_gw8.wgrad_tiling import tma_rows as tma_rows
-from spio.kernels.conv2d_gw8.wgrad_tiling import x_rows as x_rows
 from spio.kernels.kernel_def import KernelDef, KernelSpec, KernelStats
 
 SOURCE = "conv2d_gw8_wgrad.cu"
@@ -106,7 +105,6 @@ def configs(
     dev: Any,
     warp_choices: tuple[int, ...] | None = None,
     with_idle_warps: bool = True,
-    task_stages: bool = False,
 ) -> list[Conv2dGw8WgradConfig]:
     """Every valid wgrad config: block rows from `block_p_choices` (balanced over P), column
     tiles of BLOCK_Q_CHOICES up to the first covering Q (8 only up to NARROW_Q_MAX),
@@ -119,11 +117,7 @@ def configs(
     (`warps_allowed`, the kernel's RAGGED_GROUPS: odd group counts get CTAs of 2, 4 and, where
     they copy rows by TMA, 8 warps). In the default space since the twentieth session: with TMA
     rows (2+ warps) they beat the 1-warp cp.async CTAs those layers ran before by 11-34% at 7 of
-    9 RegNet layers (docs/ops/conv2d_gw8.md).
-
-    `task_stages` adds, for every (block_p, block_q, warps) that can (`task_stage_capable`), the
-    `task_stage` configs of TASK_STAGE_CHOICES tasks in flight: not in the default space (a
-    sweep's --task-stages times them)."""
+    9 RegNet layers (docs/ops/conv2d_gw8.md)."""
     out = []
     tma_only: tuple[int, ...] = ()
     if warp_choices is None:
@@ -159,38 +153,6 @@ def configs(
                     out += (
                         Conv2dGw8WgradConfig(block_p, block_q, warps, stages, s) for s in splits[1:]
                     )
-                if task_stages:
-                    out += _task_stage_configs(p, dev, block_p, block_q, warps)
-    return out
-
-
-# Tasks in flight per CTA of a `task_stage` config (a stage is a whole task: a few stages fill
-# the shared memory).
-TASK_STAGE_CHOICES = (2, 3, 4)
-
-
-def task_stage_capable(p: Conv2dGw8Params, cfg: Conv2dGw8WgradConfig, dev: Any) -> bool:
-    """Whether (p, cfg) can run with `task_stage`: TMA rows, and a task of at most MAX_TASK_ROWS
-    x rows (the kernel unrolls a task's rows whole)."""
-    return tma_rows(p, cfg, dev) and task_rows(p, cfg) <= MAX_TASK_ROWS
-
-
-def _task_stage_configs(
-    p: Conv2dGw8Params, dev: Any, block_p: int, block_q: int, warps: int
-) -> list[Conv2dGw8WgradConfig]:
-    out: list[Conv2dGw8WgradConfig] = []
-    splits = split_choices(warps)
-    for stages in TASK_STAGE_CHOICES:
-        if not splits:
-            break
-        cfg = Conv2dGw8WgradConfig(block_p, block_q, warps, stages, splits[0], task_stage=True)
-        if not task_stage_capable(p, cfg, dev):
-            break
-        if smem_bytes(p, cfg, dev) > dev.max_smem_per_block_optin:
-            break
-        if live_regs(p, cfg) > MAX_LIVE_REGS:
-            break
-        out += (replace(cfg, splits_per_sm=s) for s in splits)
     return out
 
 
@@ -313,18 +275,13 @@ def spec(p: Conv2dGw8Params, cfg: Conv2dGw8WgradConfig, dev: Any = None) -> Kern
     GB, QB = C / (GROUP_WIDTH * cfg.warps), Q / cfg.block_q
     g = p.groups
     tma = tma_rows(p, cfg, dev)
-    if cfg.task_stage and not task_stage_capable(p, cfg, dev):
-        raise ValueError(
-            f"conv2d_gw8 wgrad: {cfg} needs TMA rows (sm_90+, 2+ warps, at most 9 taps) and tasks "
-            f"of at most {MAX_TASK_ROWS} x rows; {p} has {task_rows(p, cfg)}: set task_stage=False"
-        )
     if tma:
         # TMA rows land pixel-major, WARPS x 16 bytes per pixel, swizzled so that the 8 pixels
         # an ldmatrix reads of one group sit in 8 bank groups: group ^ (pixel >> shift) % WARPS
         # with 8 pixels per swizzle period (TMA's 32/64/128-byte swizzle).
         bits = cfg.warps.bit_length() - 1
         smem_input = Tensor(
-            (STAGE(x_rows(p, cfg)), W(stage_w(p, cfg, dev)), C8(cfg.warps)),
+            (STAGE(cfg.stages), W(stage_w(p, cfg, dev)), C8(cfg.warps)),
             uint4,
             swizzle=Xor(W, C8, bits, 3 - bits),
         )
@@ -388,7 +345,6 @@ def spec(p: Conv2dGw8Params, cfg: Conv2dGw8WgradConfig, dev: Any = None) -> Kern
         # Rows by TMA (a macro: it adds the kernel's two tensor-map parameters), the boxes' bytes
         # and the rings' shared-memory alignment.
         "TMA_ROWS": Macro(tma),
-        "TASK_STAGE": Macro(cfg.task_stage),
         "X_BOX_BYTES": Constant(cfg.warps * 16 * tile_w(p, cfg)),
         "DY_BOX_BYTES": Constant(cfg.warps * 16 * cfg.block_q),
         "ROW_ALIGN": Constant(row_align(p, cfg, dev)),

@@ -48,18 +48,7 @@ def tile_w(p: Conv2dGw8Params, cfg: Conv2dGw8WgradConfig) -> int:
 
 
 def dy_rows(p: Conv2dGw8Params, cfg: Conv2dGw8WgradConfig) -> int:
-    """dy rows in the shared-memory ring: R + STAGES - 1 (a row lives from the stream position
-    that loads it to its last use); with `task_stage`, BLOCK_P per task stage."""
-    if cfg.task_stage:
-        return cfg.stages * cfg.block_p
     return p.r + cfg.stages - 1
-
-
-def x_rows(p: Conv2dGw8Params, cfg: Conv2dGw8WgradConfig) -> int:
-    """x rows in the shared-memory ring: STAGES; with `task_stage`, a task's rows per stage."""
-    if cfg.task_stage:
-        return cfg.stages * task_rows(p, cfg)
-    return cfg.stages
 
 
 def tma_rows(p: Conv2dGw8Params, cfg: Conv2dGw8WgradConfig, dev: Any) -> bool:
@@ -103,7 +92,7 @@ def _row_align(warps: int, tma: bool) -> int:
 
 
 def smem_bytes(p: Conv2dGw8Params, cfg: Conv2dGw8WgradConfig, dev: Any = None) -> int:
-    """x ring (`x_rows`) plus dy ring (`dy_rows`), 16 B per pixel and group; after
+    """x ring (STAGES rows) plus dy ring (R + STAGES - 1 rows), 16 B per pixel and group; after
     the main loop the same memory stages the CTA's fp32 partial (WARPS x 8 x 8 x R x S).
     TMA_ROWS (`tma_rows`, which needs `dev`) rounds x rows up to 8 pixels and adds the slack that
     aligns the rings to the swizzle's period (`row_align`) and one mbarrier per stage, past
@@ -112,7 +101,7 @@ def smem_bytes(p: Conv2dGw8Params, cfg: Conv2dGw8WgradConfig, dev: Any = None) -
     # so the TMA rule is evaluated once here instead of in stage_w and row_align.
     tma = tma_rows(p, cfg, dev)
     dy = dy_rows(p, cfg) * cfg.warps * cfg.block_q * 16
-    x = x_rows(p, cfg) * cfg.warps * _stage_w(tile_w(p, cfg), tma) * 16
+    x = cfg.stages * cfg.warps * _stage_w(tile_w(p, cfg), tma) * 16
     body = max(x + dy, partial_stage_bytes(p, cfg))
     if tma:
         return _row_align(cfg.warps, tma) + body + 8 * cfg.stages
@@ -210,14 +199,8 @@ def resident_ctas(p: Conv2dGw8Params, cfg: Conv2dGw8WgradConfig, dev: Any) -> in
 
 
 def in_flight_bytes(p: Conv2dGw8Params, cfg: Conv2dGw8WgradConfig, dev: Any) -> int:
-    """x + dy bytes in flight per SM in the steady state: STAGES - 1 rows per resident CTA
-    (`task_stage`: STAGES - 1 tasks)."""
-    per_stage = row_bytes(p, cfg)
-    if cfg.task_stage:
-        per_stage = (
-            cfg.warps * (task_rows(p, cfg) * tile_w(p, cfg) + cfg.block_p * cfg.block_q) * 16
-        )
-    return resident_ctas(p, cfg, dev) * (cfg.stages - 1) * per_stage
+    """x + dy bytes in flight per SM in the steady state: STAGES - 1 rows per resident CTA."""
+    return resident_ctas(p, cfg, dev) * (cfg.stages - 1) * row_bytes(p, cfg)
 
 
 def partial_bytes(p: Conv2dGw8Params, cfg: Conv2dGw8WgradConfig, dev: Any) -> int:

@@ -178,23 +178,3 @@ def test_wgrad_tma_rows(p, seed):
     cfgs = [next(c for c in tma if c.warps == w) for w in sorted({c.warps for c in tma})]
     cfgs += sample(several, 3, seed=seed) + sample(tma, _limit(), seed=seed)
     check(p, list(dict.fromkeys(cfgs)), seed)
-
-
-@pytest.mark.parametrize("p", TMA_SHAPES + SHAPES, ids=str)
-def test_wgrad_task_stage(p, seed):
-    """`task_stage` configs (a whole task a stage, outside the default space): each stage count,
-    every warp count, splits of several tasks (the stages' barriers wrap their phases), ragged
-    row chunks and padding rows (not copied), against fp64 and the same bits twice."""
-    dev = _dev()
-    if tuple(dev.compute_capability) < (9, 0):
-        pytest.skip("task stages need TMA rows (sm_90)")
-    space = wg.configs(p, dev, warp_choices=wg.WIDE_WARP_CHOICES, task_stages=True)
-    staged = [c for c in space if c.task_stage]
-    if not staged:
-        assert not any(wg.tma_rows(p, c, dev) for c in space), f"{p}: TMA rows but no task stage"
-        pytest.skip(f"{p}: no config copies rows by TMA")
-    several = [c for c in staged if wg.split_plan(p, c, dev)[1] > 1]
-    cfgs = [next(c for c in staged if c.stages == s) for s in sorted({c.stages for c in staged})]
-    cfgs += [next(c for c in staged if c.warps == w) for w in sorted({c.warps for c in staged})]
-    cfgs += sample(several, 3, seed=seed) + sample(staged, _limit(4), seed=seed)
-    check(p, list(dict.fromkeys(cfgs)), seed)
