@@ -47,22 +47,28 @@ def alternatives():
     ]
 
 
-def as_called(m: int, n: int, k: int, dt, pairs: int, seed: int) -> dict:
-    """Pairs of batches of eager op calls, spio and torch alternately."""
+def as_called(m: int, n: int, k: int, dt, pairs: int, seed: int, weights: int = 1) -> dict:
+    """Pairs of batches of eager op calls, spio and torch alternately. `weights` > 1: the calls
+    cycle through that many weight matrices (a model's successive layers: each read from HBM
+    once the set outgrows the L2)."""
+    import itertools
+
     import torch
 
     import spio.functional as sf
 
     a = torch.randn(m, k, device="cuda").to(dt)
-    w = torch.randn(n, k, device="cuda").to(dt)
+    ws = [torch.randn(n, k, device="cuda").to(dt) for _ in range(weights)]
+    w = ws[0]
     ref = torch.matmul(a, w.t())
     got = sf.matmul(a, w, b_transposed=True)
     err = ((got.float() - ref.float()).abs().max() / ref.float().abs().max()).item()
     once = _wall(lambda: torch.matmul(a, w.t()), 3)
     calls = max(3, int(20e-3 / once))  # ~20 ms of work per batch
+    nxt = itertools.cycle(ws).__next__
     fns = {
-        "spio": lambda: sf.matmul(a, w, b_transposed=True),
-        "torch": lambda: torch.matmul(a, w.t()),
+        "spio": lambda: sf.matmul(a, nxt(), b_transposed=True),
+        "torch": lambda: torch.matmul(a, nxt().t()),
     }
     rng = random.Random(seed)
     per = {"spio": [], "torch": []}
