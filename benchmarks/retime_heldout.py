@@ -13,6 +13,10 @@ median over the rounds, and the spread of the rounds is reported as the noise.
     python benchmarks/retime_heldout.py time /tmp/plan.json --csv t.csv    # GPU (the data's kind)
     python benchmarks/retime_heldout.py score /tmp/plan.json t.csv         # host or GPU
 
+The twenty-third session's H100 timings (5 rounds, every family): `benchmarks/data/yardstick/
+heldout_retimed__nvidia-h100-80gb-hbm3.csv.gz` (`score` reads it gzipped; its plan is `plan`'s
+output on the datasets as of that session).
+
 `plan` trains the folds exactly as `spio tune eval` does (same datasets, folds and recipe), so its
 recorded regrets are eval's. Re-time on the GPU kind the datasets were measured on (the plan
 names it; `time` refuses another): the best recorded configs are that GPU's.
@@ -22,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import gzip
 import json
 import random
 import statistics
@@ -148,7 +153,8 @@ def score(entries: list[dict], csv_path: Path) -> dict[str, dict]:
     """Per family: recorded and re-timed regret (median / p90 / max) of the pick and of
     autotune's choice, and the rounds' noise; prints them and each family's worst shapes."""
     times: dict[tuple, list[float]] = defaultdict(list)
-    with csv_path.open() as f:
+    opener = gzip.open if csv_path.suffix == ".gz" else open
+    with opener(csv_path, "rt", newline="") as f:
         for row in csv.DictReader(f):
             times[(row["kernel"], row["shape"], row["config"])].append(float(row["us"]))
     per: dict[str, dict] = defaultdict(lambda: defaultdict(list))
