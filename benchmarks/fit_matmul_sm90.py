@@ -64,7 +64,7 @@ def load(paths: list[Path]) -> dict[str, dict[tuple[int, int, int], dict]]:
                     table[(m, n, k)][cfg] = float(r["us"])
                 elif float(r["tflops"]) >= MIN_TFLOPS:
                     table[(m, n, k)][cfg] = 2 * m * n * k / float(r["tflops"]) / 1e6
-        out[name] = dict(table)
+        out.setdefault(name, {}).update(table)  # a later file's shape replaces an earlier one's
     return out
 
 
