@@ -35,7 +35,7 @@ extern "C" __global__ void read_probe(const uint4* __restrict__ src, unsigned lo
 #pragma unroll
         for (int u = 0; u < UNROLL; ++u) acc ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
     }
-    if (acc == 0x9e3779b9u) out[0] = acc;  // never true for the probe's data: keeps the loads
+    if (acc == 0x9e3779b9u) out[0] = acc;  // keeps the loads (a 2^-32 chance; harmless)
 }
 
 extern "C" __global__ void copy_probe(const uint4* __restrict__ src, unsigned long long n,
