@@ -19,7 +19,13 @@ the picks against the best measured config of each shape:
 `--tails F` scores the shipped cost model with and without split tails on a file of
 `bench_matmul_sm90.py --candidates` (the candidates and the tail configs timed in one run),
 against the best of those (a tail config recorded where the shape has no tail ran the plain
-variant: left out), and SPIO_AUTOTUNE's choice (the fastest of `matmul_sm90.ranked`).
+variant: left out), and SPIO_AUTOTUNE's choice (the fastest of `matmul_sm90.ranked`). `--with G`
+merges G (same GPU) into each F by shape first: the 57-shape H100 files with their 8 decode shapes
+re-swept with the swapped configs,
+
+    python benchmarks/fit_matmul_sm90.py \
+        --tails benchmarks/data/sweeps/matmul_sm90_rebalanced57__nvidia-h100-80gb-hbm3.csv \
+        --with benchmarks/data/sweeps/matmul_sm90_decode8__nvidia-h100-80gb-hbm3.csv
 """
 
 from __future__ import annotations
@@ -255,11 +261,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--tails", type=Path, action="append", help="score split tails on a --candidates file"
     )
+    ap.add_argument(
+        "--with",
+        dest="extra",
+        type=Path,
+        action="append",
+        default=[],
+        help="a file of the same GPU merged into each --tails file by shape (its shapes replace "
+        "the file's: e.g. a decode sweep with the swapped configs)",
+    )
     args = ap.parse_args(argv)
     from spio.kernels import matmul_sm90 as k90
 
     for path in args.tails or []:  # one file at a time: two runs of one GPU stay apart
-        for name, table in load([path]).items():
+        for name, table in load([path, *args.extra]).items():
             for tails in (False, True):
                 what = f"{path.name}, the cost model, tails {'on' if tails else 'off'}:"
                 print(what, summary(tail_score(name, table, tails)))

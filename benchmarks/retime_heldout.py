@@ -13,9 +13,11 @@ median over the rounds, and the spread of the rounds is reported as the noise.
     python benchmarks/retime_heldout.py time /tmp/plan.json --csv t.csv    # GPU (the data's kind)
     python benchmarks/retime_heldout.py score /tmp/plan.json t.csv         # host or GPU
 
-The twenty-third session's H100 timings (5 rounds, every family): `benchmarks/data/yardstick/
-heldout_retimed__nvidia-h100-80gb-hbm3.csv.gz` (`score` reads it gzipped; its plan is `plan`'s
-output on the datasets as of that session).
+The twenty-third session's H100 timings (5 rounds, every family) and their plan:
+`benchmarks/data/yardstick/heldout_retimed__nvidia-h100-80gb-hbm3.csv.gz` and
+`heldout_retimed_plan.json.gz` (any of the three steps reads or writes a name ending in .gz
+gzipped). The best is the fastest of the re-timed configs, not of the whole space: a re-timed
+regret is a lower bound.
 
 `plan` trains the folds exactly as `spio tune eval` does (same datasets, folds and recipe), so its
 recorded regrets are eval's. Re-time on the GPU kind the datasets were measured on (the plan
@@ -80,9 +82,38 @@ def plan(kernels: list[str], top: int, folds: int) -> list[dict]:
     return out
 
 
+def _open(path: Path, mode: str = "rt"):
+    """A text file, gzipped when its name ends in .gz."""
+    return (
+        gzip.open(path, mode, newline="") if path.suffix == ".gz" else path.open(mode, newline="")
+    )
+
+
+def read_plan(path: Path) -> list[dict]:
+    with _open(path) as f:
+        return json.load(f)
+
+
+def read_times(csv_path: Path) -> dict[tuple, list[float]]:
+    """(kernel, shape JSON, config JSON) -> its timings (µs), over every row of the CSV."""
+    times: dict[tuple, list[float]] = defaultdict(list)
+    with _open(csv_path) as f:
+        for row in csv.DictReader(f):
+            times[(row["kernel"], row["shape"], row["config"])].append(float(row["us"]))
+    return times
+
+
+def _keys(e: dict) -> list[tuple]:
+    shape = json.dumps(e["shape"], sort_keys=True)
+    return [(e["kernel"], shape, json.dumps(c, sort_keys=True)) for c in e["configs"]]
+
+
 def time_plan(entries: list[dict], rounds: int, seed: int, csv_path: Path) -> None:
     """Times every entry's configs `rounds` times (each round in a fresh order); appends one
-    CSV row per timing. A shape whose runner cannot be built on this GPU is skipped, named."""
+    CSV row per timing. An entry the CSV already holds `rounds` timings of every config of is
+    skipped (a run picks up where a stopped one ended; a shape cut off mid-way is timed again,
+    so `score` reads its rows twice: delete them first); a shape whose runner cannot be built on
+    this GPU is skipped, named."""
     import torch
 
     from spio.cuda import device_attributes
@@ -100,6 +131,9 @@ def time_plan(entries: list[dict], rounds: int, seed: int, csv_path: Path) -> No
             f"retime: the plan's best configs were measured on {sorted(wrong)}; this is "
             f"{dev.name}: re-time on the GPU kind the datasets were measured on"
         )
+    if csv_path.exists():
+        done = read_times(csv_path)
+        entries = [e for e in entries if not all(len(done[k]) >= rounds for k in _keys(e))]
     specs = []
     for e in entries:
         kdef = KERNELS[e["kernel"]]
@@ -146,17 +180,16 @@ def _pct(values: list[float]) -> str:
 def score(entries: list[dict], csv_path: Path) -> dict[str, dict]:
     """Per family: recorded and re-timed regret (median / p90 / max) of the pick and of
     autotune's choice, and the rounds' noise; prints them and each family's worst shapes."""
-    times: dict[tuple, list[float]] = defaultdict(list)
-    opener = gzip.open if csv_path.suffix == ".gz" else open
-    with opener(csv_path, "rt", newline="") as f:
-        for row in csv.DictReader(f):
-            times[(row["kernel"], row["shape"], row["config"])].append(float(row["us"]))
+    times = read_times(csv_path)
     per: dict[str, dict] = defaultdict(lambda: defaultdict(list))
+    scored = 0
+    counts: set[int] = set()
     for e in entries:
-        shape = json.dumps(e["shape"], sort_keys=True)
-        keys = [(e["kernel"], shape, json.dumps(c, sort_keys=True)) for c in e["configs"]]
+        keys = _keys(e)
         if not all(times.get(k) for k in keys):
             continue
+        scored += 1
+        counts.update(len(times[k]) for k in keys)
         med = [statistics.median(times[k]) for k in keys]
         best = min(med)
         pick = next(j for j, r in enumerate(e["roles"]) if "pick" in r)
@@ -168,6 +201,8 @@ def score(entries: list[dict], csv_path: Path) -> dict[str, dict]:
         d["recorded_autotune"].append(e["recorded_autotune_regret"])
         d["noise"] += [max(times[k]) / min(times[k]) for k in keys]
         d["shapes"].append((med[pick] / best, min(med[j] for j in tried) / best, e["shape"]))
+    print(f"{scored} of the plan's {len(entries)} entries timed, "
+          f"{'/'.join(map(str, sorted(counts)))} rounds a config")  # fmt: skip
     for kernel, d in per.items():
         print(f"{kernel}: {len(d['pick'])} complete held-out shapes, median / p90 / max")
         print(f"  pick      recorded {_pct(d['recorded_pick'])}  re-timed {_pct(d['pick'])}")
@@ -199,17 +234,18 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     if a.cmd == "plan":
         entries = plan(a.kernel or list(FAMILIES), a.top, a.folds)
-        a.out.write_text(json.dumps(entries, indent=0))
+        with _open(a.out, "wt") as f:
+            json.dump(entries, f, indent=0)
         print(f"{len(entries)} complete held-out shapes, "
               f"{sum(len(e['configs']) for e in entries)} configs to re-time")  # fmt: skip
     elif a.cmd == "time":
-        entries = json.loads(a.plan.read_text())
+        entries = read_plan(a.plan)
         if a.kernel:
             entries = [e for e in entries if e["kernel"] in a.kernel]
         print(f"seed {a.seed}, {a.rounds} rounds", flush=True)
         time_plan(entries, a.rounds, a.seed, a.csv)
     else:
-        score(json.loads(a.plan.read_text()), a.csv)
+        score(read_plan(a.plan), a.csv)
     return 0
 
 

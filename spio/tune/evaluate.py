@@ -271,8 +271,8 @@ def held_out(
     kwargs = {} if rounds is None else {"rounds": rounds}
     for f in range(folds):
         test_shapes = tested.get(f, [])
-        held_out = set(test_shapes)
-        train_idx = [i for k, idx in by_shape.items() if k not in held_out for i in idx]
+        held = set(test_shapes)
+        train_idx = [i for k, idx in by_shape.items() if k not in held for i in idx]
         if not test_shapes or not (train_idx or model is not None):
             continue
         ranker = model or PerfModel.train(
