@@ -19,9 +19,10 @@ The twenty-third session's H100 timings (5 rounds, every family) and their plan:
 gzipped). The best is the fastest of the re-timed configs, not of the whole space: a re-timed
 regret is a lower bound.
 
-`plan` trains the folds exactly as `spio tune eval` does (same datasets, folds and recipe), so its
-recorded regrets are eval's. Re-time on the GPU kind the datasets were measured on (the plan
-names it; `time` refuses another): the best recorded configs are that GPU's.
+`plan` trains the folds exactly as `spio tune eval --data benchmarks/data/tune/<family>.jsonl`
+does (the shipped datasets, same folds and recipe), so its recorded regrets are eval's. Re-time
+on the GPU kind the datasets were measured on (the plan names it; `time` refuses another): the
+best recorded configs are that GPU's.
 """
 
 from __future__ import annotations

@@ -16,6 +16,9 @@ Use it to compare two versions of a kernel source on the same GPU (the JIT recom
     python benchmarks/sweep_conv2d_gw8.py --csv sweep.csv      # every timing, for plotting
     python benchmarks/sweep_conv2d_gw8.py --kernel wgrad --no-idle-warps --points "440,14,3,128,2"
     python benchmarks/sweep_conv2d_gw8.py --cp-async   # every pass without TMA rows
+    ncu --kernel-name conv2d_gw8_wgrad --launch-skip 20 --launch-count 1 --set full \
+        python benchmarks/sweep_conv2d_gw8.py --kernel wgrad --points "64,56,3,128" \
+        --config "Conv2dGw8WgradConfig(block_p=14, block_q=64, warps=4, stages=3, splits_per_sm=4)"
 """
 
 from __future__ import annotations
@@ -92,16 +95,30 @@ def _cudnn_us(which: str, p, reps: int) -> float:
     return bench(run, reps=reps, warmup_ms=3).median_ms * 1e3
 
 
+def select_configs(configs: list, only: frozenset[str], where: str) -> list:
+    """The configs whose text is in `only`; a ValueError naming the texts the space lacks."""
+    chosen = [c for c in configs if str(c) in only]
+    missing = sorted(only - {str(c) for c in chosen})
+    if missing:
+        raise ValueError(
+            f"--config: not in the space of {where}: {missing} (write a config as the sweep "
+            f"prints it, e.g. {str(configs[0])!r})"
+        )
+    return chosen
+
+
 def sweep(
     which: str,
     point: tuple[int, int, int, int, int],
     reps: int,
     idle_warps: bool = True,
     wide_warps: bool = False,
+    only: frozenset[str] = frozenset(),
 ) -> tuple[list[dict], str]:
     """Timings of every config of pass `which` at `point` (rows), and the summary text;
     `idle_warps`: False for wgrad's space without its idle-warp CTAs (`with_idle_warps`);
-    `wide_warps`: wgrad's space with its 8-warp CTAs (`warp_choices=WIDE_WARP_CHOICES`)."""
+    `wide_warps`: wgrad's space with its 8-warp CTAs (`warp_choices=WIDE_WARP_CHOICES`);
+    `only`: just the configs of the space whose text (`str(config)`) is in it."""
     import torch
 
     from spio.cuda import device_attributes
@@ -129,6 +146,8 @@ def sweep(
         configs = wg.configs(p, dev, warp_choices=warps, with_idle_warps=idle_warps)
     else:
         configs = kdef.configs(p, dev)
+    if only:
+        configs = select_configs(configs, only, f"{which} at {point}")
     t0 = time.monotonic()
     compile_specs([kdef.spec(p, cfg, dev) for cfg in configs], dev.arch)
     compile_s = time.monotonic() - t0
@@ -201,6 +220,13 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="wgrad: also the 8-warp CTAs (WIDE_WARP_CHOICES, outside the default space)",
     )
+    ap.add_argument(
+        "--config",
+        action="append",
+        default=[],
+        help="time only this config (its text as the sweep prints it; repeatable): e.g. one "
+        "config under a profiler",
+    )
     ap.add_argument("--csv", type=Path, help="write every timing here")
     a = ap.parse_args(argv)
     try:
@@ -227,7 +253,9 @@ def main(argv: list[str] | None = None) -> int:
     every = []
     for which in passes:
         for point in points:
-            rows, text = sweep(which, point, a.reps, not a.no_idle_warps, a.wide_warps)
+            rows, text = sweep(
+                which, point, a.reps, not a.no_idle_warps, a.wide_warps, frozenset(a.config)
+            )
             print(text, flush=True)
             every += rows
             if a.csv:

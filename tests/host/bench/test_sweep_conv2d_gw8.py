@@ -42,3 +42,16 @@ def test_without_gpu_says_so(sweep, capsys):
         pytest.skip("checks the no-GPU message; this machine has a CUDA GPU")
     assert sweep.main(["--kernel", "fprop", "--points", "8,7,3,1"]) == 2
     assert "needs a CUDA GPU" in capsys.readouterr().out
+
+
+def test_config_filter_keeps_the_named_configs_and_names_the_missing(sweep):
+    from spio.cuda import known_device
+    from spio.kernels.conv2d_gw8 import wgrad as wg
+    from spio.kernels.conv2d_gw8.params import Conv2dGw8Params
+
+    p = Conv2dGw8Params(n=32, c=64, h=56, w=56, r=3, s=3, pad_h=1, pad_w=1, has_bias=True)
+    space = wg.configs(p, known_device("H100"))
+    pick = frozenset({str(space[3]), str(space[7])})
+    assert sweep.select_configs(space, pick, "wgrad") == [space[3], space[7]]
+    with pytest.raises(ValueError, match="not in the space"):
+        sweep.select_configs(space, pick | {"Conv2dGw8WgradConfig(block_p=3)"}, "wgrad")
