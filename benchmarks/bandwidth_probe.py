@@ -22,27 +22,34 @@ import functools
 import itertools
 
 SOURCE = r"""
+// UNROLL 16-byte loads of this thread's elements i, i + blockDim.x, ... (those below end) at
+// once, folded into acc.
+__device__ __forceinline__ void fold_loads(const uint4* __restrict__ base, unsigned long long i,
+                                           unsigned long long end, unsigned& acc) {
+    uint4 v[UNROLL];
+#pragma unroll
+    for (int u = 0; u < UNROLL; ++u) {
+        const unsigned long long j = i + (unsigned long long)u * blockDim.x;
+        v[u] = j < end ? __ldcs(base + j) : make_uint4(0, 0, 0, 0);
+    }
+#pragma unroll
+    for (int u = 0; u < UNROLL; ++u) acc ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
+}
+
 extern "C" __global__ void read_probe(const uint4* __restrict__ src, unsigned long long n,
                                       unsigned* __restrict__ out) {
     unsigned acc = 0;
     const unsigned long long step = (unsigned long long)gridDim.x * blockDim.x * UNROLL;
     for (unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x * UNROLL + threadIdx.x;
          i < n; i += step) {
-        uint4 v[UNROLL];
-#pragma unroll
-        for (int u = 0; u < UNROLL; ++u) {
-            const unsigned long long j = i + (unsigned long long)u * blockDim.x;
-            v[u] = j < n ? __ldcs(src + j) : make_uint4(0, 0, 0, 0);
-        }
-#pragma unroll
-        for (int u = 0; u < UNROLL; ++u) acc ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
+        fold_loads(src, i, n, acc);
     }
     if (acc == 0x9e3779b9u) out[0] = acc;  // keeps the loads (a 2^-32 chance; harmless)
 }
 
 // Each CTA reads its own contiguous part instead (the weight gradient's splits: every resident CTA
-// streams its own range of tasks): the data as STREAMS equal tensors (x and dy: 2), CTA b reading
-// part b of each, the tensors' steps in turn, UNROLL 16-byte loads a thread in flight.
+// streams its own range of tasks): the data as `streams` equal tensors (x and dy: 2), CTA b
+// reading part b of each, the tensors' steps in turn.
 extern "C" __global__ void read_blocked(const uint4* __restrict__ src, unsigned long long n,
                                         unsigned* __restrict__ out, int streams) {
     unsigned acc = 0;
@@ -52,17 +59,7 @@ extern "C" __global__ void read_blocked(const uint4* __restrict__ src, unsigned 
     const unsigned long long end = min(begin + part, per_stream);
     const unsigned long long step = (unsigned long long)blockDim.x * UNROLL;
     for (unsigned long long i = begin + threadIdx.x; i < end + threadIdx.x; i += step) {
-        for (int t = 0; t < streams; ++t) {
-            const uint4* base = src + t * per_stream;
-            uint4 v[UNROLL];
-#pragma unroll
-            for (int u = 0; u < UNROLL; ++u) {
-                const unsigned long long j = i + (unsigned long long)u * blockDim.x;
-                v[u] = j < end ? __ldcs(base + j) : make_uint4(0, 0, 0, 0);
-            }
-#pragma unroll
-            for (int u = 0; u < UNROLL; ++u) acc ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
-        }
+        for (int t = 0; t < streams; ++t) fold_loads(src + t * per_stream, i, end, acc);
     }
     if (acc == 0x9e3779b9u) out[0] = acc;  // keeps the loads (a 2^-32 chance; harmless)
 }

@@ -234,17 +234,24 @@ def _inputs(p, seed: int):
     return x.permute(0, 2, 3, 1).numpy(), dy.permute(0, 2, 3, 1).numpy(), want_w, want_b
 
 
+def assert_exact(p, cfg, dev, seed, inputs, **kw) -> None:
+    """The emulated kernel (`emulate_wgrad(..., **kw)`) gives the fp64 reference's dw and db, and
+    issues exactly the useful mmas."""
+    xs, dys, want_w, want_b = inputs
+    dw, db, mmas = emulate_wgrad(xs, dys, p, cfg, dev, **kw)
+    where = f"{p} {cfg} {kw} seed={seed}"
+    np.testing.assert_allclose(dw, want_w, rtol=1e-9, atol=1e-9, err_msg=where)
+    if p.has_bias:
+        np.testing.assert_allclose(db, want_b, rtol=1e-9, atol=1e-9, err_msg=where)
+    assert mmas == useful_mmas(p, cfg, dev), where
+
+
 @pytest.mark.parametrize("p", SHAPES, ids=str)
 def test_wgrad_skips_give_the_exact_gradient(p, seed):
     dev = known_device("H100")
-    xs, dys, want_w, want_b = _inputs(p, seed)
+    inputs = _inputs(p, seed)
     for cfg in _cases(p, dev, seed):
-        dw, db, mmas = emulate_wgrad(xs, dys, p, cfg, dev)
-        where = f"{p} {cfg} seed={seed}"
-        np.testing.assert_allclose(dw, want_w, rtol=1e-9, atol=1e-9, err_msg=where)
-        if p.has_bias:
-            np.testing.assert_allclose(db, want_b, rtol=1e-9, atol=1e-9, err_msg=where)
-        assert mmas == useful_mmas(p, cfg, dev), where
+        assert_exact(p, cfg, dev, seed, inputs)
 
 
 def test_wgrad_streams_several_tasks_with_skips(seed):
@@ -273,15 +280,10 @@ def test_interleaved_tasks_give_the_exact_gradient(sm_count, seed):
     row chunks."""
     dev = replace(known_device("H100"), sm_count=sm_count)
     for p in (SHAPES[0], SHAPES[2]):
-        xs, dys, want_w, want_b = _inputs(p, seed)
+        inputs = _inputs(p, seed)
         cfgs = [c for c in wg.configs(p, dev) if wt.split_plan(p, c, dev)[1] > 1]
         for cfg in sample(cfgs or wg.configs(p, dev), 2, seed=seed):
-            dw, db, mmas = emulate_wgrad(xs, dys, p, cfg, dev, interleaved=True)
-            where = f"{p} {cfg} seed={seed}"
-            np.testing.assert_allclose(dw, want_w, rtol=1e-9, atol=1e-9, err_msg=where)
-            if p.has_bias:
-                np.testing.assert_allclose(db, want_b, rtol=1e-9, atol=1e-9, err_msg=where)
-            assert mmas == useful_mmas(p, cfg, dev), where
+            assert_exact(p, cfg, dev, seed, inputs, interleaved=True)
 
 
 def test_dead_work_at_7x7_k7():
@@ -330,14 +332,9 @@ def test_chunked_row_walk_gives_the_exact_gradient(p, seed):
     """The chunked walk of long tasks (every task chunked wherever it has enough rows:
     max_task_rows 0), with the TALL_SHAPES' whole-task walk beside it."""
     dev = known_device("H100")
-    xs, dys, want_w, want_b = _inputs(p, seed)
+    inputs = _inputs(p, seed)
     cfgs = wg.configs(p, dev)
     tall = [c for c in cfgs if wt.task_rows(p, c) > wg.MAX_TASK_ROWS]
     for cfg in dict.fromkeys(sample(cfgs, 2, seed=seed) + sample(tall, 2, seed=seed)):
         for max_rows in (0, wg.MAX_TASK_ROWS):
-            dw, db, mmas = emulate_wgrad(xs, dys, p, cfg, dev, max_task_rows=max_rows)
-            where = f"{p} {cfg} max_task_rows={max_rows} seed={seed}"
-            np.testing.assert_allclose(dw, want_w, rtol=1e-9, atol=1e-9, err_msg=where)
-            if p.has_bias:
-                np.testing.assert_allclose(db, want_b, rtol=1e-9, atol=1e-9, err_msg=where)
-            assert mmas == useful_mmas(p, cfg, dev), where
+            assert_exact(p, cfg, dev, seed, inputs, max_task_rows=max_rows)
