@@ -3,10 +3,17 @@
 Shapes: square M = N = K in 1024..8192 with B stored (K, N) and with B stored (N, K), and LLM
 projections: M tokens (16..8192) x K 4096 x N 4096 / 11008 with the weight stored (N, K)
 (nn.Linear's layout, b_transposed=True; cuBLAS gets the same transposed view); `--shapes` times
-others (B as (N, K)). fp16 and bf16, fp32 accumulation, output in the operand dtype. Which kernel
+others (B as (N, K)). fp16 and bf16, fp32 accumulation, output in the operand dtype (or fp32:
+`--out-dtype fp32`), with a bias (N,) added in the epilogue (`--bias`). Which kernel
 the op runs is in the `kernel` column (`spio.functional.matmul.kernel_choice`): on an H100/H200
 the Hopper TMA + wgmma kernel (B either way, its config from `matmul_sm90.heuristic`, or a
 persisted SPIO_AUTOTUNE winner), on other GPUs the mma.sync kernel.
+
+PyTorch's equivalent is what a PyTorch user calls for the same product (cuBLAS): `torch.matmul`;
+with `--bias`, `torch.addmm(bias, a, b)` (cuBLASLt's bias epilogue); with `--out-dtype fp32`,
+the `out_dtype` overloads `torch.mm(a, b, out_dtype=torch.float32)` / `torch.addmm(...,
+out_dtype=torch.float32)` (fp16/bf16 in, fp32 out), the bias passed in the operands' dtype, or in
+fp32 where this PyTorch takes only that.
 
 For each shape and both libraries (µs per call as TFLOP/s):
   spio_tflops / cublas_tflops    the op as called: back-to-back eager calls, host path included
@@ -24,6 +31,7 @@ on every square size >= 2048. B (N, K), the Hopper kernel (issue 16): >= 95% at 
 4096 x 4096 x 11008, >= 90% at 4096^3, 2048^3 and 16 x 4096 x 4096.
 
     spio bench matmul [--quick] [--csv out.csv] [--plot out.png] [--dtype fp16|bf16|both]
+    spio bench matmul --quick --bias --out-dtype fp32    # the epilogue's variants
     spio bench matmul --shapes "512x1024x16384;1024x1024x8192"   # M x N x K, B as (N, K)
     spio bench matmul --sweep 8192    # every mma.sync config at 8192^3 fp16 (L2 flushed)
 """
@@ -31,6 +39,7 @@ on every square size >= 2048. B (N, K), the Hopper kernel (issue 16): >= 95% at 
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -79,9 +88,32 @@ def calls_per_batch(m: int, n: int, k: int) -> int:
     return max(1, min(50, round(BATCH_MS / est_ms)))
 
 
-def measure(label, m, n, k, b_transposed, dtype_name, calls) -> dict:
-    """One shape: spio's op and torch.matmul, each as called and as kernels (see the module
-    docstring), and spio's result against cuBLAS's."""
+OUT_DTYPES = {"same": None, "fp32": torch.float32}
+
+
+def torch_equivalent(a, bm, bias, out_dtype) -> Callable[[], torch.Tensor]:
+    """PyTorch's call for C = A @ B (+ bias) with B given as the (K, N) matrix `bm` (a view of
+    an (N, K) weight where the layout is nn.Linear's): matmul, addmm with a bias, and the
+    out_dtype overloads of mm / addmm for an fp32 output. The bias goes in as given, or in fp32
+    when this PyTorch's addmm with out_dtype takes only that (tried once, here)."""
+    if out_dtype is None:
+        if bias is None:
+            return lambda: torch.matmul(a, bm)
+        return lambda: torch.addmm(bias, a, bm)
+    if bias is None:
+        return lambda: torch.mm(a, bm, out_dtype=out_dtype)
+    try:
+        torch.addmm(bias, a, bm, out_dtype=out_dtype)
+    except RuntimeError:  # a bias of the output's dtype instead
+        bias = bias.to(out_dtype)
+    return lambda: torch.addmm(bias, a, bm, out_dtype=out_dtype)
+
+
+def measure(
+    label, m, n, k, b_transposed, dtype_name, calls, bias: bool = False, out: str = "same"
+) -> dict:
+    """One shape: spio's op and PyTorch's equivalent (`torch_equivalent`), each as called and as
+    kernels (see the module docstring), and spio's result against cuBLAS's."""
     import spio.functional as sf
     from spio.cuda import device_attributes
     from spio.functional.matmul import kernel_choice
@@ -89,20 +121,23 @@ def measure(label, m, n, k, b_transposed, dtype_name, calls) -> dict:
     from spio.settings import override
 
     dt = DTYPES[dtype_name]
+    out_dtype = OUT_DTYPES[out]
     dev = torch.device("cuda", torch.cuda.current_device())
     a = torch.randn(m, k, device=dev).to(dt)
     b = torch.randn(*((n, k) if b_transposed else (k, n)), device=dev).to(dt)
     bm = b.t() if b_transposed else b
+    bias_t = torch.randn(n, device=dev).to(dt) if bias else None
     name = str(dt).removeprefix("torch.")
+    out_name = name if out_dtype is None else "float32"
     family, cfg = kernel_choice(
-        MatmulParams(m, n, k, name, name, b_transposed=b_transposed), device_attributes(dev.index)
+        MatmulParams(m, n, k, name, out_name, has_bias=bias, b_transposed=b_transposed),
+        device_attributes(dev.index),
     )
 
     def spio_op():
-        return sf.matmul(a, b, b_transposed=b_transposed)
+        return sf.matmul(a, b, bias=bias_t, out_dtype=out_dtype, b_transposed=b_transposed)
 
-    def torch_op():
-        return torch.matmul(a, bm)
+    torch_op = torch_equivalent(a, bm, bias_t, out_dtype)
 
     got = spio_op()  # compiles, selects and loads: the timed calls below reuse the plan
     ref = torch_op().float()
@@ -118,6 +153,8 @@ def measure(label, m, n, k, b_transposed, dtype_name, calls) -> dict:
     return {
         "shape": label,
         "dtype": dtype_name,
+        "out": out_name,
+        "bias": bias,
         "spio_tflops": flops / spio_called / 1e6,
         "cublas_tflops": flops / torch_called / 1e6,
         "ratio": torch_called / spio_called,
@@ -226,6 +263,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="time these shapes instead (B stored (N, K), as nn.Linear keeps its weight)",
     )
     ap.add_argument(
+        "--out-dtype",
+        choices=tuple(OUT_DTYPES),
+        default="same",
+        help="the output's dtype: the operands' (default) or fp32",
+    )
+    ap.add_argument("--bias", action="store_true", help="add a bias (N,) in the epilogue")
+    ap.add_argument(
         "--sweep",
         type=int,
         default=None,
@@ -246,6 +290,8 @@ def check_args(ap: argparse.ArgumentParser, args: argparse.Namespace) -> None:
             ap.error(str(e))
         if args.sweep:
             ap.error("--shapes times the op at those shapes; --sweep times configs at SIZE^3")
+    if args.sweep and (args.bias or args.out_dtype != "same"):
+        ap.error("--sweep times the mma.sync configs without bias, in the operands' dtype")
     if args.sweep and args.plot:
         ap.error(
             "--plot draws the shape table; --sweep prints its configs (use --csv to keep them)"
@@ -271,7 +317,9 @@ def main(argv: list[str] | None = None) -> int:
         todo = [(f"{m}x{n}x{k} W(N,K)", m, n, k, True) for m, n, k in parse_shapes(args.shapes)]
     for label, m, n, k, bt in todo:
         for d in dtypes:
-            rows.append(measure(label, m, n, k, bt, d, calls_per_batch(m, n, k)))
+            rows.append(
+                measure(label, m, n, k, bt, d, calls_per_batch(m, n, k), args.bias, args.out_dtype)
+            )
             print(
                 f"  {label:>16} {d}: spio {rows[-1]['spio_tflops']:.1f} TFLOP/s, "
                 f"cuBLAS {rows[-1]['cublas_tflops']:.1f} ({rows[-1]['ratio']:.0%})",

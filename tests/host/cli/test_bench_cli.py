@@ -17,7 +17,8 @@ from spio.settings import override
 FLAGS = {
     "conv2d-gw8": ("--quick", "--csv", "--plot", "--kernel", "--dtype", "fprop,dgrad,wgrad"),
     "layernorm2d": ("--quick", "--csv", "--plot", "--dtype", "--sweep-bwd", "--sweep-reduce"),
-    "matmul": ("--quick", "--csv", "--plot", "--dtype", "--shapes", "--sweep SIZE"),
+    "matmul": ("--quick", "--csv", "--plot", "--dtype", "--shapes", "--sweep SIZE", "--bias",
+               "--out-dtype"),
     "overhead": ("--quick", "--csv", "--ops", "--calls", "--batches"),
     "e2e": ("--quick", "--csv", "--models", "--batch", "--dtype", "--modes", "--steps", "--rounds",
             "--layers"),
@@ -115,6 +116,8 @@ def test_option_of_another_family_is_a_usage_error(no_run, capsys):
         (["matmul", "--dtype", "fp8"], "argument --dtype: invalid choice: 'fp8'"),
         (["matmul", "--shapes", "512x1024"], "--shapes: each shape is MxNxK"),
         (["matmul", "--shapes", "1x2x3", "--sweep", "64"], "--shapes times the op"),
+        (["matmul", "--sweep", "64", "--bias"], "--sweep times the mma.sync configs without bias"),
+        (["matmul", "--out-dtype", "fp8"], "argument --out-dtype: invalid choice: 'fp8'"),
         (["conv2d-gw8", "--kernel", "fwd"], "argument --kernel: invalid choice: 'fwd'"),
     ],
 )
