@@ -16,7 +16,6 @@ Use it to compare two versions of a kernel source on the same GPU (the JIT recom
     python benchmarks/sweep_conv2d_gw8.py --csv sweep.csv      # every timing, for plotting
     python benchmarks/sweep_conv2d_gw8.py --kernel wgrad --no-idle-warps --points "440,14,3,128,2"
     python benchmarks/sweep_conv2d_gw8.py --cp-async   # every pass without TMA rows
-    python benchmarks/sweep_conv2d_gw8.py --kernel wgrad --interleaved-tasks   # the experiment
     ncu --kernel-name conv2d_gw8_wgrad --launch-skip 20 --launch-count 1 --set full \
         python benchmarks/sweep_conv2d_gw8.py --kernel wgrad --points "64,56,3,128" \
         --config "Conv2dGw8WgradConfig(block_p=14, block_q=64, warps=4, stages=3, splits_per_sm=4)"
@@ -222,12 +221,6 @@ def main(argv: list[str] | None = None) -> int:
         help="wgrad: also the 8-warp CTAs (WIDE_WARP_CHOICES, outside the default space)",
     )
     ap.add_argument(
-        "--interleaved-tasks",
-        action="store_true",
-        help="wgrad: each split runs every splits-th task instead of a contiguous range (the "
-        "kernel's INTERLEAVED_TASKS experiment, off in the shipped kernel)",
-    )
-    ap.add_argument(
         "--config",
         action="append",
         default=[],
@@ -251,10 +244,6 @@ def main(argv: list[str] | None = None) -> int:
         from spio.kernels.conv2d_gw8 import fprop
 
         fprop.MAX_STEP_ROWS = a.max_step_rows
-    if a.interleaved_tasks:
-        from spio.kernels.conv2d_gw8 import wgrad_tiling
-
-        wgrad_tiling.INTERLEAVED_TASKS = True
     if a.cp_async:
         from spio.kernels.conv2d_gw8 import fprop, wgrad_tiling
 

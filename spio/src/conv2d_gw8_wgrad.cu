@@ -161,18 +161,8 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
     // row i = k % TILE_H of task first + k / TILE_H, so the pipeline runs on across task
     // boundaries (no drain per task). x of position k sits in STAGE(k % STAGES), its dy row (if
     // any) in DYROW(k % DY_ROWS) until position k + R - 1 has used it.
-    // A split's tasks: [first, last) in the numbering task_at takes. INTERLEAVED_TASKS (an
-    // experiment, off in every shipped variant): split y runs tasks y, y + splits, y + 2 splits,
-    // ... (local index l is task y + l * gridDim.y), so the CTAs resident at once read
-    // neighbouring rows of x and dy instead of one contiguous range each.
-#if INTERLEAVED_TASKS
-    const int first = 0;
-    const int last = (num_tasks - static_cast<int>(blockIdx.y) + static_cast<int>(gridDim.y) - 1) /
-                     static_cast<int>(gridDim.y);
-#else
     const int first = blockIdx.y * tasks_per_split;
     const int last = min(first + tasks_per_split, num_tasks);
-#endif
 
     // Task t: image t / P_CHUNKS, dy rows from p0 = (t % P_CHUNKS) BLOCK_P; its row i is image
     // row h0 + i, h0 = SH p0 - PAD_H.
@@ -196,9 +186,6 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
         int h0;
     };
     auto task_at = [&](int t) {
-#if INTERLEAVED_TASKS
-        t = static_cast<int>(blockIdx.y) + t * static_cast<int>(gridDim.y);
-#endif
         const int image = t / P_CHUNKS;
         const int p0 = (t - image * P_CHUNKS) * BLOCK_P;
         const int h0 = p0 * STRIDE_H - PAD_H;

@@ -18,7 +18,6 @@ from dataclasses import replace
 from typing import Any
 
 from spio.kernels.conv2d_gw8 import tune as _tune
-from spio.kernels.conv2d_gw8 import wgrad_tiling as _tiling
 from spio.kernels.conv2d_gw8.params import (
     GROUP_WIDTH,
     Conv2dGw8Params,
@@ -346,7 +345,6 @@ def spec(p: Conv2dGw8Params, cfg: Conv2dGw8WgradConfig, dev: Any = None) -> Kern
         # Rows by TMA (a macro: it adds the kernel's two tensor-map parameters), the boxes' bytes
         # and the rings' shared-memory alignment.
         "TMA_ROWS": Macro(tma),
-        "INTERLEAVED_TASKS": Macro(_tiling.INTERLEAVED_TASKS),
         "X_BOX_BYTES": Constant(cfg.warps * 16 * tile_w(p, cfg)),
         "DY_BOX_BYTES": Constant(cfg.warps * 16 * cfg.block_q),
         "ROW_ALIGN": Constant(row_align(p, cfg, dev)),

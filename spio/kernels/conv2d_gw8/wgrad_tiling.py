@@ -33,11 +33,6 @@ TMA_ROWS = True
 # ... where `params.tma_capable` (sm_90+, CTAs of 2+ warps, at most 9 taps: fprop's measured rule)
 # and rows of at most TMA_MAX_BOX pixels (the tensor map's limit per box dimension).
 TMA_MAX_BOX = 256
-# An experiment, off: split y runs tasks y, y + splits, ... instead of one contiguous range (the
-# kernel's INTERLEAVED_TASKS; `sweep_conv2d_gw8.py --interleaved-tasks`). Not GPU-run yet: the
-# twenty-third session's read probe asks whether CTAs that each stream their own range of the
-# tensors read slower than CTAs reading neighbouring rows (docs/ops/conv2d_gw8.md).
-INTERLEAVED_TASKS = False
 # A row's TMA coordinate is image * H + h, a signed 32-bit integer.
 TMA_MAX_ROWS = 2**31 - 1
 

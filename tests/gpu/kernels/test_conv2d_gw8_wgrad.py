@@ -178,19 +178,3 @@ def test_wgrad_tma_rows(p, seed):
     cfgs = [next(c for c in tma if c.warps == w) for w in sorted({c.warps for c in tma})]
     cfgs += sample(several, 3, seed=seed) + sample(tma, _limit(), seed=seed)
     check(p, list(dict.fromkeys(cfgs)), seed)
-
-
-@pytest.mark.parametrize("p", TMA_SHAPES, ids=str)
-def test_wgrad_interleaved_tasks(p, seed, monkeypatch):
-    """INTERLEAVED_TASKS (an experiment, off in the shipped kernel: split y runs tasks y, y +
-    splits, ...): configs with several tasks per split, TMA and cp.async rows, against fp64 and
-    the same bits twice."""
-    from spio.kernels.conv2d_gw8 import wgrad_tiling
-
-    monkeypatch.setattr(wgrad_tiling, "INTERLEAVED_TASKS", True)
-    dev = _dev()
-    space = wg.configs(p, dev, warp_choices=wg.WIDE_WARP_CHOICES)
-    several = [c for c in space if wg.split_plan(p, c, dev)[1] > 1]
-    assert several, f"{p}: no config runs several tasks per split"
-    kinds = [next(c for c in several if wg.tma_rows(p, c, dev) == tma) for tma in (True, False)]
-    check(p, list(dict.fromkeys(kinds + sample(several, _limit(4), seed=seed))), seed)

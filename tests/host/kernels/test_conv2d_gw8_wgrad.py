@@ -171,24 +171,3 @@ def test_tensor_size_limit_of_32_bit_offsets():
     wg.check_tensor_size(_layer(8192, 64, 256, 3))  # 8192 images of 256 * 256 * 8 units: 2^32
     with pytest.raises(ValueError, match="32-bit"):
         wg.check_tensor_size(_layer(8193, 64, 256, 3))
-
-
-def test_interleaved_tasks_experiment_compiles_and_is_off_by_default(monkeypatch):
-    """INTERLEAVED_TASKS (each split runs every splits-th task; an experiment for
-    `sweep_conv2d_gw8.py --interleaved-tasks`) is off in every shipped variant, and its variants
-    compile for sm_80 (cp.async rows) and sm_90 (TMA rows) with no local memory."""
-    from spio.compiler import kernel_resources
-    from spio.kernels.conv2d_gw8 import wgrad_tiling
-    from spio.kernels.loader import compile_specs
-
-    assert wgrad_tiling.INTERLEAVED_TASKS is False
-    p = _layer(64, 64, 28, 3, has_bias=True)
-    dev = known_device("H100")
-    cfg = Conv2dGw8WgradConfig(block_p=14, block_q=32, warps=4, stages=3, splits_per_sm=4)
-    assert wg.spec(p, cfg, dev).specs["INTERLEAVED_TASKS"].value is False
-    monkeypatch.setattr(wgrad_tiling, "INTERLEAVED_TASKS", True)
-    for arch in ("sm_80", "sm_90"):
-        spec = wg.spec(p, cfg, known_device(arch))
-        assert spec.specs["INTERLEAVED_TASKS"].value is True
-        for res in kernel_resources(compile_specs([spec], arch)[0]).values():
-            assert res.local_bytes == 0, f"{arch}: {res}"

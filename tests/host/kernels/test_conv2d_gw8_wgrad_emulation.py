@@ -63,10 +63,7 @@ def row_walk(tile_h: int, stages: int, max_task_rows: int) -> list[tuple[int, in
     ]
 
 
-def emulate_wgrad(
-    x, dy, p: Conv2dGw8Params, cfg, dev, max_task_rows: int = wg.MAX_TASK_ROWS,
-    interleaved: bool = False,
-):  # fmt: skip
+def emulate_wgrad(x, dy, p: Conv2dGw8Params, cfg, dev, max_task_rows: int = wg.MAX_TASK_ROWS):
     """x (N, H, W, C), dy (N, P, Q, C) -> (dw, db, mmas): the summed partials (in slice order; the
     reduction's grouping is covered by the other emulation) and the count of dw and bias mmas
     one warp issues, summed over warps and CTAs.
@@ -76,8 +73,7 @@ def emulate_wgrad(
     t + ia // TILE_H (in a chunked row, always task t: asserted); the x ring and the dy ring are
     walked as the kernel walks them (the stage being multiplied and the one refilled, a window
     of the dy slots of positions k .. k - R), and every slot is checked against k mod STAGES /
-    k mod DY_ROWS of the stream position. Tap parities are taken from u, as the kernel does.
-    `interleaved`: the kernel's INTERLEAVED_TASKS, split y running tasks y, y + splits, ..."""
+    k mod DY_ROWS of the stream position. Tap parities are taken from u, as the kernel does."""
     tasks, tps, splits = wt.split_plan(p, cfg, dev)
     n_q, n_g = wt.q_tiles(p, cfg), p.groups // cfg.warps
     sp, tile_w, dyr = wt.s_pairs(p), wt.tile_w(p, cfg), wt.dy_rows(p, cfg)
@@ -95,12 +91,8 @@ def emulate_wgrad(
             sx = np.full((cfg.stages, cfg.warps, tile_w, 8), np.nan)
             sdy = np.full((dyr, cfg.warps, cfg.block_q, 8), np.nan)
             first, last = split * tps, min(split * tps + tps, tasks)
-            if interleaved:  # local index l is task split + l * splits (the kernel's formula)
-                first, last = 0, (tasks - split + splits - 1) // splits
 
-            def task_at(t, split=split):
-                if interleaved:
-                    t = split + t * splits
+            def task_at(t):
                 return t // chunks, (t % chunks) * cfg.block_p  # image, p0
 
             def load(t, i, xs, ds, q0=q0, group0=group0, sx=sx, sdy=sdy):
@@ -271,19 +263,6 @@ def test_wgrad_streams_several_tasks_with_skips(seed):
         )
         np.testing.assert_allclose(dw, want_w, rtol=1e-9, atol=1e-9, err_msg=f"{cfg}")
         assert mmas == useful_mmas(p, cfg, dev), f"{cfg}"
-
-
-@pytest.mark.parametrize("sm_count", [1, 132])
-def test_interleaved_tasks_give_the_exact_gradient(sm_count, seed):
-    """INTERLEAVED_TASKS (split y runs tasks y, y + splits, ...; an experiment, off in the shipped
-    kernel) covers every task once, with several tasks per split on a 1-SM device and ragged
-    row chunks."""
-    dev = replace(known_device("H100"), sm_count=sm_count)
-    for p in (SHAPES[0], SHAPES[2]):
-        inputs = _inputs(p, seed)
-        cfgs = [c for c in wg.configs(p, dev) if wt.split_plan(p, c, dev)[1] > 1]
-        for cfg in sample(cfgs or wg.configs(p, dev), 2, seed=seed):
-            assert_exact(p, cfg, dev, seed, inputs, interleaved=True)
 
 
 def test_dead_work_at_7x7_k7():
