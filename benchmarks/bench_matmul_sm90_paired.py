@@ -1,13 +1,14 @@
 """Issue 16's large products measured in pairs: spio and cuBLAS alternately, so the GPU's clock
 drift over a run (an H100 throttles under 8192³: whichever library ran first was up to 16% faster)
 falls on both alike. `python benchmarks/bench_matmul_sm90_paired.py [--shapes "MxNxK;..."]
-[--pairs 15] [--dtype fp16,bf16]`.
+[--pairs 15] [--dtype fp16,bf16] [--bias] [--out-dtype fp32]`.
 
 For each shape (B as (N, K), nn.Linear's layout) and dtype:
 - as called: `--pairs` pairs of batches, each batch back-to-back eager calls of the op
-  (`spio.functional.matmul`) or of `torch.matmul` and its final synchronize, wall time per call
-  (host path included), the two batches of a pair in a random order; the ratio cuBLAS / spio
-  per pair, median and p10-p90 over the pairs. Where one weight is small (decode shapes) also
+  (`spio.functional.matmul`) or of PyTorch's call for it (`torch.matmul`; with `--bias` /
+  `--out-dtype fp32` `spio.bench.matmul.torch_equivalent`'s addmm / mm) and its final
+  synchronize, wall time per call (host path included), the two batches of a pair in a
+  random order; the ratio cuBLAS / spio per pair, median and p10-p90 over the pairs. Where one weight is small (decode shapes) also
   with the calls cycling through weights of 3x the L2 in all, as a model's successive layers
   read theirs from HBM (back-to-back calls on one weight keep it in L2).
 - kernels, L2 flushed before every launch: per rep, cuBLAS and each Hopper config (the
@@ -47,30 +48,43 @@ def alternatives():
     ]
 
 
-def as_called(m: int, n: int, k: int, dt, pairs: int, seed: int, weights: int = 1) -> dict:
+def as_called(
+    m: int,
+    n: int,
+    k: int,
+    dt,
+    pairs: int,
+    seed: int,
+    weights: int = 1,
+    bias: bool = False,
+    out_dtype=None,
+) -> dict:
     """Pairs of batches of eager op calls, spio and torch alternately. `weights` > 1: the calls
     cycle through that many weight matrices (a model's successive layers: each read from HBM
-    once the set outgrows the L2)."""
+    once the set outgrows the L2). `bias`, `out_dtype`: the epilogue's variants, PyTorch's side
+    the call a PyTorch user makes for them (`spio.bench.matmul.torch_equivalent`)."""
     import itertools
 
     import torch
 
     import spio.functional as sf
+    from spio.bench.matmul import torch_equivalent
 
     a = torch.randn(m, k, device="cuda").to(dt)
     ws = [torch.randn(n, k, device="cuda").to(dt) for _ in range(weights)]
-    w = ws[0]
-    ref = torch.matmul(a, w.t())
-    got = sf.matmul(a, w, b_transposed=True)
-    err = ((got.float() - ref.float()).abs().max() / ref.float().abs().max()).item()
+    bias_t = torch.randn(n, device="cuda").to(dt) if bias else None
+    spio_calls = [
+        lambda w=w: sf.matmul(a, w, bias=bias_t, out_dtype=out_dtype, b_transposed=True) for w in ws
+    ]
+    torch_calls = [torch_equivalent(a, w.t(), bias_t, out_dtype) for w in ws]
+    ref = torch_calls[0]().float()
+    err = ((spio_calls[0]().float() - ref).abs().max() / ref.abs().max()).item()
     _check(err, f"the op at {m}x{n}x{k}")
-    once = _wall(lambda: torch.matmul(a, w.t()), 3)
+    once = _wall(torch_calls[0], 3)
     calls = max(3, int(20e-3 / once))  # ~20 ms of work per batch
-    nxt = itertools.cycle(ws).__next__
-    fns = {
-        "spio": lambda: sf.matmul(a, nxt(), b_transposed=True),
-        "torch": lambda: torch.matmul(a, nxt().t()),
-    }
+    nxt_spio = itertools.cycle(spio_calls).__next__
+    nxt_torch = itertools.cycle(torch_calls).__next__
+    fns = {"spio": lambda: nxt_spio()(), "torch": lambda: nxt_torch()()}
     rng = random.Random(seed)
     per = {"spio": [], "torch": []}
     for _ in range(pairs):
@@ -116,36 +130,43 @@ def _wall(fn, calls: int) -> float:
     return (time.perf_counter() - t0) / calls
 
 
-def kernels(m: int, n: int, k: int, dt, reps: int, seed: int) -> list[dict]:
+def kernels(
+    m: int, n: int, k: int, dt, reps: int, seed: int, bias: bool = False, out_dtype=None
+) -> list[dict]:
     """cuBLAS and each config once per rep, shuffled, L2 flushed before each."""
     import torch
 
+    from spio.bench.matmul import torch_equivalent
     from spio.cuda import device_attributes
     from spio.kernels import matmul as mm
     from spio.kernels import matmul_sm90 as k90
 
     dev = device_attributes(torch.cuda.current_device())
     name = str(dt).removeprefix("torch.")
-    p = mm.MatmulParams(m, n, k, name, name, b_transposed=True)
+    out_dt = out_dtype or dt
+    out_name = str(out_dt).removeprefix("torch.")
+    p = mm.MatmulParams(m, n, k, name, out_name, b_transposed=True, has_bias=bias)
     pick = k90.heuristic(p, dev)
     configs = [pick] + [c for c in alternatives() if c != pick]
     a = torch.randn(m, k, device="cuda").to(dt)
     b = torch.randn(n, k, device="cuda").to(dt)
-    c = torch.empty(m, n, device="cuda", dtype=dt)
-    ref = (a @ b.t()).float()
+    bias_t = torch.randn(n, device="cuda").to(dt) if bias else None
+    c = torch.empty(m, n, device="cuda", dtype=out_dt)
+    # PyTorch's call allocates its output: host work only, outside the events' GPU time.
+    runs = {"cublas": torch_equivalent(a, b.t(), bias_t, out_dtype)}
+    ref = runs["cublas"]().float()
     stream = torch.cuda.current_stream().cuda_stream
-    runs = {"cublas": lambda: torch.matmul(a, b.t(), out=c)}
     errs = {}
     for cfg in configs:
         if cfg.tail and k90.tail_plan(p, cfg, dev)[1] == 1:
             continue  # no split tail at this shape
         run = k90.bound(p, cfg, dev)
         c.fill_(float("nan"))
-        run(c, a, b, None, stream)
+        run(c, a, b, bias_t, stream)
         errs[cfg.label()] = ((c.float() - ref).abs().max() / ref.abs().max()).item()
         _check(errs[cfg.label()], f"{cfg.label()} at {m}x{n}x{k}")
         runs[cfg.label()] = lambda run=run: run(
-            c, a, b, None, torch.cuda.current_stream().cuda_stream
+            c, a, b, bias_t, torch.cuda.current_stream().cuda_stream
         )
     flush = torch.empty(2 * dev.l2_bytes, dtype=torch.uint8, device="cuda")
     for fn in runs.values():  # warm
@@ -197,13 +218,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dtype", default="fp16,bf16")
     ap.add_argument("--seed", type=int, default=None)
     ap.add_argument("--no-kernels", action="store_true", help="the op as called only")
+    ap.add_argument("--bias", action="store_true", help="add a bias (N,) in the epilogue")
+    ap.add_argument("--out-dtype", choices=("same", "fp32"), default="same",
+                    help="the output's dtype: the operands' (default) or fp32")  # fmt: skip
     a = ap.parse_args(argv)
     import torch
 
-    from spio.bench.matmul import DTYPES, parse_shapes
+    from spio.bench.matmul import DTYPES, OUT_DTYPES, parse_shapes
 
     seed = random.randrange(2**31) if a.seed is None else a.seed
-    print(f"seed {seed}, {torch.cuda.get_device_name()}", flush=True)
+    out_dtype = OUT_DTYPES[a.out_dtype]
+    epilogue = f"out {a.out_dtype}{', bias' if a.bias else ''}"
+    print(f"seed {seed}, {torch.cuda.get_device_name()}, {epilogue}", flush=True)
     for m, n, k in parse_shapes(a.shapes):
         for dname in a.dtype.split(","):
             dt = DTYPES[dname]
@@ -212,7 +238,7 @@ def main(argv: list[str] | None = None) -> int:
             l2 = torch.cuda.get_device_properties(torch.cuda.current_device()).L2_cache_size
             rotate = min(64, -(-3 * l2 // size)) if size < l2 else 1
             for weights in sorted({1, rotate}):
-                r = as_called(m, n, k, dt, a.pairs, seed, weights)
+                r = as_called(m, n, k, dt, a.pairs, seed, weights, a.bias, out_dtype)
                 print(f"{m}x{n}x{k} {dname} as called ({weights} weight{'s'[:weights > 1]}): "
                       f"spio {r['spio_us']:.1f} / torch {r['torch_us']:.1f} us, "
                       f"{r['spio_tflops']:.1f} / {r['torch_tflops']:.1f} TFLOP/s, ratio "
@@ -221,7 +247,7 @@ def main(argv: list[str] | None = None) -> int:
                       flush=True)  # fmt: skip
             if a.no_kernels:
                 continue
-            for row in kernels(m, n, k, dt, a.reps, seed):
+            for row in kernels(m, n, k, dt, a.reps, seed, a.bias, out_dtype):
                 if row["config"] == "cublas":
                     print(f"    cublas {row['tflops']:.0f} TFLOP/s", flush=True)
                     continue

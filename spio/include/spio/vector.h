@@ -123,6 +123,15 @@ SPIO_DEVICE unsigned pack2(T lo, T hi) {
     return static_cast<unsigned>(l) | (static_cast<unsigned>(h) << 16);
 }
 
+/// The two 16-bit floats of a packed 32-bit word (pack2's layout: lo = lower index) as floats.
+template <typename T>
+SPIO_DEVICE float2 unpack2(unsigned word) {
+    static_assert(detail::is_16bit_float_v<T>,
+                  "spio::unpack2<T>: T must be __half or __nv_bfloat16");
+    using pair_type = typename detail::Pair<T>::type;
+    return detail::Pair<T>::to_float2(*reinterpret_cast<const pair_type*>(&word));
+}
+
 /// Rounds two floats to T (nearest even) and packs them into one 32-bit word (lo = lower index):
 /// a __half2 / __nv_bfloat162 as raw bits, e.g. an mma accumulator pair on its way to memory.
 template <typename T>

@@ -59,17 +59,22 @@ def _skip_unless_hopper():
         pytest.skip("needs an sm_90 GPU (wgmma and TMA)")
 
 
-def check(p: MatmulParams, cfg: k90.MatmulSm90Config, seed: int, shift: int = 0) -> None:
+def check(
+    p: MatmulParams, cfg: k90.MatmulSm90Config, seed: int, shift: int = 0, bias_shift: int = 0
+) -> None:
     """Launches (p, cfg) once on fresh random inputs and compares with the fp64 reference;
-    `shift` moves C by that many elements (an odd shift: C not 2-element aligned). With
-    `cfg.a_transposed` A is drawn as its transpose's storage (K, M) and the kernel reads that."""
+    `shift` moves C by that many elements (an odd shift: C not 2-element aligned), `bias_shift`
+    the bias likewise. With `cfg.a_transposed` A is drawn as its transpose's storage (K, M) and
+    the kernel reads that."""
     g = torch.Generator("cuda").manual_seed(seed)
     dt, out_dt = getattr(torch, p.dtype), getattr(torch, p.out_dtype)
     a_shape = (p.k, p.m) if cfg.a_transposed else (p.m, p.k)
     a_store = torch.randn(*a_shape, generator=g, device="cuda").to(dt)
     a = a_store.t() if cfg.a_transposed else a_store
     b = torch.randn(*p.b_shape, generator=g, device="cuda").to(dt)
-    bias = torch.randn(p.n, generator=g, device="cuda").to(dt) if p.has_bias else None
+    bias = None
+    if p.has_bias:
+        bias = torch.randn(bias_shift + p.n, generator=g, device="cuda").to(dt)[bias_shift:]
     start = GUARD + shift
     buf = poison(torch.empty(start + p.m * p.n + GUARD, dtype=out_dt, device="cuda"))
     c = buf[start : start + p.m * p.n].view(p.m, p.n)
@@ -299,3 +304,20 @@ def test_split_tail_same_bits_every_run(seed):
     cfg = k90.MatmulSm90Config(256, 4, tail=True)
     m, n, k = _tail_shapes(dev, 256)[1]
     assert_same_bits_twice(_params(("bfloat16", False, True), m, n, k), cfg, seed, m * n)
+
+
+def test_bias_of_any_alignment(seed):
+    """The unswapped epilogue loads a tile's bias once, two elements a load where the tile lies
+    inside N and the bias is 4-byte aligned, else element by element: a bias one element off
+    (2-byte aligned), N ragged against the tiles, each tile width, persistent, split-tail
+    configs, and both epilogues (C one element off is stored from registers)."""
+    _skip_unless_hopper()
+    dev = _device()
+    for flags in (("float16", False, True), ("bfloat16", True, True)):
+        p = _params(flags, 255, 1000, 72)
+        cfgs = [c for c in k90.configs(p, dev) if not c.swap_ab and c.split_k == 1]
+        kinds = {(c.block_n, c.tma_store, c.persistent, c.tail): c for c in cfgs}
+        assert len(kinds) >= 4, kinds
+        for cfg in kinds.values():
+            for shift, bias_shift in ((0, 0), (0, 1), (1, 1)):
+                check(p, cfg, seed, shift=shift, bias_shift=bias_shift)
