@@ -150,6 +150,15 @@ def cmd_collect(a: argparse.Namespace) -> int:
             "(e.g. --max-configs 40 --active); without --max-configs every config is measured",
         )
     kernels = _kernels(a.kernel, "collect")
+    shapes = None
+    if a.shapes is not None:
+        if len(kernels) != 1 or a.device == "all":
+            _usage_error(
+                "collect",
+                "--shapes lists one family's layers for one GPU: name the family with --kernel "
+                "and a GPU with --device N",
+            )
+        shapes = _listed_shapes(KERNELS[kernels[0]], Path(a.shapes))
     ordinals = _collect_ordinals(a.device)
     for k in kernels:
         out = Path(a.out) if a.out else _data_path(k)
@@ -157,10 +166,53 @@ def cmd_collect(a: argparse.Namespace) -> int:
             n = collect_all_gpus(k, a.minutes, out, a.seed, a.max_configs, a.active)
         else:
             n = collect(
-                KERNELS[k], a.minutes, out, ordinals[0], a.seed, a.max_configs, active=a.active
+                KERNELS[k],
+                a.minutes,
+                out,
+                ordinals[0],
+                a.seed,
+                a.max_configs,
+                active=a.active,
+                shapes=shapes,
             )
         print(f"{k}: {n} new samples -> {out}")
     return 0
+
+
+def _listed_shapes(kdef, path: Path) -> list:
+    """`--shapes FILE`: a JSON list of the family's params as the datasets write them (a row's
+    "params"), or one such object a line; each checked by the family's params type."""
+    from spio.tune.features import from_dict
+
+    try:
+        text = path.read_text()
+    except OSError as e:
+        _usage_error("collect", f"--shapes: cannot read {path}: {e.strerror}")
+    try:
+        data = json.loads(text)
+        rows = data if isinstance(data, list) else [data]
+    except json.JSONDecodeError:
+        try:
+            rows = [json.loads(line) for line in text.splitlines() if line.strip()]
+        except json.JSONDecodeError as e:
+            _usage_error(
+                "collect",
+                f"--shapes: {path} is neither a JSON list nor JSON lines ({e.msg}, line "
+                f"{e.lineno})",
+            )
+    if not rows:
+        _usage_error("collect", f"--shapes: {path} lists no shapes")
+    out = []
+    for i, row in enumerate(rows):
+        try:
+            if not isinstance(row, dict):
+                raise TypeError(
+                    f"a JSON object of {kdef.params_type.__name__}'s fields, got {row!r}"
+                )
+            out.append(from_dict(kdef.params_type, row))
+        except (TypeError, ValueError) as e:
+            _usage_error("collect", f"--shapes: shape {i} of {path} ({kdef.name}): {e}")
+    return out
 
 
 def cmd_train(a: argparse.Namespace) -> int:
@@ -282,6 +334,11 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="with --max-configs: half of each shape's configs from the model's top ranks, the "
         "rest sampled uniformly (uniform alone without a model for the GPU)",
+    )
+    c.add_argument(
+        "--shapes",
+        help="measure these layers (a JSON list of the family's params, as the datasets' "
+        '"params"), in order, instead of sampled ones',
     )
     c.set_defaults(func=cmd_collect)
     t = sub.add_parser("train", help="fit one model per kernel and GPU")

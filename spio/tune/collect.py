@@ -1,6 +1,7 @@
 """`spio tune collect`: measure (params, config) samples of a kernel family on a GPU.
 
-Params come from the family's `sample_params` (realistic layer shapes plus random ones); every
+Params come from the family's `sample_params` (realistic layer shapes plus random ones), or from a
+list (`spio tune collect --shapes FILE`: the layers a model has, a region the data misses); every
 valid config of a shape is compiled in parallel (through the disk cache), then timed with
 `spio.timing.bench` (CUDA events, L2 flushed, median of REPS). Rows are appended per shape, so an
 interrupted run loses at most one shape and a rerun skips what is already measured. `--device
@@ -137,10 +138,12 @@ def collect(
     max_configs: int | None = None,
     progress: bool = True,
     active: bool = False,
+    shapes: list[Any] | None = None,
 ) -> int:
     """Measures samples for about `minutes`; returns how many new rows were written. `active`:
     with max_configs, half the budget of each shape goes to the model's top-ranked configs
-    (`choose_configs`)."""
+    (`choose_configs`). `shapes`: these params, in order, instead of `sample_params`'s (the
+    layers a model has, or a region the data misses); it stops after the last."""
     import torch
 
     from spio.cuda import device_attributes
@@ -150,6 +153,7 @@ def collect(
     sample_params, make_runner = kdef.sample_params, kdef.make_runner
     if sample_params is None or make_runner is None:
         raise ValueError(f"{kdef.name}: the family defines no sample_params/make_runner to collect")
+    listed = None if shapes is None else iter(shapes)
     torch.cuda.set_device(ordinal)
     dev = device_attributes(ordinal)
     done = {s.pair_key() for s in read(out, kdef.name, dev.name)}
@@ -158,7 +162,9 @@ def collect(
     written = 0
     bar = _bar(minutes, progress, f"{kdef.name} on GPU {ordinal}")
     while time.monotonic() < deadline:
-        params = sample_params(rng)
+        params = sample_params(rng) if listed is None else next(listed, None)
+        if params is None:  # the listed shapes are done
+            break
         configs = kdef.configs(params, dev)
         if max_configs is not None and len(configs) > max_configs:
             ranked = model_ranking(kdef, params, dev) if active else None

@@ -91,6 +91,37 @@ def test_collect_active_needs_a_config_budget(one_gpu, capsys):
     assert "--active" in msg and "needs --max-configs N" in msg, msg
 
 
+@pytest.mark.parametrize(
+    "text, expect",
+    [
+        ("[{", "is neither a JSON list nor JSON lines"),
+        ("", "lists no shapes"),
+        ("[]", "lists no shapes"),
+        ("[5]", "shape 0 of"),
+        ('[{"c": 24, "m": 1000}, {"c": 24, "rows": 9}]', "shape 1 of"),
+        ('{"c": 24, "m": 9, "dtype": "int8"}\n{"c": 24, "m": 9}', "shape 0 of"),
+    ],
+)
+def test_collect_shapes_file_errors_name_the_shape(one_gpu, tmp_path, capsys, text, expect):
+    """`--shapes FILE`: an unreadable, empty or ill-formed list, or a shape the family's params
+    reject, is one usage line naming the file and the shape's index (before any GPU work)."""
+    path = tmp_path / "shapes.json"
+    path.write_text(text)
+    argv = ["collect", "--kernel", "layernorm_2d_fwd", "--shapes", str(path)]
+    msg = _usage_error(argv, capsys)
+    assert msg.startswith("spio tune collect: --shapes") and expect in msg, msg
+    missing = _usage_error(argv[:-1] + [str(tmp_path / "nope.json")], capsys)
+    assert "cannot read" in missing, missing
+
+
+def test_collect_shapes_need_one_family_and_one_gpu(one_gpu, tmp_path, capsys):
+    path = tmp_path / "shapes.json"
+    path.write_text('[{"c": 24, "m": 1000}]')
+    for extra in (["--kernel", "all"], ["--kernel", "layernorm_2d_fwd", "--device", "all"]):
+        msg = _usage_error(["collect", *extra, "--shapes", str(path)], capsys)
+        assert "--shapes lists one family's layers for one GPU" in msg, msg
+
+
 def test_collect_rejects_a_gpu_below_sm80(one_gpu):
     one_gpu.setattr(torch.cuda, "get_device_capability", lambda i=0: (7, 5))
     msg = _exit_message(["collect", "--kernel", "matmul"])

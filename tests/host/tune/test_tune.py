@@ -252,6 +252,38 @@ def test_collect_warms_up_after_pauses_and_retimes_what_followed_them(tmp_path, 
         assert s.latency_us == pytest.approx(true[j]), (j, s)  # slow first timings replaced
 
 
+def test_collect_measures_listed_shapes_in_order_then_stops(tmp_path, monkeypatch):
+    """`shapes`: the listed params, in order, every config of each (a shape already measured is
+    skipped), instead of sample_params's; the loop ends after the last, well before its time."""
+    from dataclasses import replace
+
+    import torch
+
+    import spio.cuda
+    import spio.timing
+    from spio.timing import Timing
+    from spio.tune import collect as col
+
+    def sample_params(rng):
+        raise AssertionError("listed shapes: sample_params is not called")
+
+    kdef = replace(
+        KDEF,
+        configs=lambda p, dev: [Cfg(j, 1) for j in range(3)],
+        sample_params=sample_params,
+        make_runner=lambda p, cfg: lambda: None,
+    )
+    monkeypatch.setattr(spio.timing, "bench", lambda run, **kw: Timing(1e-3, 1e-3, 1e-3, 1))
+    monkeypatch.setattr(spio.cuda, "device_attributes", lambda ordinal: Dev())
+    monkeypatch.setattr(torch.cuda, "set_device", lambda ordinal: None)
+    monkeypatch.setattr(col, "_precompile", lambda *a: None)
+    out = tmp_path / "d.jsonl"
+    shapes = [P(1000, 16), P(2000, 16), P(1000, 16)]
+    assert col.collect(kdef, 10.0, out, progress=False, shapes=shapes) == 6
+    got = [(from_dict(P, s.params), from_dict(Cfg, s.config).tile) for s in read(out)]
+    assert got == [(P(1000, 16), j) for j in range(3)] + [(P(2000, 16), j) for j in range(3)]
+
+
 def test_dataset_reads_format_1_rows_as_timed_once_and_skips_unknown_formats(tmp_path: Path):
     path = tmp_path / "d.jsonl"
     base = {"kernel": "k", "device": "D", "arch": "sm_90", "params": {"n": 1}, "config": {"t": 2}}
