@@ -52,24 +52,10 @@ def measure(m: int, n: int, k: int, dt, reps: int, seed: int) -> dict[str, dict]
         if not err <= 1e-2:
             raise SystemExit(f"{ours} at {m}x{n}x{k}: relative error {err:.2e} against cuBLAS")
     names = {name: kernel_names(fn) for name, fn in fns.items()}
-    flush = torch.empty(2 * device_attributes(torch.cuda.current_device()).l2_bytes,
-                        dtype=torch.uint8, device="cuda")  # fmt: skip
-    rng = random.Random(seed)
-    times: dict[str, list[float]] = {name: [] for name in fns}
-    for _ in range(reps):
-        order = list(fns)
-        rng.shuffle(order)
-        events = []
-        for name in order:
-            flush.zero_()
-            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            s.record()
-            fns[name]()
-            e.record()
-            events.append((name, s, e))
-        torch.cuda.synchronize()
-        for name, s, e in events:
-            times[name].append(s.elapsed_time(e) * 1e3)
+    # The paired bench's timer (this script runs beside it: benchmarks/ is on sys.path).
+    from bench_matmul_sm90_paired import flushed_times
+
+    times = flushed_times(fns, reps, seed, device_attributes(torch.cuda.current_device()).l2_bytes)
     med = {name: statistics.median(t) for name, t in times.items()}
     return {
         name: {"us": med[name], "tflops": 2 * m * n * k / med[name] / 1e6,

@@ -8,9 +8,10 @@ For each shape (B as (N, K), nn.Linear's layout) and dtype:
   (`spio.functional.matmul`) or of PyTorch's call for it (`torch.matmul`; with `--bias` /
   `--out-dtype fp32` `spio.bench.matmul.torch_equivalent`'s addmm / mm) and its final
   synchronize, wall time per call (host path included), the two batches of a pair in a
-  random order; the ratio cuBLAS / spio per pair, median and p10-p90 over the pairs. Where one weight is small (decode shapes) also
-  with the calls cycling through weights of 3x the L2 in all, as a model's successive layers
-  read theirs from HBM (back-to-back calls on one weight keep it in L2).
+  random order; the ratio cuBLAS / spio per pair, median and p10-p90 over the pairs. Where
+  one weight is small (decode shapes) also with the calls cycling through weights of 3x the L2
+  in all, as a model's successive layers read theirs from HBM (back-to-back calls on one weight
+  keep it in L2).
 - kernels, L2 flushed before every launch: per rep, cuBLAS and each Hopper config (the
   heuristic's pick and the 256-wide alternatives it chooses among at large products) once each
   in a fresh random order, CUDA events; per config the median time and the median over reps of
@@ -130,6 +131,31 @@ def _wall(fn, calls: int) -> float:
     return (time.perf_counter() - t0) / calls
 
 
+def flushed_times(runs: dict, reps: int, seed: int, l2_bytes: int) -> dict[str, list[float]]:
+    """µs of each of `runs` (name -> callable), every one once per rep in a fresh random order,
+    the L2 flushed (a 2x-L2 buffer zeroed) before each, timed with CUDA events."""
+    import torch
+
+    flush = torch.empty(2 * l2_bytes, dtype=torch.uint8, device="cuda")
+    rng = random.Random(seed)
+    times: dict[str, list[float]] = {name: [] for name in runs}
+    for _ in range(reps):
+        order = list(runs)
+        rng.shuffle(order)
+        events = []
+        for name in order:
+            flush.zero_()
+            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            s.record()
+            runs[name]()
+            e.record()
+            events.append((name, s, e))
+        torch.cuda.synchronize()
+        for name, s, e in events:
+            times[name].append(s.elapsed_time(e) * 1e3)
+    return times
+
+
 def kernels(
     m: int, n: int, k: int, dt, reps: int, seed: int, bias: bool = False, out_dtype=None
 ) -> list[dict]:
@@ -168,25 +194,9 @@ def kernels(
         runs[cfg.label()] = lambda run=run: run(
             c, a, b, bias_t, torch.cuda.current_stream().cuda_stream
         )
-    flush = torch.empty(2 * dev.l2_bytes, dtype=torch.uint8, device="cuda")
     for fn in runs.values():  # warm
         fn()
-    rng = random.Random(seed)
-    times: dict[str, list[float]] = {name: [] for name in runs}
-    for _ in range(reps):
-        order = list(runs)
-        rng.shuffle(order)
-        events = []
-        for name in order:
-            flush.zero_()
-            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            s.record()
-            runs[name]()
-            e.record()
-            events.append((name, s, e))
-        torch.cuda.synchronize()
-        for name, s, e in events:
-            times[name].append(s.elapsed_time(e) * 1e3)
+    times = flushed_times(runs, reps, seed, dev.l2_bytes)
     flop = 2 * m * n * k
     out = []
     for name, t in times.items():
