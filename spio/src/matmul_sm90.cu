@@ -210,7 +210,7 @@ SPIO_DEVICE Smem carve(unsigned char* raw) {
 /// registers (per accumulator pair, in the epilogue, the loads stood between the boxes' stores:
 /// +3.5% at 8192^3 to +10% at 2048^3 on the H100). SWAP_AB adds its bias by rows instead
 /// (store_tile).
-constexpr int BIAS_PAIRS = HAS_BIAS && !SWAP_AB ? BLOCK_N / 8 : 1;
+constexpr int BIAS_PAIRS = HAS_BIAS ? BLOCK_N / 8 : 1;  // SWAP_AB: unused (zero)
 struct TileBias {
     unsigned pair[BIAS_PAIRS];
 };
