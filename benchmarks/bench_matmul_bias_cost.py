@@ -8,7 +8,7 @@ Per shape (B as (N, K), nn.Linear's layout) and dtype: `torch.matmul(a, w.t())`,
 and with the bias, each once per rep in a fresh random order, the L2 flushed before each, CUDA
 events; the median per variant, its speed against `torch.matmul`'s, and the CUDA kernels each
 call runs (the profiler's names: which cuBLAS kernel, which tile). The twenty-fourth session
-found spio's bias costing 3.5-10% where cuBLAS's cost 0-2% (docs/ops/matmul.md).
+found spio's bias costing 3.5-10% where cuBLAS's cost -2% to +3% (docs/ops/matmul.md).
 """
 
 from __future__ import annotations

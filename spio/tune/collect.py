@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import math
 import random
+import sys
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import replace
@@ -143,7 +144,8 @@ def collect(
     """Measures samples for about `minutes`; returns how many new rows were written. `active`:
     with max_configs, half the budget of each shape goes to the model's top-ranked configs
     (`choose_configs`). `shapes`: these params, in order, instead of `sample_params`'s (the
-    layers a model has, or a region the data misses); it stops after the last."""
+    layers a model has, or a region the data misses); it stops after the last, or says how many
+    it did not reach when the time runs out first."""
     import torch
 
     from spio.cuda import device_attributes
@@ -228,6 +230,12 @@ def collect(
         torch.cuda.empty_cache()
     if bar is not None:
         bar.close()
+    if listed is not None and (left := sum(1 for _ in listed)):
+        print(
+            f"{kdef.name}: the time budget ran out with {left} listed shapes not reached (a "
+            "rerun with more --minutes resumes: measured pairs are skipped)",
+            file=sys.stderr,
+        )
     return written
 
 

@@ -309,15 +309,22 @@ def test_split_tail_same_bits_every_run(seed):
 def test_bias_of_any_alignment(seed):
     """The unswapped epilogue loads a tile's bias once, two elements a load where the tile lies
     inside N and the bias is 4-byte aligned, else element by element: a bias one element off
-    (2-byte aligned), N ragged against the tiles, each tile width, persistent, split-tail
-    configs, and both epilogues (C one element off is stored from registers)."""
+    (2-byte aligned), N ragged against the tiles (even and odd), each tile width with and without
+    a cluster, persistent or not, both epilogues (C one element off is stored from registers),
+    and the split-tail configs on shapes that have a tail (whole tiles by this epilogue)."""
     _skip_unless_hopper()
     dev = _device()
     for flags in (("float16", False, True), ("bfloat16", True, True)):
         p = _params(flags, 255, 1000, 72)
-        cfgs = [c for c in k90.configs(p, dev) if not c.swap_ab and c.split_k == 1]
-        kinds = {(c.block_n, c.tma_store, c.persistent, c.tail): c for c in cfgs}
-        assert len(kinds) >= 4, kinds
+        cfgs = [c for c in k90.configs(p, dev) if not c.swap_ab and c.split_k == 1 and not c.tail]
+        kinds = {(c.block_n, c.cluster_m, c.persistent): c for c in cfgs}
+        assert len(kinds) >= 8, kinds
         for cfg in kinds.values():
             for shift, bias_shift in ((0, 0), (0, 1), (1, 1)):
                 check(p, cfg, seed, shift=shift, bias_shift=bias_shift)
+            check(_params(flags, 130, 1001, 72), cfg, seed, bias_shift=1)  # odd N
+        for cfg in (c for c in k90.configs(p, dev) if c.tail):
+            m, n, kk = _tail_shapes(dev, cfg.block_n)[0]
+            q = _params(flags, m, n, kk)
+            assert k90.tail_plan(q, cfg, dev)[1] > 1, (q, cfg)
+            check(q, cfg, seed, bias_shift=1)

@@ -252,9 +252,10 @@ def test_collect_warms_up_after_pauses_and_retimes_what_followed_them(tmp_path, 
         assert s.latency_us == pytest.approx(true[j]), (j, s)  # slow first timings replaced
 
 
-def test_collect_measures_listed_shapes_in_order_then_stops(tmp_path, monkeypatch):
+def test_collect_measures_listed_shapes_in_order_then_stops(tmp_path, monkeypatch, capsys):
     """`shapes`: the listed params, in order, every config of each (a shape already measured is
-    skipped), instead of sample_params's; the loop ends after the last, well before its time."""
+    skipped), instead of sample_params's; the loop ends after the last, well before its time, and
+    a list the time cuts off is reported."""
     from dataclasses import replace
 
     import torch
@@ -282,6 +283,9 @@ def test_collect_measures_listed_shapes_in_order_then_stops(tmp_path, monkeypatc
     assert col.collect(kdef, 10.0, out, progress=False, shapes=shapes) == 6
     got = [(from_dict(P, s.params), from_dict(Cfg, s.config).tile) for s in read(out)]
     assert got == [(P(1000, 16), j) for j in range(3)] + [(P(2000, 16), j) for j in range(3)]
+    # Out of time before the list ends: nothing measured, and it says how many were not reached.
+    assert col.collect(kdef, 0.0, tmp_path / "e.jsonl", progress=False, shapes=shapes) == 0
+    assert "ran out with 3 listed shapes not reached" in capsys.readouterr().err
 
 
 def test_dataset_reads_format_1_rows_as_timed_once_and_skips_unknown_formats(tmp_path: Path):
