@@ -55,6 +55,38 @@ def test_score_uses_medians_against_the_best_retimed(retime, tmp_path, capsys):
     assert "fam: 1 complete held-out shapes" in capsys.readouterr().out
 
 
+def _entry(shape: dict, configs: list[dict], roles: list[list[str]]) -> dict:
+    return {"kernel": "fam", "device": "GPU", "shape": shape, "configs": configs, "roles": roles,
+            "recorded_us": [1.0] * len(configs), "recorded_pick_regret": 1.0,
+            "recorded_autotune_regret": 1.0}  # fmt: skip
+
+
+def test_merge_keeps_every_config_of_a_shape_once(retime):
+    a = [_entry({"m": 1}, [{"t": 1}, {"t": 2}], [["pick"], ["tried"]])]
+    b = [_entry({"m": 1}, [{"t": 2}, {"t": 3}], [["pick"], ["fastest"]]),
+         _entry({"m": 2}, [{"t": 1}], [["pick", "tried"]])]  # fmt: skip
+    merged = retime.merge([a, b])
+    assert [e["shape"] for e in merged] == [{"m": 1}, {"m": 2}]
+    assert merged[0]["configs"] == [{"t": 1}, {"t": 2}, {"t": 3}]
+    assert merged[0]["roles"] == [["pick"], ["tried"], ["fastest"]]  # the first plan's roles
+    assert a[0]["configs"] == [{"t": 1}, {"t": 2}]  # the inputs unchanged
+
+
+def test_score_takes_the_best_of_every_plan_timed_into_the_csv(retime, tmp_path):
+    """Two plans timed into one CSV: each scores against the shape's fastest config, even one
+    only the other plan listed (so the two models' regrets share a best)."""
+    shape = {"m": 1}
+    old = _entry(shape, [{"t": 1}, {"t": 2}], [["pick"], ["tried", "fastest"]])
+    new = _entry(shape, [{"t": 3}], [["pick", "tried", "fastest"]])
+    key = json.dumps(shape, sort_keys=True)
+    us = {1: 12.0, 2: 11.0, 3: 10.0}
+    rows = [("fam", "GPU", key, json.dumps({"t": t}, sort_keys=True), r, u)
+            for t, u in us.items() for r in range(3)]  # fmt: skip
+    _write(tmp_path / "t.csv", rows)
+    assert retime.score([old], tmp_path / "t.csv")["fam"]["pick"] == [pytest.approx(1.2)]
+    assert retime.score([new], tmp_path / "t.csv")["fam"]["pick"] == [pytest.approx(1.0)]
+
+
 def test_a_shape_missing_timings_is_left_out(retime, tmp_path):
     entry = {"kernel": "fam", "device": "GPU", "shape": {"m": 2}, "configs": [{"t": 1}],
              "roles": [["pick", "tried", "fastest"]], "recorded_us": [1.0],
