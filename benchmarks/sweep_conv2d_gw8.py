@@ -151,7 +151,7 @@ def sweep(
     t0 = time.monotonic()
     compile_specs([kdef.spec(p, cfg, dev) for cfg in configs], dev.arch)
     compile_s = time.monotonic() - t0
-    # What the op runs: the family's selection rule (wgrad selects at a fixed batch size).
+    # What the op runs: the family's selection rule (wgrad selects at the batch's bucket).
     sel = kdef.select_key(p)[0] if kdef.select_key is not None else p
     pick = op_config(kdef, p, dev)
     guess = kdef.heuristic(sel, dev)

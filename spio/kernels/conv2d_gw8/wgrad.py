@@ -542,21 +542,30 @@ def launch(
     WgradLaunch(kernel, None, p, cfg, dev).partials(partial, bias_partial, x, grad_output, stream)
 
 
-# The batch size the ops select a layer's wgrad config for, whatever the real batch: the config
-# (tiling and splits per SM) then depends on the layer alone, so a new batch size loads no new
-# variant, and the summation order of dweight (slices, reduction CTA size) is fixed by the shape,
-# never by which batch size a process saw first. At the real batch the launch splits the
-# (image, row chunk) tasks over the same number of CTAs per SM (`split_plan`). 64 sits between
-# the small per-GPU batches of data-parallel training and the 256 of single-GPU ImageNet runs;
-# the measured cost of not selecting per batch is in docs/ops/conv2d_gw8.md.
+# The most images the ops select a layer's wgrad config for. A batch of N images is selected for
+# at N rounded up to a power of two, at most SELECT_BATCH (1, 2, 4, ..., 32, 64): the config
+# (tiling and splits per SM) then depends on the layer and that bucket alone, so the summation
+# order of dweight (slices, reduction CTA size) is fixed by the shape, never by which batch size a
+# process saw first, and a new batch size loads a new variant only in a bucket the process has not
+# run (every batch above 32 shares one). At the real batch the launch splits the (image, row
+# chunk) tasks over the config's CTAs per SM (`split_plan`). Before the buckets every batch was
+# selected at 64, which cost the small batches dearly: on 60 held-out layers at N <= 32 (H100,
+# re-timed) the pick ranked at 64 ran 1.165x the best config at the median (p90 1.72, max 3.0)
+# against 1.045x (1.12, 1.17) ranked at the real N; at N >= 64 ranking at 64 loses nothing
+# (docs/tuning.md, "Twenty-fifth session").
 SELECT_BATCH = 64
 
 
-def select_at_fixed_batch(p: Conv2dGw8Params) -> tuple[Conv2dGw8Params, None]:
-    """wgrad's selection rule (`KernelDef.select_key`): the config selected for the layer at
-    SELECT_BATCH images serves every batch size (see SELECT_BATCH); the weight's dtype does not
-    enter (it changes only the reduction's output type), nor the weight's layout."""
-    return replace(p, n=SELECT_BATCH, wdtype=None, weight_cl=False), None
+def select_batch(n: int) -> int:
+    """The batch size a layer's wgrad config is selected for at N images (see SELECT_BATCH)."""
+    return min(SELECT_BATCH, 1 << max(0, n - 1).bit_length())
+
+
+def select_at_batch_bucket(p: Conv2dGw8Params) -> tuple[Conv2dGw8Params, None]:
+    """wgrad's selection rule (`KernelDef.select_key`): the layer at `select_batch(p.n)` images;
+    the weight's dtype does not enter (it changes only the reduction's output type), nor the
+    weight's layout."""
+    return replace(p, n=select_batch(p.n), wdtype=None, weight_cl=False), None
 
 
 def compiled_variant(p: Conv2dGw8Params) -> Conv2dGw8Params:
@@ -584,8 +593,8 @@ WGRAD = KernelDef(
     sample_params=_tune.sample_params,
     make_runner=_tune.make_wgrad_runner,
     compiled_params=compiled_variant,
-    # Selected for the layer at SELECT_BATCH, not per batch and not shared from the first batch
-    # seen: the config fixes the partial sums and their order, so dweight's bits depend on the
-    # shape alone, and no batch size compiles a new variant.
-    select_key=select_at_fixed_batch,
+    # Selected for the layer at its batch's bucket (`select_batch`), not shared from the first
+    # batch seen: the config fixes the partial sums and their order, so dweight's bits depend on
+    # the shape alone, and only a batch of a new bucket loads a new variant.
+    select_key=select_at_batch_bucket,
 )

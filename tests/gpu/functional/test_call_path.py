@@ -161,7 +161,9 @@ def test_conv_autocast_reads_float32_parameters(amp, seed):
 
 
 def test_a_new_batch_size_compiles_nothing(seed):
-    """After one batch size, others (larger, smaller, 1) run fwd+bwd with compiles forbidden."""
+    """After one batch size, others (larger, smaller, 1) run fwd+bwd with compiles forbidden; the
+    conv's weight gradient after one batch of each of its selection buckets (`select_batch`:
+    powers of two up to 64, every batch above 32 in one) that the later batches fall in."""
     clear_plans()
 
     def conv(n):
@@ -173,10 +175,14 @@ def test_a_new_batch_size_compiles_nothing(seed):
         w = torch.randn(96, device="cuda").half()
         _grads(lambda x, w, b: layernorm_2d(x, w, b), (x, w, w.clone()), torch.randn_like(x))
 
-    for run in (conv, norm):
-        run(32)
+    for run, first, later in (
+        (conv, (64, 8, 1), (48, 7, 1, 200, 5, 33)),
+        (norm, (32,), (48, 7, 1, 200)),
+    ):
+        for n in first:
+            run(n)
         with override(assert_no_compile=True):
-            for n in (48, 7, 1, 200):
+            for n in later:
                 run(n)
     torch.cuda.synchronize()
 

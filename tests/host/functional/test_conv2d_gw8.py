@@ -255,19 +255,24 @@ def test_from_conv2d_rejects_the_older_weight_norm_hook_and_names_its_remover():
     assert isinstance(Conv2dGw8.from_conv2d(conv), Conv2dGw8)
 
 
-def test_wgrad_config_depends_on_the_layer_alone(tmp_path):
+def test_wgrad_config_depends_on_the_layer_and_batch_bucket(tmp_path):
     """dweight's bits follow from the wgrad config (partial-sum count and order), so the op
-    selects it for the layer at a fixed batch size (SELECT_BATCH): every batch size runs the
-    config a fresh process picks, whichever batch size the process saw first, and a new batch
-    size compiles nothing. fprop keeps the first batch size's config (no compile per batch)."""
+    selects it for the layer at the batch's bucket (N rounded up to a power of two, at most
+    SELECT_BATCH): every batch size runs the config a fresh process picks for its bucket,
+    whichever batch size the process saw first, and all batches above 32 share one config.
+    fprop keeps the first batch size's config (no compile per batch)."""
     from spio.cuda import known_device
     from spio.kernels.conv2d_gw8.fprop import FPROP
     from spio.kernels.conv2d_gw8.params import Conv2dGw8Params
-    from spio.kernels.conv2d_gw8.wgrad import SELECT_BATCH, WGRAD
+    from spio.kernels.conv2d_gw8.wgrad import SELECT_BATCH, WGRAD, select_batch
     from spio.select import default_selector, op_config
     from spio.settings import override
 
     dev = known_device("H100")
+    assert [select_batch(n) for n in (1, 2, 3, 5, 8, 9, 32, 33, 64, 65, 256, 65535)] == [
+        1, 2, 4, 8, 8, 16, 32, 64, 64, 64, 64, 64
+    ]  # fmt: skip
+    assert SELECT_BATCH == 64
 
     def layer(n):
         return Conv2dGw8Params(n=n, c=256, h=14, w=14, r=3, s=3, pad_h=1, pad_w=1, has_bias=True)
@@ -275,11 +280,14 @@ def test_wgrad_config_depends_on_the_layer_alone(tmp_path):
     with override(cache_dir=tmp_path):  # picks persist: keep them out of the user's cache
         default_selector().clear()
         try:
-            fresh = op_config(WGRAD, layer(128), dev)
+            fresh = {n: op_config(WGRAD, layer(n), dev) for n in (128, 3)}
             default_selector().clear()
-            assert op_config(WGRAD, layer(1), dev) == fresh
-            assert op_config(WGRAD, layer(128), dev) == fresh
-            assert fresh == default_selector().select(WGRAD, layer(SELECT_BATCH), dev)
+            assert op_config(WGRAD, layer(4), dev) == fresh[3]  # the small bucket first
+            for n in (128, 33, 64, 256):
+                assert op_config(WGRAD, layer(n), dev) == fresh[128]
+            assert op_config(WGRAD, layer(3), dev) == fresh[3]
+            assert fresh[128] == default_selector().select(WGRAD, layer(SELECT_BATCH), dev)
+            assert fresh[3] == default_selector().select(WGRAD, layer(4), dev)
             first = op_config(FPROP, layer(1), dev)
             assert op_config(FPROP, layer(128), dev) == first  # shared across batch sizes
         finally:

@@ -91,10 +91,10 @@ def _fresh(tmp_path, monkeypatch):
 
 
 def test_the_config_is_the_one_the_op_runs(tmp_path, monkeypatch):
-    """Each op's selection rule (the ops' plans select with `op_config`): conv fprop/dgrad and the
-    layernorm forward keep the config of a layer's first batch size / row count, matmul selects
-    for the bucketed token count, conv wgrad and the layernorm backward select for the layer at a
-    fixed batch size / row count."""
+    """Each op's selection rule (the ops' plans select with `op_config`): conv fprop/dgrad keep
+    the config of a layer's first batch size, matmul selects for the bucketed token count, conv
+    wgrad for the layer at its batch's bucket (a power of two, at most SELECT_BATCH), the
+    layernorm forward and backward at a fixed row count."""
     from spio.kernels.conv2d_gw8.wgrad import SELECT_BATCH
     from spio.kernels.layernorm_2d import SELECT_ROWS
     from spio.select import op_config
@@ -108,10 +108,13 @@ def test_the_config_is_the_one_the_op_runs(tmp_path, monkeypatch):
             assert later == first == op_config(KERNELS[name], replace(conv, n=256), H100)
             assert sel.sources[(name, replace(conv, n=256), H100.name)] == "shared"
         wgrad = factory.select("conv2d_gw8_wgrad", replace(conv, n=256), H100)[1]
-        assert wgrad == op_config(KERNELS["conv2d_gw8_wgrad"], replace(conv, n=3), H100)
+        assert wgrad == op_config(KERNELS["conv2d_gw8_wgrad"], replace(conv, n=40), H100)
         assert (KERNELS["conv2d_gw8_wgrad"].name, replace(conv, n=SELECT_BATCH), H100.name) in (
             sel.sources
         )
+        small = factory.select("conv2d_gw8_wgrad", replace(conv, n=3), H100)[1]
+        assert small == op_config(KERNELS["conv2d_gw8_wgrad"], replace(conv, n=4), H100)
+        assert (KERNELS["conv2d_gw8_wgrad"].name, replace(conv, n=4), H100.name) in sel.sources
 
         ln = LayerNorm2dParams(c=384, dtype="float16", m=8 * 56 * 56)
         bwd = factory.select("layernorm_2d_bwd", ln, H100)[1]
