@@ -49,8 +49,9 @@ TUNE = Path(__file__).resolve().parent / "data" / "tune"
 FAMILIES = tuple(sorted(path.stem for path in TUNE.glob("*.jsonl")))
 
 
-def plan(kernels: list[str], top: int, folds: int) -> list[dict]:
-    """One entry per complete held-out shape: the configs to re-time and each one's roles."""
+def plan(kernels: list[str], top: int, folds: int, as_selected: bool = False) -> list[dict]:
+    """One entry per complete held-out shape: the configs to re-time and each one's roles
+    (`as_selected`: the picks ranked as the op selects, `spio tune eval --as-selected`)."""
     from spio.cli.tune import _device_for
     from spio.kernels import KERNELS
     from spio.tune.dataset import read
@@ -65,7 +66,7 @@ def plan(kernels: list[str], top: int, folds: int) -> list[dict]:
             by_device[s.device].append(s)
         for device_name, samples in sorted(by_device.items()):
             dev = _device_for(device_name, "eval")
-            h = held_out(kdef, samples, dev, folds=folds)
+            h = held_out(kdef, samples, dev, folds=folds, as_selected=as_selected)
             for c in h.complete:
                 fastest = sorted(range(len(c.times)), key=c.times.__getitem__)[:top]
                 roles: dict[int, list[str]] = defaultdict(list)
@@ -250,6 +251,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--top", type=int, default=5, help="fastest recorded configs to re-time")
     p.add_argument("--folds", type=int, default=5)
     p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--as-selected", action="store_true", help="rank as the op selects")
     t = sub.add_parser("time", help="re-time a plan (GPU)")
     t.add_argument("plan", type=Path)
     t.add_argument("--csv", type=Path, required=True)
@@ -264,7 +266,7 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("csv", type=Path)
     a = ap.parse_args(argv)
     if a.cmd == "plan":
-        entries = plan(a.kernel or list(FAMILIES), a.top, a.folds)
+        entries = plan(a.kernel or list(FAMILIES), a.top, a.folds, a.as_selected)
         with _open(a.out, "wt") as f:
             json.dump(entries, f, indent=0)
         print(f"{len(entries)} complete held-out shapes, "

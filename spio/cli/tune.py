@@ -276,7 +276,16 @@ def cmd_eval(a: argparse.Namespace) -> int:
                     f"samples are {dev.arch} (a model serves GPUs of its own arch only)",
                 )
             try:
-                print(evaluate(KERNELS[k], samples, dev, folds=a.folds, model=fixed))
+                print(
+                    evaluate(
+                        KERNELS[k],
+                        samples,
+                        dev,
+                        folds=a.folds,
+                        model=fixed,
+                        as_selected=a.as_selected,
+                    )
+                )
             except ValueError as e:  # too few layers to hold one out
                 raise SystemExit(f"spio tune eval: {str(e).removeprefix('evaluate: ')}") from None
     return 0
@@ -358,6 +367,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="a trained model file (e.g. another GPU's, spio/tune/models/*.json.gz) that ranks "
         "every shape instead of the folds' models (--folds is then unused): what that model "
         "would pick on this data's GPU",
+    )
+    e.add_argument(
+        "--as-selected",
+        action="store_true",
+        help="rank each shape as the op selects its config (the family's select_key, e.g. "
+        "wgrad's batch bucket, layernorm's fixed row count), not at the shape itself",
     )
     e.set_defaults(func=cmd_eval)
     s = sub.add_parser("select", help="ranked configs for a layer (no GPU needed)")

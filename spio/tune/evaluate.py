@@ -18,6 +18,11 @@ the selector does, and the regret is against the true best of the space; beside 
 of `SPIO_AUTOTUNE`'s choice (the fastest measured of the `AUTOTUNE_K` candidates that
 `Selector.autotune` measures, `spio.tune.rank.autotune_candidates`), so the data says what
 autotuning buys.
+
+`as_selected=True` ranks each shape as the op selects its config: with the features of the
+family's selection params (`KernelDef.select_key`, e.g. conv2d_gw8 wgrad's batch bucket, the
+layernorm families' fixed row count) instead of the shape's own, and scores the pick at the
+shape. The default ranks every shape at itself: the model's quality alone.
 """
 
 from __future__ import annotations
@@ -64,6 +69,7 @@ class Report:
     autotune_regret: tuple[float, float, float] | None = None  # AUTOTUNE_K candidates measured
     # Set when one given model ranked every shape (no folds, nothing trained): where it came from.
     fixed_model: str | None = None
+    as_selected: bool = False  # each shape ranked at the op's selection params (select_key)
 
     def __str__(self) -> str:
         folds = f"of {self.groups} layers" if self.split == "layer" else "(folded by full params)"
@@ -77,6 +83,8 @@ class Report:
                 f"{self.kernel} on {self.device}: {self.shapes} held-out shapes {folds}, "
                 f"{self.samples} samples"
             )
+        if self.as_selected:
+            head += ", ranked as the op selects (select_key)"
         text = (
             f"{head}\n"
             f"  top-1 regret among measured configs: median {self.regret_median:.3f}x, "
@@ -173,6 +181,18 @@ def _space_indices(kdef: KernelDef, shape: str, idx: list[int], samples: list[Sa
     return list(chosen.values()) if space and len(chosen) == len(space) else None
 
 
+def _rows_as_selected(
+    kdef: KernelDef, samples: list[Sample], idx: list[int], device: Any
+) -> list[dict[str, float]]:
+    """Feature rows of one shape's samples idx at the params the op selects the shape's config
+    for (`KernelDef.select_key`; the shape itself without one)."""
+    params = from_dict(kdef.params_type, samples[idx[0]].params)
+    chosen = kdef.select_key(params)[0] if kdef.select_key is not None else params
+    return [
+        features(kdef, chosen, from_dict(kdef.config_type, samples[i].config), device) for i in idx
+    ]
+
+
 def fold_of(key: str, folds: int) -> int:
     """The fold of a group key: a stable hash, so every run and tool splits alike."""
     return int(hashlib.sha256(key.encode()).hexdigest(), 16) % folds
@@ -246,10 +266,12 @@ def held_out(
     rounds: int | None = None,
     split: Split = "layer",
     model: PerfModel | None = None,
+    as_selected: bool = False,
 ) -> HeldOut:
     """Ranks every shape with a model that never saw its layer (each fold's, trained on the
     others), or with `model` alone (e.g. another GPU's, as `find_model` falls back to it: nothing
-    is trained and the samples need not come from its GPU)."""
+    is trained and the samples need not come from its GPU); with `as_selected`, at the params the
+    op selects the shape's config for (the module docstring)."""
     if not samples:
         raise ValueError(f"evaluate: no samples for {kdef.name}")
     groups = {group_key(kdef, s, split) for s in samples}
@@ -286,14 +308,23 @@ def held_out(
         for k in test_shapes:
             idx = by_shape[k]
             measured = [samples[i].latency_us for i in idx]
-            predicted = ranker.predict_us([rows[i] for i in idx])
+            ranked_rows = (
+                _rows_as_selected(kdef, samples, idx, device)
+                if as_selected
+                else [rows[i] for i in idx]
+            )
+            predicted = ranker.predict_us(ranked_rows)
             order = sorted(range(len(idx)), key=lambda j: predicted[j])
             best = min(measured)
             regrets.append(measured[order[0]] / best)
             hits += any(measured[j] == best for j in order[:5])
             space = _space_indices(kdef, k, idx, samples, device)
             if space is not None:
-                guess = ranker.predict_us([rows[i] for i in space])
+                guess = ranker.predict_us(
+                    _rows_as_selected(kdef, samples, space, device)
+                    if as_selected
+                    else [rows[i] for i in space]
+                )
                 ranked = sorted(range(len(space)), key=lambda j: (guess[j], j))
                 configs = [from_dict(kdef.config_type, samples[i].config) for i in space]
                 at = {c: j for j, c in enumerate(configs)}
@@ -318,10 +349,12 @@ def evaluate(
     rounds: int | None = None,
     split: Split = "layer",
     model: PerfModel | None = None,
+    as_selected: bool = False,
 ) -> Report:
     """Regret of the model's top-1 pick per shape, each fold ranked by a model trained on the
-    others (`held_out`; with `model`, that one model ranks every shape)."""
-    h = held_out(kdef, samples, device, folds, rounds, split, model)
+    others (`held_out`; with `model`, that one model ranks every shape; with `as_selected`, at
+    the op's selection params)."""
+    h = held_out(kdef, samples, device, folds, rounds, split, model, as_selected)
     full = [c.pick_regret for c in h.complete]
     tuned = [c.autotune_regret for c in h.complete]
     median, p90, worst = _percentiles(list(h.regrets))
@@ -340,6 +373,7 @@ def evaluate(
         _percentiles(full) if full else None,
         _percentiles(tuned) if tuned else None,
         None if model is None else _provenance(model, samples[0].device),
+        as_selected,
     )
 
 

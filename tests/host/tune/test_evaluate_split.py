@@ -194,3 +194,43 @@ def test_a_fixed_model_ranks_every_shape_and_trains_nothing(monkeypatch):
     assert report.groups == 1 and "(this GPU's: it may have trained on these samples)" in str(
         report
     )
+
+
+def test_as_selected_ranks_at_the_ops_selection_params(monkeypatch):
+    """`as_selected` (spio tune eval --as-selected) ranks each shape with the features of the
+    params the op selects for (`KernelDef.select_key`) and scores the pick at the shape: here the
+    selection rule maps every batch to 64 images, where the fake model prefers the slow config."""
+    from spio.cuda import known_device
+    from spio.tune.features import from_dict, to_dict
+
+    dev = known_device("H100")
+    kdef = dataclasses.replace(
+        KERNELS["conv2d_gw8_wgrad"],
+        select_key=lambda p: (dataclasses.replace(p, n=64), None),
+    )
+    samples = []
+    for c in (16, 32, 48):
+        params = _conv(8, c)
+        fast, slow = kdef.configs(from_dict(kdef.params_type, params), dev)[:2]
+        samples += [
+            Sample(kdef.name, "D", "sm_90", params, to_dict(fast), 10.0),
+            Sample(kdef.name, "D", "sm_90", params, to_dict(slow), 20.0),
+        ]
+    fast_key = [s.config for s in samples[::2]]
+
+    def fake_features(k, p, cfg, d):
+        return {"n": p.n, "fast": float(to_dict(cfg) in fast_key)}
+
+    monkeypatch.setattr(ev, "features", fake_features)
+
+    class Fake:  # at 8 images the fast config ranks first, at 64 the slow one
+        def predict_us(self, rows):
+            return [1.0 if (r["fast"] == 1.0) == (r["n"] == 8) else 2.0 for r in rows]
+
+    monkeypatch.setattr(ev.PerfModel, "train", staticmethod(lambda *a, **k: Fake()))
+    at_shape = ev.evaluate(kdef, samples, dev, folds=3)
+    selected = ev.evaluate(kdef, samples, dev, folds=3, as_selected=True)
+    assert at_shape.regret_max == 1.0 and not at_shape.as_selected
+    assert selected.regret_median == 2.0 and selected.as_selected
+    assert "ranked as the op selects" in str(selected)
+    assert "ranked as the op selects" not in str(at_shape)
