@@ -174,15 +174,17 @@ def params(c: int, hw: int, k: int, n: int, dtype: torch.dtype):
 
 def variants(p, which: str, dev) -> list[tuple[Any, Any, Any]]:
     """(family, layer variant, config) of each kernel that pass `which` of layer p launches: the
-    selected config (the model's pick for this N), and for wgrad the reduction sized by its slice
-    count, as the op does. The precompile and the timed launches both take them from here."""
+    config a fresh process's op selects for this N (the family's `select_key`: fprop and dgrad at
+    N, wgrad at N's bucket), and for wgrad the reduction sized by its slice count, as the op does.
+    The precompile and the timed launches both take them from here."""
     from spio.kernels.conv2d_gw8 import fprop as fp
     from spio.kernels.conv2d_gw8 import wgrad as wg
     from spio.kernels.conv2d_gw8 import wgrad_reduce as rd
     from spio.select import default_selector
 
     kdef = {"fprop": fp.FPROP, "dgrad": fp.DGRAD, "wgrad": wg.WGRAD}[which]
-    cfg = default_selector().select(kdef, p, dev)
+    chosen = kdef.select_key(p)[0] if kdef.select_key is not None else p
+    cfg = default_selector().select(kdef, chosen, dev)
     out = [(kdef, p.variant(), cfg)]
     if which == "wgrad":
         out.append((rd.WGRAD_REDUCE, p.variant(), rd.reduce_config(p, cfg, dev)))

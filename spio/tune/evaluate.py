@@ -22,7 +22,11 @@ autotuning buys.
 `as_selected=True` ranks each shape as the op selects its config: with the features of the
 family's selection params (`KernelDef.select_key`, e.g. conv2d_gw8 wgrad's batch bucket, the
 layernorm families' fixed row count) instead of the shape's own, and scores the pick at the
-shape. The default ranks every shape at itself: the model's quality alone.
+shape. The default ranks every shape at itself: the model's quality alone. The autotune column
+then takes the candidates ranked as selected but the fastest of them at the shape, where
+`SPIO_AUTOTUNE` measures them at the selection params: a lower bound of what autotune runs.
+fprop and dgrad's `share` (a layer's first batch size's config serves the others) depends on a
+process's history and is not modelled: they rank at the shape either way.
 """
 
 from __future__ import annotations
@@ -100,9 +104,12 @@ class Report:
         )
         if self.autotune_regret is not None:
             med, p90, worst = self.autotune_regret
+            # As selected, the op measures its candidates at the selection params, not at the
+            # shape: the fastest at the shape is a lower bound of what it runs.
+            bound = ", a lower bound" if self.as_selected else ""
             text += (
-                f"\n  with SPIO_AUTOTUNE (fastest of its {AUTOTUNE_K} candidates), same shapes: "
-                f"median {med:.3f}x, p90 {p90:.3f}x, max {worst:.3f}x"
+                f"\n  with SPIO_AUTOTUNE (fastest of its {AUTOTUNE_K} candidates at the shape"
+                f"{bound}), same shapes: median {med:.3f}x, p90 {p90:.3f}x, max {worst:.3f}x"
             )
         return text
 

@@ -147,3 +147,15 @@ def test_plan_and_timings_read_gzipped(retime, tmp_path):
     _write(tmp_path / "t.csv", [("fam", "GPU", "{}", "{}", 0, 2.5)])
     (tmp_path / "t.csv.gz").write_bytes(gzip.compress((tmp_path / "t.csv").read_bytes()))
     assert retime.read_times(tmp_path / "t.csv.gz") == {("fam", "{}", "{}"): [2.5]}
+
+
+def test_merge_subcommand_writes_one_plan(retime, tmp_path, capsys):
+    a = [_entry({"m": 1}, [{"t": 1}], [["pick", "tried"]])]
+    b = [_entry({"m": 1}, [{"t": 2}], [["pick", "tried"]])]
+    (tmp_path / "a.json").write_text(json.dumps(a))
+    (tmp_path / "b.json.gz").write_bytes(__import__("gzip").compress(json.dumps(b).encode()))
+    out = tmp_path / "m.json"
+    assert retime.main(["merge", str(tmp_path / "a.json"), str(tmp_path / "b.json.gz"),
+                        "--out", str(out)]) == 0  # fmt: skip
+    assert json.loads(out.read_text())[0]["configs"] == [{"t": 1}, {"t": 2}]
+    assert "1 shapes, 2 configs to re-time" in capsys.readouterr().out

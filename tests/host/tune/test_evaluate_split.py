@@ -199,7 +199,8 @@ def test_a_fixed_model_ranks_every_shape_and_trains_nothing(monkeypatch):
 def test_as_selected_ranks_at_the_ops_selection_params(monkeypatch):
     """`as_selected` (spio tune eval --as-selected) ranks each shape with the features of the
     params the op selects for (`KernelDef.select_key`) and scores the pick at the shape: here the
-    selection rule maps every batch to 64 images, where the fake model prefers the slow config."""
+    selection rule maps every batch to 64 images, where the fake model prefers a slow config.
+    Every config of each shape's space is measured, so the whole-space columns see it too."""
     from spio.cuda import known_device
     from spio.tune.features import from_dict, to_dict
 
@@ -208,29 +209,32 @@ def test_as_selected_ranks_at_the_ops_selection_params(monkeypatch):
         KERNELS["conv2d_gw8_wgrad"],
         select_key=lambda p: (dataclasses.replace(p, n=64), None),
     )
-    samples = []
+    samples, fast = [], []
     for c in (16, 32, 48):
         params = _conv(8, c)
-        fast, slow = kdef.configs(from_dict(kdef.params_type, params), dev)[:2]
+        space = kdef.configs(from_dict(kdef.params_type, params), dev)
+        fast.append(to_dict(space[0]))
         samples += [
-            Sample(kdef.name, "D", "sm_90", params, to_dict(fast), 10.0),
-            Sample(kdef.name, "D", "sm_90", params, to_dict(slow), 20.0),
+            Sample(kdef.name, "D", "sm_90", params, to_dict(cfg), 10.0 if j == 0 else 20.0)
+            for j, cfg in enumerate(space)
         ]
-    fast_key = [s.config for s in samples[::2]]
 
     def fake_features(k, p, cfg, d):
-        return {"n": p.n, "fast": float(to_dict(cfg) in fast_key)}
+        return {"n": p.n, "fast": float(to_dict(cfg) in fast)}
 
     monkeypatch.setattr(ev, "features", fake_features)
 
-    class Fake:  # at 8 images the fast config ranks first, at 64 the slow one
+    class Fake:  # at 8 images the fast config ranks first, at 64 last
         def predict_us(self, rows):
             return [1.0 if (r["fast"] == 1.0) == (r["n"] == 8) else 2.0 for r in rows]
 
     monkeypatch.setattr(ev.PerfModel, "train", staticmethod(lambda *a, **k: Fake()))
     at_shape = ev.evaluate(kdef, samples, dev, folds=3)
     selected = ev.evaluate(kdef, samples, dev, folds=3, as_selected=True)
-    assert at_shape.regret_max == 1.0 and not at_shape.as_selected
-    assert selected.regret_median == 2.0 and selected.as_selected
+    assert at_shape.complete == selected.complete == 3
+    assert at_shape.regret_max == 1.0 and at_shape.complete_regret == (1.0, 1.0, 1.0)
+    assert not at_shape.as_selected and selected.as_selected
+    assert selected.regret_median == 2.0 and selected.complete_regret == (2.0, 2.0, 2.0)
     assert "ranked as the op selects" in str(selected)
+    assert "a lower bound" in str(selected) and "a lower bound" not in str(at_shape)
     assert "ranked as the op selects" not in str(at_shape)
