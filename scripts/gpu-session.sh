@@ -13,6 +13,10 @@
 #                                          the RegNet layers (the yardstick), score the shipped
 #                                          models on it and the shipping recipe leave-one-layer-out
 #   scripts/gpu-session.sh sweep           every conv2d_gw8 fprop/dgrad config at the 3x3 and 7x7 points
+#   scripts/gpu-session.sh select-rules    the layernorm families' picks at small M (<= 4096 rows)
+#                                          under their selection rule, at the layer and at 1024 /
+#                                          16384 rows, re-timed (benchmarks/plan_select_rule.py;
+#                                          needs the xgboost wheel in .whl)
 #   scripts/gpu-session.sh multi           on a 2-GPU machine: the two-GPU tests (DDP, FSDP2, one
 #                                          disk cache, two threads) and DDP scaling (needs timm)
 #   scripts/gpu-session.sh hopper          the Hopper blocks and kernel: TMA, wgmma and mbarrier
@@ -80,6 +84,21 @@ while [ $# -gt 0 ]; do
       # (yardstick_conv2d_gw8.py --csv $OUT/yardstick.csv --export DIR) to
       # benchmarks/data/tune/<family>.jsonl, `spio tune train --kernel <family> --data
       # benchmarks/data/tune/<family>.jsonl --ship`, and keep the CSV in benchmarks/data/yardstick.
+      ;;
+    select-rules)
+      plans=()
+      for k in layernorm_2d_fwd layernorm_2d_bwd; do
+        python3 benchmarks/plan_select_rule.py --kernel "$k" --max-size 4096 --at 1024 \
+            --at 16384 --shapes 40 --out "$OUT/$k" | tail -4
+        plans+=("$OUT/$k"_*.json)
+      done
+      python3 benchmarks/retime_heldout.py merge "${plans[@]}" --out "$OUT/select-rules.json"
+      python3 benchmarks/retime_heldout.py time "$OUT/select-rules.json" \
+          --csv "$OUT/select-rules.csv" --rounds 7 | tail -2
+      for plan in "${plans[@]}"; do
+        echo "== $plan"
+        python3 benchmarks/retime_heldout.py score "$plan" "$OUT/select-rules.csv" | sed -n 2,4p
+      done
       ;;
     sweep)
       python3 benchmarks/sweep_conv2d_gw8.py --kernel fprop,dgrad --csv "$OUT/sweep.csv" 2>&1 \
