@@ -162,8 +162,8 @@ def test_conv_autocast_reads_float32_parameters(amp, seed):
 
 def test_a_new_batch_size_compiles_nothing(seed):
     """After one batch size, others (larger, smaller, 1) run fwd+bwd with compiles forbidden; the
-    conv's weight gradient after one batch of each of its selection buckets (`select_batch`:
-    powers of two up to 64, every batch above 32 in one) that the later batches fall in."""
+    conv after one batch of each of its selection buckets that the later batches fall in
+    (powers of two up to 256 for fprop/dgrad, up to 64 for the weight gradient)."""
     clear_plans()
 
     def conv(n):
@@ -176,7 +176,7 @@ def test_a_new_batch_size_compiles_nothing(seed):
         _grads(lambda x, w, b: layernorm_2d(x, w, b), (x, w, w.clone()), torch.randn_like(x))
 
     for run, first, later in (
-        (conv, (64, 8, 1), (48, 7, 1, 200, 5, 33)),
+        (conv, (256, 64, 8, 1), (48, 7, 1, 200, 5, 33)),
         (norm, (32,), (48, 7, 1, 200)),
     ):
         for n in first:
