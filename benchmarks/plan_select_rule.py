@@ -3,9 +3,9 @@
 The families whose config fixes a reduction order select it for a layer at a fixed or bucketed
 size (`KernelDef.select_key`: conv2d_gw8 wgrad at its batch's bucket, the layernorm families at
 a fixed row count), not at the size the op runs. For held-out layers whose batch-like field (the
-conv batch n, the layernorm rows m) is at most `--max-size`, each with at least 8 measured
-configs (a seeded sample of `--shapes` of them), the fold model (folds by layer, as `spio tune
-eval`) ranks the family's whole space under each rule:
+conv batch n, the layernorm rows m) is within `--min-size`..`--max-size`, each with at least 8
+measured configs (a seeded sample of `--shapes` of them), the fold model (folds by layer, as
+`spio tune eval`) ranks the family's whole space under each rule:
 
 - `shape`: the features at the layer itself (the model's quality alone);
 - `selected`: at the family's `select_key` (what the op runs today);
@@ -40,7 +40,13 @@ TUNE = Path(__file__).resolve().parent / "data" / "tune"
 
 
 def plans(
-    kernel: str, max_size: int, shapes: int, seed: int, at: list[int], folds: int = 5
+    kernel: str,
+    max_size: int,
+    shapes: int,
+    seed: int,
+    at: list[int],
+    folds: int = 5,
+    min_size: int = 0,
 ) -> dict[str, list[dict]]:
     """Rule name -> its plan (one entry per chosen layer, in the same order in every plan)."""
     from spio.cli.tune import _device_for
@@ -63,7 +69,9 @@ def plans(
     for i, s in enumerate(samples):
         by_shape[shape_of(kdef, s)].append(i)
     small = sorted(
-        k for k, idx in by_shape.items() if json.loads(k)[field] <= max_size and len(idx) >= 8
+        k
+        for k, idx in by_shape.items()
+        if min_size <= json.loads(k)[field] <= max_size and len(idx) >= 8
     )
     random.Random(seed).shuffle(small)
     chosen = set(small[:shapes])
@@ -124,12 +132,14 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--kernel", required=True, help="e.g. conv2d_gw8_wgrad, layernorm_2d_bwd")
     ap.add_argument("--max-size", type=int, required=True, help="largest batch (n) or rows (m)")
+    ap.add_argument("--min-size", type=int, default=0, help="smallest batch (n) or rows (m)")
     ap.add_argument("--at", type=int, action="append", default=[], help="a fixed size to rank at")
     ap.add_argument("--shapes", type=int, default=60)
     ap.add_argument("--seed", type=int, default=5)
     ap.add_argument("--out", type=Path, required=True, help="prefix: writes <out>_<rule>.json")
     a = ap.parse_args(argv)
-    for rule, entries in plans(a.kernel, a.max_size, a.shapes, a.seed, a.at).items():
+    chosen = plans(a.kernel, a.max_size, a.shapes, a.seed, a.at, min_size=a.min_size)
+    for rule, entries in chosen.items():
         path = a.out.with_name(f"{a.out.name}_{rule}.json")
         path.write_text(json.dumps(entries))
         print(f"{path}: {len(entries)} shapes, {sum(len(e['configs']) for e in entries)} configs")

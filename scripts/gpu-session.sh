@@ -15,8 +15,10 @@
 #   scripts/gpu-session.sh sweep           every conv2d_gw8 fprop/dgrad config at the 3x3 and 7x7 points
 #   scripts/gpu-session.sh select-rules    the layernorm families' picks at small M (<= 4096 rows)
 #                                          under their selection rule, at the layer and at 1024 /
-#                                          16384 rows, re-timed (benchmarks/plan_select_rule.py;
-#                                          needs the xgboost wheel in .whl)
+#                                          16384 rows, and conv fprop/dgrad's at N >= 128 ranked
+#                                          at 1 and 8 images (a first call's config, shared),
+#                                          re-timed (benchmarks/plan_select_rule.py; needs the
+#                                          xgboost wheel in .whl)
 #   scripts/gpu-session.sh multi           on a 2-GPU machine: the two-GPU tests (DDP, FSDP2, one
 #                                          disk cache, two threads) and DDP scaling (needs timm)
 #   scripts/gpu-session.sh hopper          the Hopper blocks and kernel: TMA, wgmma and mbarrier
@@ -90,6 +92,11 @@ while [ $# -gt 0 ]; do
       for k in layernorm_2d_fwd layernorm_2d_bwd; do
         python3 benchmarks/plan_select_rule.py --kernel "$k" --max-size 4096 --at 1024 \
             --at 16384 --shapes 40 --out "$OUT/$k" | tail -4
+        plans+=("$OUT/$k"_*.json)
+      done
+      for k in conv2d_gw8_fprop conv2d_gw8_dgrad; do
+        python3 benchmarks/plan_select_rule.py --kernel "$k" --min-size 128 --max-size 256 \
+            --at 1 --at 8 --shapes 30 --out "$OUT/$k" | tail -4
         plans+=("$OUT/$k"_*.json)
       done
       python3 benchmarks/retime_heldout.py merge "${plans[@]}" --out "$OUT/select-rules.json"
