@@ -76,10 +76,7 @@ def plans(
     random.Random(seed).shuffle(small)
     chosen = set(small[:shapes])
 
-    def selected(p):
-        return kdef.select_key(p)[0] if kdef.select_key is not None else p
-
-    rules = {"shape": lambda p: p, "selected": selected}
+    rules = {"shape": lambda p: p, "selected": lambda p: kdef.selection(p)[0]}
     for size in at:
         rules[f"at{size}"] = lambda p, size=size: replace(p, **{field: size})
     tested = folds_by_group(kdef, samples, folds)

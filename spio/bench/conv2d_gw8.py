@@ -183,8 +183,7 @@ def variants(p, which: str, dev) -> list[tuple[Any, Any, Any]]:
     from spio.select import default_selector
 
     kdef = {"fprop": fp.FPROP, "dgrad": fp.DGRAD, "wgrad": wg.WGRAD}[which]
-    chosen = kdef.select_key(p)[0] if kdef.select_key is not None else p
-    cfg = default_selector().select(kdef, chosen, dev)
+    cfg = default_selector().select(kdef, kdef.selection(p)[0], dev)
     out = [(kdef, p.variant(), cfg)]
     if which == "wgrad":
         out.append((rd.WGRAD_REDUCE, p.variant(), rd.reduce_config(p, cfg, dev)))

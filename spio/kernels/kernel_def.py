@@ -112,6 +112,11 @@ class KernelDef:
         itself): the key under which one loaded kernel serves them all."""
         return params if self.compiled_params is None else self.compiled_params(params)
 
+    def selection(self, params: Any) -> tuple[Any, Any]:
+        """(the params the ops select `params`'s config for, the `share` key or None): the
+        family's `select_key`, or (params, None) without one."""
+        return (params, None) if self.select_key is None else self.select_key(params)
+
 
 def to_dict(obj: Any) -> dict[str, Any]:
     """A params/config dataclass as JSON-able data (tuples become lists): how datasets and

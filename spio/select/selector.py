@@ -181,7 +181,7 @@ def op_config(kdef: KernelDef, params: Any, device: Any, selector: Selector | No
             f"{kdef.name}: its config is derived from the {kdef.derived_from} pass's launch "
             f"(see {kdef.name}'s module), not selected; pass the config explicitly"
         )
-    params, share = kdef.select_key(params) if kdef.select_key is not None else (params, None)
+    params, share = kdef.selection(params)
     chosen_by = selector if selector is not None else default_selector()
     return chosen_by.select(kdef, params, device, share=share)
 

@@ -193,8 +193,7 @@ def _rows_as_selected(
 ) -> list[dict[str, float]]:
     """Feature rows of one shape's samples idx at the params the op selects the shape's config
     for (`KernelDef.select_key`; the shape itself without one)."""
-    params = from_dict(kdef.params_type, samples[idx[0]].params)
-    chosen = kdef.select_key(params)[0] if kdef.select_key is not None else params
+    chosen = kdef.selection(from_dict(kdef.params_type, samples[idx[0]].params))[0]
     return [
         features(kdef, chosen, from_dict(kdef.config_type, samples[i].config), device) for i in idx
     ]
