@@ -9,7 +9,8 @@ measured configs (a seeded sample of `--shapes` of them), the fold model (folds 
 
 - `shape`: the features at the layer itself (the model's quality alone);
 - `selected`: at the family's `select_key` (what the op runs today);
-- `at<SIZE>` for each `--at SIZE`: at that fixed size (e.g. a rule before or after a change).
+- `at<SIZE>` for each `--at SIZE`: at that fixed size (e.g. a rule before or after a change);
+- `bucket<CAP>` for each `--bucket CAP`: at the size rounded up to a power of two, at most CAP.
 
 Each plan entry holds that rule's pick and the layer's 3 fastest recorded configs;
 `retime_heldout.py` merges, times and scores them:
@@ -47,6 +48,7 @@ def plans(
     at: list[int],
     folds: int = 5,
     min_size: int = 0,
+    buckets: tuple[int, ...] = (),
 ) -> dict[str, list[dict]]:
     """Rule name -> its plan (one entry per chosen layer, in the same order in every plan)."""
     from spio.cli.tune import _device_for
@@ -79,6 +81,10 @@ def plans(
     rules = {"shape": lambda p: p, "selected": lambda p: kdef.selection(p)[0]}
     for size in at:
         rules[f"at{size}"] = lambda p, size=size: replace(p, **{field: size})
+    for cap in buckets:
+        rules[f"bucket{cap}"] = lambda p, cap=cap: replace(
+            p, **{field: min(cap, 1 << max(0, getattr(p, field) - 1).bit_length())}
+        )
     tested = folds_by_group(kdef, samples, folds)
     out: dict[str, list[dict]] = {name: [] for name in rules}
     for f in range(folds):
@@ -131,11 +137,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-size", type=int, required=True, help="largest batch (n) or rows (m)")
     ap.add_argument("--min-size", type=int, default=0, help="smallest batch (n) or rows (m)")
     ap.add_argument("--at", type=int, action="append", default=[], help="a fixed size to rank at")
+    ap.add_argument(
+        "--bucket", type=int, action="append", default=[], help="rank at the power-of-two bucket"
+    )
     ap.add_argument("--shapes", type=int, default=60)
     ap.add_argument("--seed", type=int, default=5)
     ap.add_argument("--out", type=Path, required=True, help="prefix: writes <out>_<rule>.json")
     a = ap.parse_args(argv)
-    chosen = plans(a.kernel, a.max_size, a.shapes, a.seed, a.at, min_size=a.min_size)
+    chosen = plans(
+        a.kernel, a.max_size, a.shapes, a.seed, a.at, min_size=a.min_size, buckets=tuple(a.bucket)
+    )
     for rule, entries in chosen.items():
         path = a.out.with_name(f"{a.out.name}_{rule}.json")
         path.write_text(json.dumps(entries))

@@ -14,8 +14,8 @@
 #                                          models on it and the shipping recipe leave-one-layer-out
 #   scripts/gpu-session.sh sweep           every conv2d_gw8 fprop/dgrad config at the 3x3 and 7x7 points
 #   scripts/gpu-session.sh select-rules    the layernorm families' picks at small M (<= 4096 rows)
-#                                          under their selection rule, at the layer and at 1024 /
-#                                          16384 rows, and conv fprop/dgrad's at N >= 128 ranked
+#                                          under their selection rule, at the layer, at 1024 /
+#                                          16384 rows and at M's power-of-two bucket, and conv fprop/dgrad's at N >= 128 ranked
 #                                          at 1 and 8 images (a first call's config, shared),
 #                                          re-timed (benchmarks/plan_select_rule.py; needs the
 #                                          xgboost wheel in .whl)
@@ -91,7 +91,7 @@ while [ $# -gt 0 ]; do
       plans=()
       for k in layernorm_2d_fwd layernorm_2d_bwd; do
         python3 benchmarks/plan_select_rule.py --kernel "$k" --max-size 4096 --at 1024 \
-            --at 16384 --shapes 40 --out "$OUT/$k" | tail -4
+            --at 16384 --bucket 131072 --shapes 40 --out "$OUT/$k" | tail -5
         plans+=("$OUT/$k"_*.json)
       done
       for k in conv2d_gw8_fprop conv2d_gw8_dgrad; do

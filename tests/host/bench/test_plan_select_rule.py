@@ -47,11 +47,12 @@ def test_plans_pick_from_the_space_at_each_rule(
 
     monkeypatch.setattr(PerfModel, "train", staticmethod(lambda *a, **k: Fake()))
     kdef = KERNELS[kernel]
-    plans = planner.plans(kernel, max_size=at // 2, shapes=3, seed=5, at=[at])
-    assert set(plans) == {"shape", "selected", f"at{at}"}
+    plans = planner.plans(kernel, max_size=at // 2, shapes=3, seed=5, at=[at], buckets=(at,))
+    assert set(plans) == {"shape", "selected", f"at{at}", f"bucket{at}"}
     shapes = [[json.dumps(e["shape"], sort_keys=True) for e in plans[r]] for r in plans]
-    assert shapes[0] == shapes[1] == shapes[2] and len(shapes[0]) == 3
-    last = {"shape": False, "selected": selected_is_fixed, f"at{at}": True}
+    assert all(s == shapes[0] for s in shapes) and len(shapes[0]) == 3
+    # a bucket of a layer at most at / 2 is below `at`: ranked small, like the layer itself
+    last = {"shape": False, "selected": selected_is_fixed, f"at{at}": True, f"bucket{at}": False}
     dev = known_device("H100")
     for rule, entries in plans.items():
         for e in entries:
@@ -61,3 +62,6 @@ def test_plans_pick_from_the_space_at_each_rule(
             assert e["roles"][0] == ["pick", "tried"]
             assert len(e["configs"]) == len(e["roles"]) == len(e["recorded_us"]) <= 4
     assert len(retime.merge(list(plans.values()))) == 3
+    assert (
+        planner.plans(kernel, max_size=at // 2, shapes=3, seed=5, at=[], min_size=at)["shape"] == []
+    )
