@@ -33,7 +33,6 @@ import argparse
 import json
 import random
 import sys
-from collections import defaultdict
 from dataclasses import replace
 from pathlib import Path
 
@@ -54,9 +53,14 @@ def plans(
     from spio.cli.tune import _device_for
     from spio.kernels import KERNELS
     from spio.tune.dataset import read
-    from spio.tune.evaluate import batch_field, feature_rows, folds_by_group, shape_of
+    from spio.tune.evaluate import (
+        batch_field,
+        feature_rows,
+        folds_by_group,
+        shape_indices,
+        train_without,
+    )
     from spio.tune.features import from_dict, to_dict
-    from spio.tune.model import PerfModel
 
     kdef = KERNELS[kernel]
     field = batch_field(kdef)
@@ -67,9 +71,7 @@ def plans(
     ]
     dev = _device_for(samples[0].device, "plan")
     rows = feature_rows(kdef, samples, dev)
-    by_shape: dict[str, list[int]] = defaultdict(list)
-    for i, s in enumerate(samples):
-        by_shape[shape_of(kdef, s)].append(i)
+    by_shape = shape_indices(kdef, samples)
     small = sorted(
         k
         for k, idx in by_shape.items()
@@ -91,15 +93,8 @@ def plans(
         test = [k for k in tested.get(f, []) if k in chosen]
         if not test:
             continue
-        held = set(tested[f])
-        train = [i for k, idx in by_shape.items() if k not in held for i in idx]
-        model = PerfModel.train(
-            kdef.name,
-            samples[0].device,
-            samples[0].arch,
-            [rows[i] for i in train],
-            [samples[i].latency_us for i in train],
-        )
+        model = train_without(kdef, samples, rows, by_shape, set(tested[f]))
+        assert model is not None  # the other folds hold samples
         for k in test:
             p = from_dict(kdef.params_type, json.loads(k))
             space = kdef.configs(p, dev)

@@ -199,6 +199,37 @@ def _rows_as_selected(
     ]
 
 
+def shape_indices(kdef: KernelDef, samples: list[Sample]) -> dict[str, list[int]]:
+    """shape key (`shape_of`) -> the indices of its samples, in sample order."""
+    by_shape: dict[str, list[int]] = defaultdict(list)
+    for i, s in enumerate(samples):
+        by_shape[shape_of(kdef, s)].append(i)
+    return by_shape
+
+
+def train_without(
+    kdef: KernelDef,
+    samples: list[Sample],
+    rows: list[dict[str, float]],
+    by_shape: dict[str, list[int]],
+    held: set[str],
+    rounds: int | None = None,
+) -> PerfModel | None:
+    """A fold's model: trained on the samples of every shape not in `held` (None if none)."""
+    idx = [i for k, shape_idx in by_shape.items() if k not in held for i in shape_idx]
+    if not idx:
+        return None
+    kwargs = {} if rounds is None else {"rounds": rounds}
+    return PerfModel.train(
+        kdef.name,
+        samples[0].device,
+        samples[0].arch,
+        [rows[i] for i in idx],
+        [samples[i].latency_us for i in idx],
+        **kwargs,
+    )
+
+
 def fold_of(key: str, folds: int) -> int:
     """The fold of a group key: a stable hash, so every run and tool splits alike."""
     return int(hashlib.sha256(key.encode()).hexdigest(), 16) % folds
@@ -286,9 +317,7 @@ def held_out(
         raise ValueError(f"evaluate: {kdef.name} needs samples of at least 2 {what}, got 1")
     folds = 1 if model is not None else min(folds, len(groups))
     rows = feature_rows(kdef, samples, device)
-    by_shape: dict[str, list[int]] = defaultdict(list)
-    for i, s in enumerate(samples):
-        by_shape[shape_of(kdef, s)].append(i)
+    by_shape = shape_indices(kdef, samples)
     if model is not None:
         tested = {0: list(by_shape)}
     else:
@@ -296,21 +325,13 @@ def held_out(
     regrets: list[float] = []
     complete: list[CompleteShape] = []
     hits = 0
-    kwargs = {} if rounds is None else {"rounds": rounds}
     for f in range(folds):
         test_shapes = tested.get(f, [])
-        held = set(test_shapes)
-        train_idx = [i for k, idx in by_shape.items() if k not in held for i in idx]
-        if not test_shapes or not (train_idx or model is not None):
+        if not test_shapes:
             continue
-        ranker = model or PerfModel.train(
-            kdef.name,
-            samples[0].device,
-            samples[0].arch,
-            [rows[i] for i in train_idx],
-            [samples[i].latency_us for i in train_idx],
-            **kwargs,
-        )
+        ranker = model or train_without(kdef, samples, rows, by_shape, set(test_shapes), rounds)
+        if ranker is None:
+            continue
         for k in test_shapes:
             idx = by_shape[k]
             measured = [samples[i].latency_us for i in idx]
