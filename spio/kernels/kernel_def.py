@@ -81,7 +81,8 @@ class KernelDef:
             one loaded kernel serves all of them. None: the params themselves.
         select_key: params -> (the params the config is selected for, the `share` key or None):
             the ops' selection rule (`spio.select.op_config`), e.g. matmul selects for
-            its bucketed token count, conv fprop shares one config across batch sizes. None:
+            its bucketed token count, conv2d_gw8 at its batch's bucket; a `share` key makes
+            the first config chosen serve every params of that key (no family uses one now). None:
             (params, None), every params selected on its own.
         derived_from: the first pass whose launch derives this family's config (the two
             reductions); such a family is never selected on its own.

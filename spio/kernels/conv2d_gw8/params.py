@@ -337,6 +337,13 @@ def _dgrad_as_fprop(p: Conv2dGw8Params) -> Conv2dGw8Params:
 STRIDES = (1, 2)
 
 
+def batch_bucket(n: int, cap: int) -> int:
+    """N images rounded up to a power of two, at most `cap` (a power of two): the batch size a
+    pass's config is selected for (`KernelDef.select_key`), so a layer has a config per bucket
+    instead of per batch size or per process history."""
+    return min(cap, 1 << max(0, n - 1).bit_length())
+
+
 def normalize_stride(stride: int | tuple[int, int] | list[int]) -> tuple[int, int]:
     """The stride as (stride_h, stride_w), each 1 or 2."""
     if isinstance(stride, int) and not isinstance(stride, bool):

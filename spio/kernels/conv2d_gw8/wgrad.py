@@ -22,6 +22,7 @@ from spio.kernels.conv2d_gw8.params import (
     GROUP_WIDTH,
     Conv2dGw8Params,
     Conv2dGw8WgradConfig,
+    batch_bucket,
     idle_warps,
     warps_allowed,
 )
@@ -558,7 +559,7 @@ SELECT_BATCH = 64
 
 def select_batch(n: int) -> int:
     """The batch size a layer's wgrad config is selected for at N images (see SELECT_BATCH)."""
-    return min(SELECT_BATCH, 1 << max(0, n - 1).bit_length())
+    return batch_bucket(n, SELECT_BATCH)
 
 
 def select_at_batch_bucket(p: Conv2dGw8Params) -> tuple[Conv2dGw8Params, None]:

@@ -161,9 +161,12 @@ def test_conv_autocast_reads_float32_parameters(amp, seed):
 
 
 def test_a_new_batch_size_compiles_nothing(seed):
-    """After one batch size, others (larger, smaller, 1) run fwd+bwd with compiles forbidden; the
-    conv's weight gradient after one batch of each of its selection buckets (`select_batch`:
-    powers of two up to 64, every batch above 32 in one) that the later batches fall in."""
+    """After one batch size, others (larger, smaller, 1) run fwd+bwd with compiles forbidden and
+    no kernel loaded (a warm disk cache would hide a compile; a new load shows a new variant);
+    the conv after one batch of each of its selection buckets that the later batches fall in
+    (powers of two up to 256 for fprop/dgrad, up to 64 for the weight gradient)."""
+    from spio.kernels.loader import default_function_cache
+
     clear_plans()
 
     def conv(n):
@@ -176,14 +179,16 @@ def test_a_new_batch_size_compiles_nothing(seed):
         _grads(lambda x, w, b: layernorm_2d(x, w, b), (x, w, w.clone()), torch.randn_like(x))
 
     for run, first, later in (
-        (conv, (64, 8, 1), (48, 7, 1, 200, 5, 33)),
+        (conv, (256, 64, 8, 1), (48, 7, 1, 200, 5, 33)),
         (norm, (32,), (48, 7, 1, 200)),
     ):
         for n in first:
             run(n)
+        loaded = len(default_function_cache())
         with override(assert_no_compile=True):
             for n in later:
                 run(n)
+        assert len(default_function_cache()) == loaded, f"{run.__name__}: a batch loaded a variant"
     torch.cuda.synchronize()
 
 

@@ -260,7 +260,8 @@ def test_wgrad_config_depends_on_the_layer_and_batch_bucket(tmp_path):
     selects it for the layer at the batch's bucket (N rounded up to a power of two, at most
     SELECT_BATCH): every batch size runs the config a fresh process picks for its bucket,
     whichever batch size the process saw first, and all batches above 32 share one config.
-    fprop keeps the first batch size's config (no compile per batch)."""
+    fprop selects at the batch's bucket too (capped at its own SELECT_BATCH, 256): a first call
+    at one image no longer fixes the config of the training batches."""
     from spio.cuda import known_device
     from spio.kernels.conv2d_gw8.fprop import FPROP
     from spio.kernels.conv2d_gw8.params import Conv2dGw8Params
@@ -288,8 +289,14 @@ def test_wgrad_config_depends_on_the_layer_and_batch_bucket(tmp_path):
             assert op_config(WGRAD, layer(3), dev) == fresh[3]
             assert fresh[128] == default_selector().select(WGRAD, layer(SELECT_BATCH), dev)
             assert fresh[3] == default_selector().select(WGRAD, layer(4), dev)
-            first = op_config(FPROP, layer(1), dev)
-            assert op_config(FPROP, layer(128), dev) == first  # shared across batch sizes
+            from spio.kernels.conv2d_gw8.fprop import SELECT_BATCH as FPROP_BATCH
+
+            at_one = op_config(FPROP, layer(1), dev)  # a process's first call: one image
+            big = op_config(FPROP, layer(200), dev)
+            assert big == default_selector().select(FPROP, layer(FPROP_BATCH), dev)
+            assert at_one == default_selector().select(FPROP, layer(1), dev)
+            assert big != at_one  # the layer's small and large buckets differ here
+            assert op_config(FPROP, layer(1000), dev) == big  # above the cap: one config
         finally:
             default_selector().clear()
 
