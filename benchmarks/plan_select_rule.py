@@ -1,11 +1,11 @@
 """What a family's selection rule costs: re-timing plans of the picks of two or more rules.
 
-The families whose config fixes a reduction order select it for a layer at a fixed or bucketed
-size (`KernelDef.select_key`: conv2d_gw8 wgrad at its batch's bucket, the layernorm families at
-a fixed row count), not at the size the op runs. For held-out layers whose batch-like field (the
-conv batch n, the layernorm rows m) is within `--min-size`..`--max-size`, each with at least 8
-measured configs (a seeded sample of `--shapes` of them), the fold model (folds by layer, as
-`spio tune eval`) ranks the family's whole space under each rule:
+The families select a layer's config at a bucketed size (`KernelDef.select_key`: conv2d_gw8 at
+its batch's bucket, the layernorm families at their rows' bucket), not at the size the op runs.
+For held-out layers whose batch-like field (the conv batch n, the layernorm rows m) is within
+`--min-size`..`--max-size`, each with at least 8 measured configs (a seeded sample of `--shapes`
+of them), the fold model (folds by layer, as `spio tune eval`) ranks the family's whole space
+under each rule:
 
 - `shape`: the features at the layer itself (the model's quality alone);
 - `selected`: at the family's `select_key` (what the op runs today);
@@ -24,7 +24,9 @@ Each plan entry holds that rule's pick and the layer's 3 fastest recorded config
 In a plan the pick alone is "tried" and its recorded time is 0.0 (it may be unmeasured): the
 "autotune" and "recorded" lines of `score` mean nothing here. The twenty-fifth session's wgrad
 plans (`shape` and `at64`, made before wgrad's batch buckets, as `wgrad_smalln_atN` and
-`_at64`) and their H100 timings: `benchmarks/data/yardstick/select_rule/`.
+`_at64`) and their H100 timings: `benchmarks/data/yardstick/select_rule/`; the twenty-sixth
+session's, every family's rules in one run (`scripts/gpu-session.sh select-rules`), in its
+`rules26/`.
 """
 
 from __future__ import annotations
@@ -80,7 +82,7 @@ def plans(
     random.Random(seed).shuffle(small)
     chosen = set(small[:shapes])
 
-    rules = {"shape": lambda p: p, "selected": lambda p: kdef.selection(p)[0]}
+    rules = {"shape": lambda p: p, "selected": lambda p: kdef.selection(p)}
     for size in at:
         rules[f"at{size}"] = lambda p, size=size: replace(p, **{field: size})
     for cap in buckets:

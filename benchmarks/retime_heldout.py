@@ -133,12 +133,16 @@ def _keys(e: dict) -> list[tuple]:
     return [(e["kernel"], shape, json.dumps(c, sort_keys=True)) for c in e["configs"]]
 
 
-def time_plan(entries: list[dict], rounds: int, seed: int, csv_path: Path) -> None:
+def time_plan(
+    entries: list[dict], rounds: int, seed: int, csv_path: Path, flush_l2: bool = True
+) -> None:
     """Times every entry's configs `rounds` times (each round in a fresh order); appends one
     CSV row per timing. An entry the CSV already holds `rounds` timings of every config of is
     skipped (a run picks up where a stopped one ended; a shape cut off mid-way is timed again,
     so `score` reads its rows twice: delete them first); a shape whose runner cannot be built on
-    this GPU is skipped, named."""
+    this GPU is skipped, named. `flush_l2=False` times every call with the L2 as the previous
+    call left it (its operands resident where they fit), as a layer whose inputs were just
+    written runs inside a model; the collector and the default flush it."""
     import torch
 
     from spio.cuda import device_attributes
@@ -187,7 +191,8 @@ def time_plan(entries: list[dict], rounds: int, seed: int, csv_path: Path) -> No
                 order = list(range(len(runs)))
                 rng.shuffle(order)
                 for j in order:
-                    us = bench(runs[j], warmup_ms=WARMUP_MS, reps=REPS).median_ms * 1e3
+                    timing = bench(runs[j], warmup_ms=WARMUP_MS, reps=REPS, flush_l2=flush_l2)
+                    us = timing.median_ms * 1e3
                     cfg = json.dumps(e["configs"][j], sort_keys=True)
                     w.writerow([e["kernel"], dev.name, shape, cfg, r, f"{us:.3f}"])
             f.flush()
@@ -258,6 +263,7 @@ def main(argv: list[str] | None = None) -> int:
     t.add_argument("--rounds", type=int, default=5)
     t.add_argument("--seed", type=int, default=0)
     t.add_argument("--kernel", action="append", choices=FAMILIES, help="default: every family")
+    t.add_argument("--warm-l2", action="store_true", help="do not flush the L2 before each call")
     g = sub.add_parser("merge", help="plans -> one plan of every shape's configs (host)")
     g.add_argument("plans", type=Path, nargs="+")
     g.add_argument("--out", type=Path, required=True)
@@ -276,7 +282,7 @@ def main(argv: list[str] | None = None) -> int:
         if a.kernel:
             entries = [e for e in entries if e["kernel"] in a.kernel]
         print(f"seed {a.seed}, {a.rounds} rounds", flush=True)
-        time_plan(entries, a.rounds, a.seed, a.csv)
+        time_plan(entries, a.rounds, a.seed, a.csv, flush_l2=not a.warm_l2)
     elif a.cmd == "merge":
         entries = merge([read_plan(path) for path in a.plans])
         with _open(a.out, "wt") as f:

@@ -152,7 +152,7 @@ def sweep(
     compile_specs([kdef.spec(p, cfg, dev) for cfg in configs], dev.arch)
     compile_s = time.monotonic() - t0
     # What the op runs: the family's selection rule (wgrad selects at the batch's bucket).
-    sel = kdef.selection(p)[0]
+    sel = kdef.selection(p)
     pick = op_config(kdef, p, dev)
     guess = kdef.heuristic(sel, dev)
     elem_us = _elementwise_us(n * c * max(hw * hw, p.p * p.q), reps)

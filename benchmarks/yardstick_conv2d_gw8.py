@@ -67,7 +67,7 @@ def regrets(sweeps: dict[tuple, dict[str, float]], models: Path | None, device: 
             continue
         # Ranked for the params the op selects for (wgrad: the layer at its batch's bucket),
         # timed at the sweep's batch.
-        sel = kdef.selection(p)[0]
+        sel = kdef.selection(p)
         guess = loaded[kdef.name].predict_us([kdef.features(sel, cfg, dev) for cfg in cfgs])
         pick = cfgs[min(range(len(cfgs)), key=lambda i: (guess[i], i))]
         best = min(times[str(cfg)] for cfg in cfgs)

@@ -13,12 +13,15 @@
 #                                          the RegNet layers (the yardstick), score the shipped
 #                                          models on it and the shipping recipe leave-one-layer-out
 #   scripts/gpu-session.sh sweep           every conv2d_gw8 fprop/dgrad config at the 3x3 and 7x7 points
-#   scripts/gpu-session.sh select-rules    the layernorm families' picks at small M (<= 4096 rows)
-#                                          under their selection rule, at the layer, at 1024 /
-#                                          16384 rows and at M's power-of-two bucket, and conv fprop/dgrad's at N >= 128 ranked
-#                                          at 1 and 8 images (a first call's config, shared),
-#                                          re-timed (benchmarks/plan_select_rule.py; needs the
-#                                          xgboost wheel in .whl)
+#   scripts/gpu-session.sh select-rules    re-time the picks of selection rules (the twenty-sixth
+#                                          session's comparison): the layernorm families' at small
+#                                          M (<= 4096 rows) as selected, at the layer, at 1024 /
+#                                          16384 / 2**17 rows and at M's bucket; conv fprop/dgrad's
+#                                          at N 128-256 ranked at 1 and 8 images (the config of a
+#                                          first call, once shared) and as selected; wgrad's at N
+#                                          >= 128 at 64 images and at the bucket capped at 256 and
+#                                          1024 (benchmarks/plan_select_rule.py; needs the xgboost
+#                                          wheel in .whl)
 #   scripts/gpu-session.sh multi           on a 2-GPU machine: the two-GPU tests (DDP, FSDP2, one
 #                                          disk cache, two threads) and DDP scaling (needs timm)
 #   scripts/gpu-session.sh hopper          the Hopper blocks and kernel: TMA, wgmma and mbarrier
@@ -91,7 +94,7 @@ while [ $# -gt 0 ]; do
       plans=()
       for k in layernorm_2d_fwd layernorm_2d_bwd; do
         python3 benchmarks/plan_select_rule.py --kernel "$k" --max-size 4096 --at 1024 \
-            --at 16384 --bucket 131072 --shapes 40 --out "$OUT/$k" | tail -5
+            --at 16384 --at 131072 --shapes 40 --out "$OUT/$k" | tail -5
         plans+=("$OUT/$k"_*.json)
       done
       for k in conv2d_gw8_fprop conv2d_gw8_dgrad; do
@@ -99,6 +102,10 @@ while [ $# -gt 0 ]; do
             --at 1 --at 8 --shapes 30 --out "$OUT/$k" | tail -4
         plans+=("$OUT/$k"_*.json)
       done
+      python3 benchmarks/plan_select_rule.py --kernel conv2d_gw8_wgrad --min-size 128 \
+          --max-size 1024 --at 64 --bucket 256 --bucket 1024 --shapes 40 \
+          --out "$OUT/conv2d_gw8_wgrad" | tail -5
+      plans+=("$OUT/conv2d_gw8_wgrad"_*.json)
       python3 benchmarks/retime_heldout.py merge "${plans[@]}" --out "$OUT/select-rules.json"
       python3 benchmarks/retime_heldout.py time "$OUT/select-rules.json" \
           --csv "$OUT/select-rules.csv" --rounds 7 | tail -2

@@ -183,7 +183,7 @@ def variants(p, which: str, dev) -> list[tuple[Any, Any, Any]]:
     from spio.select import default_selector
 
     kdef = {"fprop": fp.FPROP, "dgrad": fp.DGRAD, "wgrad": wg.WGRAD}[which]
-    cfg = default_selector().select(kdef, kdef.selection(p)[0], dev)
+    cfg = default_selector().select(kdef, kdef.selection(p), dev)
     out = [(kdef, p.variant(), cfg)]
     if which == "wgrad":
         out.append((rd.WGRAD_REDUCE, p.variant(), rd.reduce_config(p, cfg, dev)))

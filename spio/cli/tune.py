@@ -372,7 +372,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--as-selected",
         action="store_true",
         help="rank each shape as the op selects its config (the family's select_key, e.g. "
-        "wgrad's batch bucket, layernorm's fixed row count), not at the shape itself",
+        "conv2d_gw8's batch bucket, layernorm's row bucket), not at the shape itself",
     )
     e.set_defaults(func=cmd_eval)
     s = sub.add_parser("select", help="ranked configs for a layer (no GPU needed)")

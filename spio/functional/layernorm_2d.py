@@ -24,9 +24,10 @@ it, selects the configs and binds the launches in a plan; later calls look it up
 Eager calls that nothing traces run the plan directly: without autograd the statistics are not
 written at all, with it a torch.autograd.Function saves them; traced calls (torch.compile,
 dispatch modes, subclasses) go through `torch.ops.spio.layernorm_2d`, whose CUDA implementation
-runs the same plans. The backward's config is selected for the layer at a fixed row count
-(`spio.kernels.layernorm_2d.SELECT_ROWS`), so a new batch size compiles nothing and dweight/dbias
-bits depend on the shape alone.
+runs the same plans. The forward's and backward's configs are selected for the layer at its rows'
+power-of-two bucket (`spio.kernels.layernorm_2d.select_rows`, at most SELECT_ROWS), so y's and
+dweight/dbias's bits depend on the shape alone and a new batch size loads a new variant only in a
+bucket the process has not run.
 """
 
 from __future__ import annotations
@@ -297,7 +298,7 @@ def _selected(kdef, p: LayerNorm2dParams, dev) -> tuple[Any, Any]:
 
 def _backward_plan(p: LayerNorm2dParams, dev) -> Any:
     """The bound backward of layer p (M included) on dev, shared by every caller: the config
-    selected for the layer (`layernorm_2d.select_at_fixed_rows`), the reduce derived from it."""
+    selected for the layer (`layernorm_2d.select_at_row_bucket`), the reduce derived from it."""
     from spio.kernels import layernorm_2d as k
 
     key = (p, dev.ordinal)

@@ -79,11 +79,10 @@ class KernelDef:
         compiled_params: params -> the params a compiled variant depends on, with the run-time
             launch arguments (batch, rows, matrix sizes) canonicalized: the key under which
             one loaded kernel serves all of them. None: the params themselves.
-        select_key: params -> (the params the config is selected for, the `share` key or None):
-            the ops' selection rule (`spio.select.op_config`), e.g. matmul selects for
-            its bucketed token count, conv2d_gw8 at its batch's bucket; a `share` key makes
-            the first config chosen serve every params of that key (no family uses one now). None:
-            (params, None), every params selected on its own.
+        select_key: params -> the params the config is selected for: the ops' selection rule
+            (`spio.select.op_config`), e.g. matmul selects for its bucketed token count,
+            conv2d_gw8 at its batch's bucket, layernorm_2d at its rows' bucket. None: every
+            params selected on its own.
         derived_from: the first pass whose launch derives this family's config (the two
             reductions); such a family is never selected on its own.
         ranked: (params, device attributes) -> configs best first, for a family selected by a
@@ -103,7 +102,7 @@ class KernelDef:
     sample_params: Callable[[Any], Any] | None = None
     make_runner: Callable[[Any, Any], Callable[[], None]] | None = None
     compiled_params: Callable[[Any], Any] | None = None
-    select_key: Callable[[Any], tuple[Any, Any]] | None = None
+    select_key: Callable[[Any], Any] | None = None
     derived_from: str | None = None
     ranked: Callable[[Any, Any], list[Any]] | None = None
 
@@ -112,10 +111,10 @@ class KernelDef:
         itself): the key under which one loaded kernel serves them all."""
         return params if self.compiled_params is None else self.compiled_params(params)
 
-    def selection(self, params: Any) -> tuple[Any, Any]:
-        """(the params the ops select `params`'s config for, the `share` key or None): the
-        family's `select_key`, or (params, None) without one."""
-        return (params, None) if self.select_key is None else self.select_key(params)
+    def selection(self, params: Any) -> Any:
+        """The params the ops select `params`'s config for: the family's `select_key`, or
+        params itself without one."""
+        return params if self.select_key is None else self.select_key(params)
 
 
 def to_dict(obj: Any) -> dict[str, Any]:

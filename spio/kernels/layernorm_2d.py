@@ -342,19 +342,27 @@ def reference_backward(x: Any, dy: Any, weight: Any, eps: float) -> tuple[Any, A
     return grads[0], (grads[2] if wd is not None else None), grads[1]
 
 
-# The rows the ops select a layer's forward and backward configs for, whatever the real M
-# (N*H*W): 2**17, e.g. 128 images of 32x32, enough CTAs to fill any GPU, so the pick is the
-# steady-state kernel's. See `select_at_fixed_rows`.
+# The most rows the ops select a layer's forward and backward configs for: M rows (N*H*W) are
+# selected for at M rounded up to a power of two, at most SELECT_ROWS = 2**17 (e.g. 128 images of
+# 32x32, enough CTAs to fill any GPU). See `select_at_row_bucket`.
 SELECT_ROWS = 2**17
 
 
-def select_at_fixed_rows(p: LayerNorm2dParams) -> tuple[LayerNorm2dParams, None]:
-    """The forward's and the backward's selection rule (`KernelDef.select_key`): the config
-    selected for the layer at SELECT_ROWS rows serves every M. A config fixes the order of the
-    row sums (and the backward's partial sums), so selecting per M would make a new batch size
-    compile, and sharing the first M's config would make y's and dweight's bits depend on which
-    M a process saw first."""
-    return replace(p, m=SELECT_ROWS), None
+def select_rows(m: int) -> int:
+    """The row count a layer's configs are selected for at M rows (see SELECT_ROWS)."""
+    return min(SELECT_ROWS, 1 << max(0, m - 1).bit_length())
+
+
+def select_at_row_bucket(p: LayerNorm2dParams) -> LayerNorm2dParams:
+    """The forward's and the backward's selection rule (`KernelDef.select_key`): the layer at
+    `select_rows(p.m)` rows. A config fixes the order of the row sums (and the backward's partial
+    sums), so the bits of y and dweight depend on the shape alone, never on which M a process saw
+    first, and a new M loads a new variant only in a bucket the process has not run. Before the
+    buckets every M was selected at SELECT_ROWS, which cost small M: on held-out layers at M <=
+    4096 (H100, re-timed) the forward's pick ran 1.077 / 1.187 / 1.229 the best config's time
+    (median / p90 / max) against 1.006 / 1.065 / 1.109 at the bucket, the backward's 1.114 / 1.180
+    / 1.409 against 1.086 / 1.144 / 1.192 (docs/tuning.md, "Twenty-sixth session")."""
+    return replace(p, m=select_rows(p.m))
 
 
 def make_runner(p: LayerNorm2dParams, cfg: LayerNorm2dConfig, backward: bool = False):
@@ -409,10 +417,8 @@ FWD = KernelDef(
     sample_params=sample_params,
     make_runner=make_runner,
     compiled_params=LayerNorm2dParams.static,
-    # Selected at SELECT_ROWS like the backward: the config (threads per row, vector width)
-    # fixes the order of the row sums, so selecting per first-seen M would make y's and the
-    # statistics' bits depend on which M a process saw first.
-    select_key=select_at_fixed_rows,
+    # The config (threads per row, vector width) fixes the order of the row sums.
+    select_key=select_at_row_bucket,
 )
 
 BWD = KernelDef(
@@ -428,8 +434,6 @@ BWD = KernelDef(
     sample_params=sample_params,
     make_runner=lambda p, cfg: make_runner(p, cfg, backward=True),
     compiled_params=LayerNorm2dParams.static,
-    # Selected for the layer at SELECT_ROWS rows, whatever M: the config fixes the dweight/dbias
-    # partial sums and their order, so their bits depend on the shape alone (never on the M a
-    # process saw first), and no M compiles a new variant.
-    select_key=select_at_fixed_rows,
+    # The config fixes the dweight/dbias partial sums and their order.
+    select_key=select_at_row_bucket,
 )

@@ -322,10 +322,10 @@ def reference(a: Any, b: Any, bias: Any = None, b_transposed: bool = False) -> A
     return out + bias.double() if bias is not None else out
 
 
-def select_key(p: MatmulParams) -> tuple[MatmulParams, None]:
+def select_key(p: MatmulParams) -> MatmulParams:
     """The selection rule (`KernelDef.select_key`): a config is selected for the token count
     rounded up to a power of two, so selections (and their cache) stay a bounded set."""
-    return p.bucketed(), None
+    return p.bucketed()
 
 
 def examples() -> list[MatmulParams]:

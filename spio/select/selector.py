@@ -41,16 +41,10 @@ class Selector:
         self._lock = threading.Lock()
         self._warned: set[tuple[str, str]] = set()
         self.store = PickStore(store_dir)  # under <cache dir>/selections without store_dir
-        self.sources: dict[tuple, str] = {}  # key -> autotune | model | heuristic | shared
+        self.sources: dict[tuple, str] = {}  # key -> autotune | model | heuristic
 
-    def select(self, kdef: KernelDef, params: Any, device: Any, share: Any = None) -> Any:
-        """The config for `params` on `device`.
-
-        `share`: a key for params that one compiled variant serves (e.g. the layer without its
-        batch size, which is a launch argument). The first config chosen under a key is reused
-        for later params with that key while it is valid for them, so a new batch size runs the
-        kernel already loaded instead of compiling the variant the model would prefer for it.
-        """
+    def select(self, kdef: KernelDef, params: Any, device: Any) -> Any:
+        """The config for `params` on `device`."""
         key = (kdef.name, params, device.name)
         hit = self._chosen.get(key)
         if hit is not None:
@@ -58,18 +52,11 @@ class Selector:
         with self._lock:
             hit = self._chosen.get(key)
             if hit is None:
-                shared_key = (kdef.name, "share", share, device.name)
-                hit = self._chosen.get(shared_key) if share is not None else None
-                if hit is not None and hit in kdef.configs(params, device):
-                    source = "shared"
-                else:
-                    hit, source = self._choose(kdef, params, device)
-                    if kdef.ranked is not None and source == "heuristic":
-                        # Its own cost model, recomputed per call: no state per shape (a server's
-                        # token counts would grow it without bound; the op's plans are bounded).
-                        return hit
-                    if share is not None:
-                        self._chosen[shared_key] = hit
+                hit, source = self._choose(kdef, params, device)
+                if kdef.ranked is not None and source == "heuristic":
+                    # Its own cost model, recomputed per call: no state per shape (a server's
+                    # token counts would grow it without bound; the op's plans are bounded).
+                    return hit
                 self._chosen[key] = hit
                 self.sources[key] = source
         return hit
@@ -174,16 +161,15 @@ class Selector:
 
 def op_config(kdef: KernelDef, params: Any, device: Any, selector: Selector | None = None) -> Any:
     """The config the torch ops run for `params` on `device`: the family's selection rule
-    (`KernelDef.select_key`: which params the config is selected for, and whether one config
-    serves a layer's other batch sizes) applied through `selector` (default: the ops' one)."""
+    (`KernelDef.select_key`: which params the config is selected for) applied through
+    `selector` (default: the ops' one)."""
     if kdef.derived_from is not None:
         raise ValueError(
             f"{kdef.name}: its config is derived from the {kdef.derived_from} pass's launch "
             f"(see {kdef.name}'s module), not selected; pass the config explicitly"
         )
-    params, share = kdef.selection(params)
     chosen_by = selector if selector is not None else default_selector()
-    return chosen_by.select(kdef, params, device, share=share)
+    return chosen_by.select(kdef, kdef.selection(params), device)
 
 
 @functools.cache

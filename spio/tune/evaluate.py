@@ -20,13 +20,11 @@ of `SPIO_AUTOTUNE`'s choice (the fastest measured of the `AUTOTUNE_K` candidates
 autotuning buys.
 
 `as_selected=True` ranks each shape as the op selects its config: with the features of the
-family's selection params (`KernelDef.select_key`, e.g. conv2d_gw8 wgrad's batch bucket, the
-layernorm families' fixed row count) instead of the shape's own, and scores the pick at the
+family's selection params (`KernelDef.select_key`, e.g. conv2d_gw8's batch bucket, the
+layernorm families' row bucket) instead of the shape's own, and scores the pick at the
 shape. The default ranks every shape at itself: the model's quality alone. The autotune column
 then takes the candidates ranked as selected but the fastest of them at the shape, where
 `SPIO_AUTOTUNE` measures them at the selection params: a lower bound of what autotune runs.
-fprop and dgrad's `share` (a layer's first batch size's config serves the others) depends on a
-process's history and is not modelled: they rank at the shape either way.
 """
 
 from __future__ import annotations
@@ -193,7 +191,7 @@ def _rows_as_selected(
 ) -> list[dict[str, float]]:
     """Feature rows of one shape's samples idx at the params the op selects the shape's config
     for (`KernelDef.select_key`; the shape itself without one)."""
-    chosen = kdef.selection(from_dict(kdef.params_type, samples[idx[0]].params))[0]
+    chosen = kdef.selection(from_dict(kdef.params_type, samples[idx[0]].params))
     return [
         features(kdef, chosen, from_dict(kdef.config_type, samples[i].config), device) for i in idx
     ]

@@ -19,8 +19,8 @@ from spio.kernels.conv2d_gw8.params import (
     GROUP_WIDTH,
     Conv2dGw8Config,
     Conv2dGw8Params,
-    batch_bucket,
     ctas_per_sm,
+    select_at_batch_bucket,
     tma_capable,
 )
 from spio.kernels.conv2d_gw8.params import idle_warps as idle_warps
@@ -459,24 +459,6 @@ def features(p: Conv2dGw8Params, cfg: Conv2dGw8Config, dev: Any) -> dict[str, fl
     }
 
 
-# The most images fprop and dgrad select a layer's config for: a batch of N images is selected for
-# at N rounded up to a power of two, at most SELECT_BATCH. Before the buckets the config chosen
-# for a layer's first batch size served every later one, so a process whose first call ran one
-# image (a shape check, a summary) trained at 1.38-1.63x the best config's time (recorded
-# samples, docs/tuning.md, "Twenty-fifth session").
-SELECT_BATCH = 256
-
-
-def select_at_batch_bucket(p: Conv2dGw8Params) -> tuple[Conv2dGw8Params, None]:
-    """fprop/dgrad's selection rule (`KernelDef.select_key`): the layer at its batch's bucket
-    (`batch_bucket(n, SELECT_BATCH)`), so a layer runs one config per bucket whatever batch a
-    process saw first, and a new batch size loads a new variant only in a bucket the process has
-    not run. The output's bits do not depend on the config: every element sums its taps in the
-    same order (input rows, then filter columns, 8 channels per MMA) whatever the tiling. The
-    weight's dtype (float32 under autocast) and layout do not enter the selection."""
-    return replace(p, n=batch_bucket(p.n, SELECT_BATCH), wdtype=None, weight_cl=False), None
-
-
 def examples() -> list[Conv2dGw8Params]:
     return [
         Conv2dGw8Params(n=32, c=64, h=56, w=56, r=3, s=3, pad_h=1, pad_w=1, has_bias=True),
@@ -623,6 +605,8 @@ FPROP = KernelDef(
     sample_params=_tune.sample_params,
     make_runner=_tune.make_fprop_runner,
     compiled_params=Conv2dGw8Params.variant,
+    # The output's bits do not depend on the config: every element sums its taps in the same
+    # order (input rows, then filter columns, 8 channels per MMA) whatever the tiling.
     select_key=select_at_batch_bucket,
 )
 

@@ -337,11 +337,27 @@ def _dgrad_as_fprop(p: Conv2dGw8Params) -> Conv2dGw8Params:
 STRIDES = (1, 2)
 
 
-def batch_bucket(n: int, cap: int) -> int:
-    """N images rounded up to a power of two, at most `cap` (a power of two): the batch size a
-    pass's config is selected for (`KernelDef.select_key`), so a layer has a config per bucket
-    instead of per batch size or per process history."""
-    return min(cap, 1 << max(0, n - 1).bit_length())
+# The most images a layer's config is selected for, by every pass (fprop, dgrad, wgrad): a batch
+# of N images is selected for at N rounded up to a power of two, at most SELECT_BATCH. A layer then
+# runs one config per bucket, whatever batch size a process saw first, and a new batch size loads a
+# new variant only in a bucket the process has not run. Re-timed on an H100 (docs/tuning.md,
+# "Twenty-sixth session"), the picks of held-out layers at N = 128-256 ran, median / p90 / max of
+# the best config's time: fprop 1.016 / 1.200 / 1.327 at the bucket against 1.559 / 2.104 / 2.972
+# under the earlier rule (a layer's first batch size's config served every later one: a first call
+# at one image fixed it); wgrad 1.018 / 1.095 / 1.229 against 1.031 / 1.132 / 2.003 capped at 64.
+SELECT_BATCH = 256
+
+
+def select_batch(n: int) -> int:
+    """The batch size a layer's config is selected for at N images (see SELECT_BATCH)."""
+    return min(SELECT_BATCH, 1 << max(0, n - 1).bit_length())
+
+
+def select_at_batch_bucket(p: Conv2dGw8Params) -> Conv2dGw8Params:
+    """The conv passes' selection rule (`KernelDef.select_key`): the layer at `select_batch(p.n)`
+    images. The weight's dtype (float32 under autocast; only wgrad's reduction reads it) and
+    layout do not enter the selection."""
+    return replace(p, n=select_batch(p.n), wdtype=None, weight_cl=False)
 
 
 def normalize_stride(stride: int | tuple[int, int] | list[int]) -> tuple[int, int]:

@@ -22,8 +22,8 @@ from spio.kernels.conv2d_gw8.params import (
     GROUP_WIDTH,
     Conv2dGw8Params,
     Conv2dGw8WgradConfig,
-    batch_bucket,
     idle_warps,
+    select_at_batch_bucket,
     warps_allowed,
 )
 
@@ -543,32 +543,6 @@ def launch(
     WgradLaunch(kernel, None, p, cfg, dev).partials(partial, bias_partial, x, grad_output, stream)
 
 
-# The most images the ops select a layer's wgrad config for. A batch of N images is selected for
-# at N rounded up to a power of two, at most SELECT_BATCH (1, 2, 4, ..., 32, 64): the config
-# (tiling and splits per SM) then depends on the layer and that bucket alone, so the summation
-# order of dweight (slices, reduction CTA size) is fixed by the shape, never by which batch size a
-# process saw first, and a new batch size loads a new variant only in a bucket the process has not
-# run (every batch above 32 shares one). At the real batch the launch splits the (image, row
-# chunk) tasks over the config's CTAs per SM (`split_plan`). Before the buckets every batch was
-# selected at 64, which cost the small batches dearly: on 60 held-out layers at N <= 32 (H100,
-# re-timed) the pick ranked at 64 ran 1.165x the best config at the median (p90 1.72, max 3.0)
-# against 1.045x (1.12, 1.17) ranked at the real N; at N >= 64 ranking at 64 loses nothing
-# (docs/tuning.md, "Twenty-fifth session").
-SELECT_BATCH = 64
-
-
-def select_batch(n: int) -> int:
-    """The batch size a layer's wgrad config is selected for at N images (see SELECT_BATCH)."""
-    return batch_bucket(n, SELECT_BATCH)
-
-
-def select_at_batch_bucket(p: Conv2dGw8Params) -> tuple[Conv2dGw8Params, None]:
-    """wgrad's selection rule (`KernelDef.select_key`): the layer at `select_batch(p.n)` images;
-    the weight's dtype does not enter (it changes only the reduction's output type), nor the
-    weight's layout."""
-    return replace(p, n=select_batch(p.n), wdtype=None, weight_cl=False), None
-
-
 def compiled_variant(p: Conv2dGw8Params) -> Conv2dGw8Params:
     """What a compiled wgrad kernel depends on (`KernelDef.compiled_params`): the layer without
     its batch and without the weight's dtype, which only the reduction reads."""
@@ -594,8 +568,9 @@ WGRAD = KernelDef(
     sample_params=_tune.sample_params,
     make_runner=_tune.make_wgrad_runner,
     compiled_params=compiled_variant,
-    # Selected for the layer at its batch's bucket (`select_batch`), not shared from the first
-    # batch seen: the config fixes the partial sums and their order, so dweight's bits depend on
-    # the shape alone, and only a batch of a new bucket loads a new variant.
+    # The config (tiling, splits per SM, the reduction's CTA size) fixes dweight's partial sums
+    # and their order; selected at the batch's bucket (`params.select_batch`), dweight's bits
+    # depend on the shape alone, never on which batch a process ran first. At the real batch the
+    # launch splits the (image, row chunk) tasks over the config's CTAs (`split_plan`).
     select_key=select_at_batch_bucket,
 )

@@ -162,9 +162,9 @@ def test_conv_autocast_reads_float32_parameters(amp, seed):
 
 def test_a_new_batch_size_compiles_nothing(seed):
     """After one batch size, others (larger, smaller, 1) run fwd+bwd with compiles forbidden and
-    no kernel loaded (a warm disk cache would hide a compile; a new load shows a new variant);
-    the conv after one batch of each of its selection buckets that the later batches fall in
-    (powers of two up to 256 for fprop/dgrad, up to 64 for the weight gradient)."""
+    no kernel loaded (a warm disk cache would hide a compile; a new load shows a new variant),
+    after one batch of each selection bucket that the later batches fall in (the conv's batch
+    and the layernorm's rows rounded up to a power of two, at most 256 images and 2**17 rows)."""
     from spio.kernels.loader import default_function_cache
 
     clear_plans()
@@ -180,7 +180,7 @@ def test_a_new_batch_size_compiles_nothing(seed):
 
     for run, first, later in (
         (conv, (256, 64, 8, 1), (48, 7, 1, 200, 5, 33)),
-        (norm, (32,), (48, 7, 1, 200)),
+        (norm, (64, 8, 1, 256), (48, 7, 1, 200)),  # 196 rows an image
     ):
         for n in first:
             run(n)

@@ -127,13 +127,20 @@ def test_torch_compile_fullgraph(seed):
 
 
 def test_new_batch_size_does_not_compile(seed):
-    """M is a runtime argument: after one call, other batch sizes run with compiles forbidden."""
+    """M is a runtime argument and configs are selected at M's power-of-two bucket: after one
+    call in each of the buckets 128, 256 and 2048 rows (49 an image), other batch sizes in them
+    run with compiles forbidden and load no kernel."""
+    from spio.kernels.loader import default_function_cache
+
     x, w, b, _ = _inputs((2, 96, 7, 7), torch.float16, seed)
-    layernorm_2d(x, w, b)
+    for n in (2, 5, 33):
+        layernorm_2d(_inputs((n, 96, 7, 7), torch.float16, seed)[0], w, b)
+    loaded = len(default_function_cache())
     with override(assert_no_compile=True):
-        for n in (1, 5, 33):
+        for n in (4, 30, 24, 2):
             x2, _, _, _ = _inputs((n, 96, 7, 7), torch.float16, seed)
             layernorm_2d(x2, w, b)
+    assert len(default_function_cache()) == loaded
     torch.cuda.synchronize()
 
 

@@ -24,17 +24,13 @@ def retime():
 
 
 @pytest.mark.parametrize(
-    "kernel, field, at, selected_is_fixed",
-    [("conv2d_gw8_wgrad", "n", 64, False), ("layernorm_2d_bwd", "m", 2**17, True)],
+    "kernel, field, at", [("conv2d_gw8_wgrad", "n", 256), ("layernorm_2d_bwd", "m", 2**17)]
 )
-def test_plans_pick_from_the_space_at_each_rule(
-    planner, retime, monkeypatch, kernel, field, at, selected_is_fixed
-):
+def test_plans_pick_from_the_space_at_each_rule(planner, retime, monkeypatch, kernel, field, at):
     """A fake model that ranks the space's first config first when asked at a small size (every
     chosen layer's own is at most at / 2) and its last first at the fixed size `at`: the `shape`
-    plan leads with the first, the `at` plan with the last, and `selected` with the one its
-    select_key's size gives (wgrad's bucket of a small batch is small; the layernorm backward
-    selects at 2**17 rows)."""
+    plan leads with the first, the `at` plan with the last, and `selected` with the first too
+    (both families select at the size's power-of-two bucket, below `at` here)."""
     from spio.cuda import known_device
     from spio.kernels import KERNELS
     from spio.tune.features import from_dict
@@ -52,7 +48,7 @@ def test_plans_pick_from_the_space_at_each_rule(
     shapes = [[json.dumps(e["shape"], sort_keys=True) for e in plans[r]] for r in plans]
     assert all(s == shapes[0] for s in shapes) and len(shapes[0]) == 3
     # a bucket of a layer at most at / 2 is below `at`: ranked small, like the layer itself
-    last = {"shape": False, "selected": selected_is_fixed, f"at{at}": True, f"bucket{at}": False}
+    last = {"shape": False, "selected": False, f"at{at}": True, f"bucket{at}": False}
     dev = known_device("H100")
     for rule, entries in plans.items():
         for e in entries:

@@ -137,6 +137,18 @@ def test_time_refuses_another_gpu_kind(retime, tmp_path, monkeypatch):
         retime.time_plan([entry], 1, 0, tmp_path / "t.csv")
 
 
+@pytest.mark.parametrize("args, flush", [([], True), (["--warm-l2"], False)])
+def test_time_flushes_the_l2_unless_told(retime, tmp_path, monkeypatch, args, flush):
+    """`time --warm-l2` times with the L2 as the previous call left it (a layer inside a model);
+    by default every call runs after a flush, as the collector's samples did."""
+    seen = {}
+    monkeypatch.setattr(retime, "time_plan", lambda *a, **k: seen.update(k))
+    (tmp_path / "p.json").write_text("[]")
+    assert retime.main(["time", str(tmp_path / "p.json"), "--csv", str(tmp_path / "t.csv")]
+                       + args) == 0  # fmt: skip
+    assert seen == {"flush_l2": flush}
+
+
 def test_plan_and_timings_read_gzipped(retime, tmp_path):
     import gzip
 

@@ -245,7 +245,7 @@ def test_eval_with_a_fixed_model_checks_it_names_the_family(tmp_path, capsys):
 
 def test_eval_as_selected_says_so(capsys):
     """--as-selected ranks as the op selects (here the shipped layernorm_2d_bwd dataset, whose
-    backward selects at a fixed row count) and the report says it, its autotune a lower bound."""
+    backward selects at its rows' bucket) and the report says it, its autotune a lower bound."""
     data = Path(__file__).resolve().parents[3] / "benchmarks/data/tune/layernorm_2d_bwd.jsonl"
     assert main(["eval", "--kernel", "layernorm_2d_bwd", "--data", str(data), "--folds", "2",
                  "--as-selected"]) == 0  # fmt: skip

@@ -259,21 +259,21 @@ def test_wgrad_config_depends_on_the_layer_and_batch_bucket(tmp_path):
     """dweight's bits follow from the wgrad config (partial-sum count and order), so the op
     selects it for the layer at the batch's bucket (N rounded up to a power of two, at most
     SELECT_BATCH): every batch size runs the config a fresh process picks for its bucket,
-    whichever batch size the process saw first, and all batches above 32 share one config.
-    fprop selects at the batch's bucket too (capped at its own SELECT_BATCH, 256): a first call
-    at one image no longer fixes the config of the training batches."""
+    whichever batch size the process saw first, and all batches above 128 share one config.
+    fprop selects at the batch's bucket too: a first call at one image does not fix the config
+    of the training batches."""
     from spio.cuda import known_device
     from spio.kernels.conv2d_gw8.fprop import FPROP
-    from spio.kernels.conv2d_gw8.params import Conv2dGw8Params
-    from spio.kernels.conv2d_gw8.wgrad import SELECT_BATCH, WGRAD, select_batch
+    from spio.kernels.conv2d_gw8.params import SELECT_BATCH, Conv2dGw8Params, select_batch
+    from spio.kernels.conv2d_gw8.wgrad import WGRAD
     from spio.select import default_selector, op_config
     from spio.settings import override
 
     dev = known_device("H100")
-    assert [select_batch(n) for n in (1, 2, 3, 5, 8, 9, 32, 33, 64, 65, 256, 65535)] == [
-        1, 2, 4, 8, 8, 16, 32, 64, 64, 64, 64, 64
+    assert [select_batch(n) for n in (1, 2, 3, 5, 8, 9, 32, 33, 64, 65, 256, 257, 65535)] == [
+        1, 2, 4, 8, 8, 16, 32, 64, 64, 128, 256, 256, 256
     ]  # fmt: skip
-    assert SELECT_BATCH == 64
+    assert SELECT_BATCH == 256
 
     def layer(n):
         return Conv2dGw8Params(n=n, c=256, h=14, w=14, r=3, s=3, pad_h=1, pad_w=1, has_bias=True)
@@ -281,19 +281,18 @@ def test_wgrad_config_depends_on_the_layer_and_batch_bucket(tmp_path):
     with override(cache_dir=tmp_path):  # picks persist: keep them out of the user's cache
         default_selector().clear()
         try:
-            fresh = {n: op_config(WGRAD, layer(n), dev) for n in (128, 3)}
+            fresh = {n: op_config(WGRAD, layer(n), dev) for n in (256, 3)}
             default_selector().clear()
             assert op_config(WGRAD, layer(4), dev) == fresh[3]  # the small bucket first
-            for n in (128, 33, 64, 256):
-                assert op_config(WGRAD, layer(n), dev) == fresh[128]
+            for n in (256, 129, 200, 1000):
+                assert op_config(WGRAD, layer(n), dev) == fresh[256]
             assert op_config(WGRAD, layer(3), dev) == fresh[3]
-            assert fresh[128] == default_selector().select(WGRAD, layer(SELECT_BATCH), dev)
+            assert fresh[256] == default_selector().select(WGRAD, layer(SELECT_BATCH), dev)
             assert fresh[3] == default_selector().select(WGRAD, layer(4), dev)
-            from spio.kernels.conv2d_gw8.fprop import SELECT_BATCH as FPROP_BATCH
 
             at_one = op_config(FPROP, layer(1), dev)  # a process's first call: one image
             big = op_config(FPROP, layer(200), dev)
-            assert big == default_selector().select(FPROP, layer(FPROP_BATCH), dev)
+            assert big == default_selector().select(FPROP, layer(SELECT_BATCH), dev)
             assert at_one == default_selector().select(FPROP, layer(1), dev)
             assert big != at_one  # the layer's small and large buckets differ here
             assert op_config(FPROP, layer(1000), dev) == big  # above the cap: one config

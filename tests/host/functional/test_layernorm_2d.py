@@ -212,27 +212,39 @@ def test_kernel_limits_documented():
     assert "float64" in _kernel_limit(torch.empty(1, 16, 2, 2, dtype=torch.float64))
 
 
-def test_backward_config_depends_on_the_layer_alone(tmp_path):
-    """dweight/dbias bits follow from the backward config (partial-sum count and order), so the
-    op selects it for the layer at a fixed row count (SELECT_ROWS): after M = 196 the op runs
-    M = 25088 with the config a fresh process picks, and a new M compiles nothing."""
+def test_configs_depend_on_the_layer_and_row_bucket(tmp_path):
+    """y's and dweight/dbias's bits follow from the forward and backward configs (row-sum and
+    partial-sum order), so the op selects them for the layer at its rows' bucket (M rounded up
+    to a power of two, at most SELECT_ROWS): after M = 196 the op runs M = 25088 with the config
+    a fresh process picks for that bucket, every M of a bucket runs one config, and every M
+    above SELECT_ROWS the one selected at SELECT_ROWS."""
     from spio.cuda import known_device
     from spio.kernels import layernorm_2d as k
     from spio.kernels.layernorm_2d_params import LayerNorm2dParams
     from spio.select import default_selector, op_config
     from spio.settings import override
 
+    assert [k.select_rows(m) for m in (1, 2, 3, 196, 256, 257, 25088, 2**17, 2**17 + 1)] == [
+        1, 2, 4, 256, 256, 512, 32768, 2**17, 2**17
+    ]  # fmt: skip
     dev = known_device("H100")
-    small, large = LayerNorm2dParams(c=256, m=196), LayerNorm2dParams(c=256, m=25088)
+
+    def layer(m):
+        return LayerNorm2dParams(c=256, m=m)
+
     with override(cache_dir=tmp_path):  # picks persist: keep them out of the user's cache
         default_selector().clear()
         try:
-            fresh = op_config(k.BWD, large, dev)
-            default_selector().clear()
-            assert op_config(k.BWD, small, dev) == fresh
-            assert op_config(k.BWD, large, dev) == fresh
-            at_fixed = LayerNorm2dParams(c=256, m=k.SELECT_ROWS)
-            assert fresh == default_selector().select(k.BWD, at_fixed, dev)
+            for kdef in (k.FWD, k.BWD):
+                fresh = {m: op_config(kdef, layer(m), dev) for m in (25088, 196, 10**6)}
+                default_selector().clear()
+                assert op_config(kdef, layer(196), dev) == fresh[196]  # the small M first
+                assert op_config(kdef, layer(25088), dev) == fresh[25088]
+                assert op_config(kdef, layer(20000), dev) == fresh[25088]  # one bucket
+                assert op_config(kdef, layer(200), dev) == fresh[196]
+                assert fresh[25088] == default_selector().select(kdef, layer(32768), dev)
+                assert fresh[10**6] == default_selector().select(kdef, layer(k.SELECT_ROWS), dev)
+                assert op_config(kdef, layer(3 * 10**5), dev) == fresh[10**6]
         finally:
             default_selector().clear()
 

@@ -92,10 +92,9 @@ def _fresh(tmp_path, monkeypatch):
 
 def test_the_config_is_the_one_the_op_runs(tmp_path, monkeypatch):
     """Each op's selection rule (the ops' plans select with `op_config`): conv fprop/dgrad and
-    wgrad for the layer at its batch's bucket (a power of two, at most 256 and 64), matmul for
-    the bucketed token count, the layernorm forward and backward at a fixed row count."""
-    from spio.kernels.conv2d_gw8.wgrad import SELECT_BATCH
-    from spio.kernels.layernorm_2d import SELECT_ROWS
+    wgrad for the layer at its batch's bucket (a power of two, at most 256), matmul for the
+    bucketed token count, the layernorm forward and backward at their rows' bucket."""
+    from spio.kernels.conv2d_gw8.params import SELECT_BATCH
     from spio.select import op_config
 
     with override(cache_dir=tmp_path):
@@ -107,7 +106,7 @@ def test_the_config_is_the_one_the_op_runs(tmp_path, monkeypatch):
             assert later == op_config(KERNELS[name], replace(conv, n=256), H100)
             assert sel.sources[(name, replace(conv, n=256), H100.name)] == "model"
         wgrad = factory.select("conv2d_gw8_wgrad", replace(conv, n=256), H100)[1]
-        assert wgrad == op_config(KERNELS["conv2d_gw8_wgrad"], replace(conv, n=40), H100)
+        assert wgrad == op_config(KERNELS["conv2d_gw8_wgrad"], replace(conv, n=129), H100)
         assert (KERNELS["conv2d_gw8_wgrad"].name, replace(conv, n=SELECT_BATCH), H100.name) in (
             sel.sources
         )
@@ -115,12 +114,13 @@ def test_the_config_is_the_one_the_op_runs(tmp_path, monkeypatch):
         assert small == op_config(KERNELS["conv2d_gw8_wgrad"], replace(conv, n=4), H100)
         assert (KERNELS["conv2d_gw8_wgrad"].name, replace(conv, n=4), H100.name) in sel.sources
 
-        ln = LayerNorm2dParams(c=384, dtype="float16", m=8 * 56 * 56)
+        ln = LayerNorm2dParams(c=384, dtype="float16", m=8 * 56 * 56)  # bucket 2**15
         bwd = factory.select("layernorm_2d_bwd", ln, H100)[1]
-        assert bwd == op_config(KERNELS["layernorm_2d_bwd"], replace(ln, m=5), H100)
-        assert ("layernorm_2d_bwd", replace(ln, m=SELECT_ROWS), H100.name) in sel.sources
+        assert bwd == op_config(KERNELS["layernorm_2d_bwd"], replace(ln, m=20000), H100)
+        assert ("layernorm_2d_bwd", replace(ln, m=2**15), H100.name) in sel.sources
         fwd = factory.select("layernorm_2d_fwd", ln, H100)[1]
-        assert factory.select("layernorm_2d_fwd", replace(ln, m=7), H100)[1] == fwd
+        assert factory.select("layernorm_2d_fwd", replace(ln, m=17000), H100)[1] == fwd
+        assert ("layernorm_2d_fwd", replace(ln, m=2**15), H100.name) in sel.sources
 
         mm = MatmulParams(300, 11008, 4096)
         picked = factory.select("matmul", mm, H100)[1]
@@ -133,8 +133,8 @@ def test_default_selector_and_cache_are_the_ops(monkeypatch):
     seen = {}
 
     class Recorder:
-        def select(self, kdef, params, dev, share=None):
-            seen["select"] = (kdef.name, params, dev, share)
+        def select(self, kdef, params, dev):
+            seen["select"] = (kdef.name, params, dev)
             return kdef.heuristic(params, dev)
 
         def get(self, kdef, params, config, dev):
@@ -148,7 +148,7 @@ def test_default_selector_and_cache_are_the_ops(monkeypatch):
     monkeypatch.setattr(factory, "_require_present", lambda dev: None)
     p = MatmulParams(1000, 4096, 4096)
     k = factory.kernel("matmul", p, H100)
-    assert seen["select"] == ("matmul", p.bucketed(), H100, None)
+    assert seen["select"] == ("matmul", p.bucketed(), H100)
     assert seen["get"] == ("matmul", p.variant(), k.config, H100) and k.loaded == "loaded"
 
 

@@ -7,10 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from synthetic_family import KDEF, Cfg, Dev, P
-from synthetic_family import configs as _configs
 from synthetic_family import dataset as _dataset
 
-from spio.kernels.kernel_def import KernelDef
 from spio.select import Selector
 from spio.select.basis import winner_basis
 from spio.settings import override
@@ -64,38 +62,6 @@ def test_persisted_autotune_winner_is_reused(tmp_path: Path):
         fresh = Selector(store_dir=tmp_path / "sel")
         assert fresh.select(KDEF, p, Dev()) == Cfg(128, 2)
         assert fresh.sources[("synthetic", p, Dev().name)] == "autotune"
-
-
-def test_shared_selection_reuses_the_first_config_while_valid(tmp_path: Path):
-    # With `share`, a new batch of the same layer runs the config already chosen (and loaded),
-    # unless that config is invalid for it.
-    class Pick:
-        calls = 0
-
-        @staticmethod
-        def heuristic(p, dev):
-            Pick.calls += 1
-            return Cfg(128, 1) if p.n > 10000 else Cfg(16, 1)
-
-    kdef = KernelDef(
-        name="shared",
-        params_type=P,
-        config_type=Cfg,
-        configs=_configs,
-        spec=None,
-        heuristic=Pick.heuristic,
-        stats=None,
-    )
-    with override(cache_dir=tmp_path):
-        sel = Selector(store_dir=tmp_path / "sel")
-        first = sel.select(kdef, P(50000, 64), Dev(), share=64)
-        assert first == Cfg(128, 1)
-        assert sel.select(kdef, P(500, 64), Dev(), share=64) == first  # shared, not re-chosen
-        assert sel.sources[("shared", P(500, 64), Dev().name)] == "shared"
-        # Cfg(128, 1) needs tile * warps <= 4 * c: invalid for c = 16, so it is chosen afresh.
-        assert sel.select(kdef, P(500, 16), Dev(), share=64) == Cfg(16, 1)
-        assert sel.select(kdef, P(500, 64), Dev()) == first  # cached per params
-        assert Pick.calls == 2
 
 
 def test_a_family_with_its_own_ranking(tmp_path: Path, caplog, monkeypatch):

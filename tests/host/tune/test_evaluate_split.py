@@ -207,7 +207,7 @@ def test_as_selected_ranks_at_the_ops_selection_params(monkeypatch):
     dev = known_device("H100")
     kdef = dataclasses.replace(
         KERNELS["conv2d_gw8_wgrad"],
-        select_key=lambda p: (dataclasses.replace(p, n=64), None),
+        select_key=lambda p: dataclasses.replace(p, n=64),
     )
     samples, fast = [], []
     for c in (16, 32, 48):
