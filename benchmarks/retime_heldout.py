@@ -6,7 +6,8 @@ collector re-timed only a shape's fastest configs (keeping the lower of two), so
 biased low and a pick timed once is biased high: the regret carries the noise of both. This
 script re-times, on one GPU in one run, what that regret compares: for each complete held-out
 shape the fold model's pick, autotune's candidates and the `--top` fastest recorded configs, in
-`--rounds` rounds, each round in a fresh random order, L2 flushed; each config's time is its
+`--rounds` rounds, each round in a fresh random order, L2 flushed (or not: `time --warm-l2`, a
+layer as a model runs it, its operands resident where they fit); each config's time is its
 median over the rounds, and the spread of the rounds is reported as the noise.
 
     python benchmarks/retime_heldout.py plan --out /tmp/plan.json          # host: folds, picks
@@ -160,7 +161,18 @@ def time_plan(
             f"retime: the plan's best configs were measured on {sorted(wrong)}; this is "
             f"{dev.name}: re-time on the GPU kind the datasets were measured on"
         )
+    l2 = "flushed" if flush_l2 else "warm"
+    with_l2 = True  # the column; a CSV from before it holds flushed timings without one
     if csv_path.exists():
+        with _open(csv_path) as f:
+            reader = csv.DictReader(f)
+            modes = {row.get("l2") or "flushed" for row in reader}
+            with_l2 = "l2" in (reader.fieldnames or ["l2"])
+        if modes - {l2}:
+            raise SystemExit(
+                f"retime: {csv_path} holds timings with the L2 {'/'.join(sorted(modes))}; this run "
+                f"times it {l2}: write them to another --csv"
+            )
         done = read_times(csv_path)
         entries = [e for e in entries if not all(len(done[k]) >= rounds for k in _keys(e))]
     specs = []
@@ -175,7 +187,8 @@ def time_plan(
     with csv_path.open("a", newline="") as f:
         w = csv.writer(f)
         if new:
-            w.writerow(["kernel", "device", "shape", "config", "round", "us"])
+            w.writerow(["kernel", "device", "shape", "config", "round", "us", "l2"])
+        tail = [l2] if with_l2 else []
         for n, e in enumerate(entries):
             kdef = KERNELS[e["kernel"]]
             params = from_dict(kdef.params_type, e["shape"])
@@ -194,7 +207,7 @@ def time_plan(
                     timing = bench(runs[j], warmup_ms=WARMUP_MS, reps=REPS, flush_l2=flush_l2)
                     us = timing.median_ms * 1e3
                     cfg = json.dumps(e["configs"][j], sort_keys=True)
-                    w.writerow([e["kernel"], dev.name, shape, cfg, r, f"{us:.3f}"])
+                    w.writerow([e["kernel"], dev.name, shape, cfg, r, f"{us:.3f}", *tail])
             f.flush()
             del runs
             torch.cuda.empty_cache()

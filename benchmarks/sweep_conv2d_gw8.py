@@ -16,6 +16,7 @@ Use it to compare two versions of a kernel source on the same GPU (the JIT recom
     python benchmarks/sweep_conv2d_gw8.py --csv sweep.csv      # every timing, for plotting
     python benchmarks/sweep_conv2d_gw8.py --kernel wgrad --no-idle-warps --points "440,14,3,128,2"
     python benchmarks/sweep_conv2d_gw8.py --cp-async   # every pass without TMA rows
+    python benchmarks/sweep_conv2d_gw8.py --warm-l2    # no L2 flush: the layer inside a model
     ncu --kernel-name conv2d_gw8_wgrad --launch-skip 20 --launch-count 1 --set full \
         python benchmarks/sweep_conv2d_gw8.py --kernel wgrad --points "64,56,3,128" \
         --config "Conv2dGw8WgradConfig(block_p=14, block_q=64, warps=4, stages=3, splits_per_sm=4)"
@@ -58,7 +59,7 @@ def parse_passes(text: str) -> list[str]:
     return passes
 
 
-def _elementwise_us(numel: int, reps: int) -> float:
+def _elementwise_us(numel: int, reps: int, flush_l2: bool = True) -> float:
     """Median µs of `x + 1` over numel fp16 elements: the memory-bound yardstick of that size."""
     import torch
 
@@ -66,10 +67,10 @@ def _elementwise_us(numel: int, reps: int) -> float:
 
     x = torch.empty(numel, dtype=torch.float16, device="cuda")
     y = torch.empty_like(x)
-    return bench(lambda: torch.add(x, 1, out=y), reps=reps).median_ms * 1e3
+    return bench(lambda: torch.add(x, 1, out=y), reps=reps, flush_l2=flush_l2).median_ms * 1e3
 
 
-def _cudnn_us(which: str, p, reps: int) -> float:
+def _cudnn_us(which: str, p, reps: int, flush_l2: bool = True) -> float:
     """Median µs of cuDNN's same pass (through aten, as F.conv2d and autograd call it)."""
     import torch
 
@@ -92,7 +93,7 @@ def _cudnn_us(which: str, p, reps: int) -> float:
         def run():
             return conv_bwd(dy, x, w, [p.c], stride, pad, [1, 1], False, [0, 0], groups, mask)
 
-    return bench(run, reps=reps, warmup_ms=3).median_ms * 1e3
+    return bench(run, reps=reps, warmup_ms=3, flush_l2=flush_l2).median_ms * 1e3
 
 
 def select_configs(configs: list, only: frozenset[str], where: str) -> list:
@@ -114,11 +115,15 @@ def sweep(
     idle_warps: bool = True,
     wide_warps: bool = False,
     only: frozenset[str] = frozenset(),
+    flush_l2: bool = True,
 ) -> tuple[list[dict], str]:
     """Timings of every config of pass `which` at `point` (rows), and the summary text;
     `idle_warps`: False for wgrad's space without its idle-warp CTAs (`with_idle_warps`);
     `wide_warps`: wgrad's space with its 8-warp CTAs (`warp_choices=WIDE_WARP_CHOICES`);
-    `only`: just the configs of the space whose text (`str(config)`) is in it."""
+    `only`: just the configs of the space whose text (`str(config)`) is in it; `flush_l2`
+    False: every call (cuDNN's and the elementwise pass's too) runs with the L2 as the previous
+    call left it, the operands resident where they fit, as a layer inside a model finds what
+    the layer before it just wrote."""
     import torch
 
     from spio.cuda import device_attributes
@@ -151,12 +156,12 @@ def sweep(
     t0 = time.monotonic()
     compile_specs([kdef.spec(p, cfg, dev) for cfg in configs], dev.arch)
     compile_s = time.monotonic() - t0
-    # What the op runs: the family's selection rule (wgrad selects at the batch's bucket).
+    # What the op runs: the family's selection rule (every pass selects at the batch's bucket).
     sel = kdef.selection(p)
     pick = op_config(kdef, p, dev)
     guess = kdef.heuristic(sel, dev)
-    elem_us = _elementwise_us(n * c * max(hw * hw, p.p * p.q), reps)
-    cudnn_us = _cudnn_us(which, p, reps)
+    elem_us = _elementwise_us(n * c * max(hw * hw, p.p * p.q), reps, flush_l2)
+    cudnn_us = _cudnn_us(which, p, reps, flush_l2)
     rows = []
     skipped = []
     for cfg in configs:
@@ -165,12 +170,13 @@ def sweep(
         except OutOfResources as e:  # the space's estimate let through what the driver refuses
             skipped.append(f"  skipped {cfg}: {e}")
             continue
-        us = bench(run, reps=reps, warmup_ms=3).median_ms * 1e3
+        us = bench(run, reps=reps, warmup_ms=3, flush_l2=flush_l2).median_ms * 1e3
         del run
         rows.append({"pass": which, "c": c, "hw": hw, "k": k, "n": n, "stride": stride,
                      "config": str(cfg), "us": round(us, 2),
                      "of_elementwise": round(elem_us / us, 3), "cudnn_us": round(cudnn_us, 2),
-                     "model_pick": cfg == pick, "heuristic": cfg == guess})  # fmt: skip
+                     "model_pick": cfg == pick, "heuristic": cfg == guess,
+                     "l2": "flushed" if flush_l2 else "warm"})  # fmt: skip
         torch.cuda.empty_cache()
     rows.sort(key=lambda r: r["us"])
     lines = [
@@ -227,6 +233,11 @@ def main(argv: list[str] | None = None) -> int:
         help="time only this config (its text as the sweep prints it; repeatable): e.g. one "
         "config under a profiler",
     )
+    ap.add_argument(
+        "--warm-l2",
+        action="store_true",
+        help="time every call without flushing the L2 first (a layer inside a model)",
+    )
     ap.add_argument("--csv", type=Path, help="write every timing here")
     a = ap.parse_args(argv)
     try:
@@ -254,7 +265,13 @@ def main(argv: list[str] | None = None) -> int:
     for which in passes:
         for point in points:
             rows, text = sweep(
-                which, point, a.reps, not a.no_idle_warps, a.wide_warps, frozenset(a.config)
+                which,
+                point,
+                a.reps,
+                not a.no_idle_warps,
+                a.wide_warps,
+                frozenset(a.config),
+                flush_l2=not a.warm_l2,
             )
             print(text, flush=True)
             every += rows

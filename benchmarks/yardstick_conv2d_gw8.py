@@ -3,7 +3,7 @@
 Reads sweep CSVs written by `benchmarks/sweep_conv2d_gw8.py --csv` (every config of a pass timed
 at a few real layers; none of it is in the training datasets) and, for each pass and layer, ranks
 that layer's configs with a model (the shipped one, or those in `--models`) for the params the
-op selects for (`KernelDef.select_key`: wgrad ranks the layer at its batch's bucket), and
+op selects for (`KernelDef.select_key`: the layer at its batch's bucket), and
 prints its pick's measured time over the best measured: an independent check of a retrain before
 it ships.
 
@@ -65,7 +65,7 @@ def regrets(sweeps: dict[tuple, dict[str, float]], models: Path | None, device: 
         cfgs = [cfg for cfg in kdef.configs(p, dev) if str(cfg) in times]
         if not cfgs:
             continue
-        # Ranked for the params the op selects for (wgrad: the layer at its batch's bucket),
+        # Ranked for the params the op selects for (the layer at its batch's bucket),
         # timed at the sweep's batch.
         sel = kdef.selection(p)
         guess = loaded[kdef.name].predict_us([kdef.features(sel, cfg, dev) for cfg in cfgs])

@@ -126,7 +126,8 @@ KNOBS: tuple[Knob, ...] = (
         bool,
         False,
         "1 measures 5 candidates from the model's ranking (its top 2, then configs unlike them; "
-        "the Hopper matmul: its cost model's ranking) on the real shape and persists the fastest.",
+        "the Hopper matmul: its cost model's ranking) at the params the op selects for (the layer "
+        "at its batch's or rows' bucket, matmul at its token bucket) and persists the fastest.",
     ),
     Knob(
         "SPIO_LOG_LEVEL",

@@ -5,8 +5,8 @@ N 1/8/32/128/256, fp16, channels_last; passes fprop, dgrad (input gradient) and 
 bias gradient). For each point:
 
 - spio: the kernel launch(es) of the config the performance model (else the heuristic) picks
-  for this N, arguments prepared once, so Python dispatch is not in the number (the op reuses
-  the config of a layer's first batch size for the others). dgrad reads the forward weight
+  for this N, arguments prepared once, so Python dispatch is not in the number (the op selects
+  at N's bucket: N rounded up to a power of two, at most 256). dgrad reads the forward weight
   directly (no transform pass). wgrad's ordered reduction pass is timed separately as well and
   reported (`wgrad_reduce_us`); the spio column of wgrad includes the reduction.
 - cuDNN: `F.conv2d` (fprop) and `aten.convolution_backward` (dgrad / wgrad with bias) with
@@ -174,16 +174,16 @@ def params(c: int, hw: int, k: int, n: int, dtype: torch.dtype):
 
 def variants(p, which: str, dev) -> list[tuple[Any, Any, Any]]:
     """(family, layer variant, config) of each kernel that pass `which` of layer p launches: the
-    config a fresh process's op selects for this N (the family's `select_key`: fprop and dgrad at
-    N, wgrad at N's bucket), and for wgrad the reduction sized by its slice count, as the op does.
+    config the op selects for this N (`op_config`: every pass at N's bucket), and for wgrad the
+    reduction sized by its slice count, as the op does.
     The precompile and the timed launches both take them from here."""
     from spio.kernels.conv2d_gw8 import fprop as fp
     from spio.kernels.conv2d_gw8 import wgrad as wg
     from spio.kernels.conv2d_gw8 import wgrad_reduce as rd
-    from spio.select import default_selector
+    from spio.select import op_config
 
     kdef = {"fprop": fp.FPROP, "dgrad": fp.DGRAD, "wgrad": wg.WGRAD}[which]
-    cfg = default_selector().select(kdef, kdef.selection(p), dev)
+    cfg = op_config(kdef, p, dev)
     out = [(kdef, p.variant(), cfg)]
     if which == "wgrad":
         out.append((rd.WGRAD_REDUCE, p.variant(), rd.reduce_config(p, cfg, dev)))

@@ -70,7 +70,7 @@ def _prepared(x, w, b, dy):
     p = LayerNorm2dParams.from_tensors(x, w, b)
     dev = device_attributes(x.device.index or 0)
     cache = default_function_cache()
-    fwd_cfg = op_config(k.FWD, p, dev)  # the configs the op runs (the forward's is per layer)
+    fwd_cfg = op_config(k.FWD, p, dev)  # the configs the op runs (at M's bucket)
     bwd_cfg = op_config(k.BWD, p, dev)
     fwd = cache.get(k.FWD, p.static(), fwd_cfg, dev)
     bwd = cache.get(k.BWD, p.static(), bwd_cfg, dev)

@@ -10,10 +10,11 @@ It is the path the torch ops take, composed: the config comes from `spio.select.
 runs for these params, persisted the same way), and the loaded kernel from the ops' function cache
 (`spio.kernels.loader`, so the module the op loaded is the one returned, and the other way round),
 keyed by the family's `compiled_params` (the params with the run-time launch arguments
-canonicalized), so one load serves every batch size of a layer. Each family's own launch function
-computes the grid and arguments from tensors (matmul's `launch` looks its kernel up itself; the
-two reductions, whose configs follow from the first pass's, are launched by that pass's op and
-take an explicit `config` here); `Kernel.launch` is the raw launch.
+canonicalized), so one load serves every batch size of a layer that runs one config (a
+bucket). Each family's own launch function computes the grid and arguments from tensors
+(matmul's `launch` looks its kernel up itself; the two reductions, whose configs follow from the
+first pass's, are launched by that pass's op and take an explicit `config` here);
+`Kernel.launch` is the raw launch.
 """
 
 from __future__ import annotations

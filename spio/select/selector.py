@@ -4,7 +4,8 @@ and persisted on disk.
 Order: this process's cache → a persisted autotune winner of the same code
 (`spio.select.basis.winner_basis`: a kernel change re-measures) → with `SPIO_AUTOTUNE=1` (or
 `Selector.autotune`) k of the model's best-ranked configs (`spio.tune.rank.autotune_candidates`)
-measured on the real shape, the fastest persisted → a persisted model or heuristic pick of the same
+measured at the params it is given (`op_config`: the family's selection params), the fastest
+persisted → a persisted model or heuristic pick of the same
 *basis* (`spio.select.basis`) → the performance model's top-1 pick (`spio.tune`), persisted → the
 family's documented heuristic (logged once per family and GPU), persisted. A family with a cost
 model of its own (`KernelDef.ranked`: matmul_sm90) has no trained model: its heuristic is the pick

@@ -222,7 +222,7 @@ class Conv2dGw8Params:
         """The params with the batch dropped (n = 1): what a compiled kernel depends on.
 
         The batch is a launch argument, so loaded kernels are cached under `variant()` and one
-        module serves every batch size; selection still sees the real params.
+        module serves every batch size; selection sees the batch's bucket (`select_batch`).
         """
         return replace(self, n=1)
 

@@ -132,7 +132,7 @@ def test_new_batch_size_does_not_compile(seed):
     run with compiles forbidden and load no kernel."""
     from spio.kernels.loader import default_function_cache
 
-    x, w, b, _ = _inputs((2, 96, 7, 7), torch.float16, seed)
+    _, w, b, _ = _inputs((2, 96, 7, 7), torch.float16, seed)
     for n in (2, 5, 33):
         layernorm_2d(_inputs((n, 96, 7, 7), torch.float16, seed)[0], w, b)
     loaded = len(default_function_cache())

@@ -149,6 +149,21 @@ def test_time_flushes_the_l2_unless_told(retime, tmp_path, monkeypatch, args, fl
     assert seen == {"flush_l2": flush}
 
 
+def test_time_refuses_to_mix_flushed_and_warm_timings(retime, tmp_path, monkeypatch):
+    """A CSV holds one L2 mode: resuming a flushed run (rows without the l2 column count as
+    flushed) with --warm-l2 would skip its entries or mix the two, so `time` stops and says so."""
+    import spio.cuda
+
+    class Dev:
+        name = "NVIDIA H100 80GB HBM3"
+
+    monkeypatch.setattr(spio.cuda, "device_attributes", lambda ordinal=0: Dev())
+    entry = {"kernel": "matmul", "device": Dev.name, "shape": {}, "configs": []}
+    _write(tmp_path / "old.csv", [("matmul", Dev.name, "{}", "{}", 0, 2.5)])
+    with pytest.raises(SystemExit, match="with the L2 flushed; this run times it warm"):
+        retime.time_plan([entry], 1, 0, tmp_path / "old.csv", flush_l2=False)
+
+
 def test_plan_and_timings_read_gzipped(retime, tmp_path):
     import gzip
 
