@@ -222,21 +222,25 @@ def profile_models(args: argparse.Namespace, device: torch.device) -> list[dict]
     rows: list[dict] = []
     for pair, x, y, _ in _models(args, device):
         layers = profile_layers(pair, x, args.dtype)
-        model = profile_steps(pair, x, y, args.dtype, args.steps)
+        steps = profile_steps(pair, x, y, args.dtype, args.steps)
+        model = {side: t.total_us / 1e3 for side, t in steps.items()}
+        own = steps["spio"].only_in(steps["torch"])
         print_table([{c: r[c] for c in LAYER_COLUMNS} for r in layers], LAYER_COLUMNS)
         replaced = {s: sum(r["count"] * r[f"{s}_us"] for r in layers) / 1e3 for s in model}
         print(
             f"  replaced layers, fwd+bwd GPU ms per step: torch {replaced['torch']:.3f}, spio "
             f"{replaced['spio']:.3f}\n  whole model, GPU ms per eager step: torch "
             f"{model['torch']:.3f}, spio {model['spio']:.3f} (torch/spio "
-            f"{model['torch'] / model['spio']:.3f})",
+            f"{model['torch'] / model['spio']:.3f})\n  inside the spio step, the kernels the "
+            f"torch step lacks (summed µs per step): {own.top(k=8)}",
             flush=True,
         )
         rows += layers
         rows.append(
             {"model": pair.name, "layer": "(whole model, per step)", "shape": "", "dtype": "",
              "count": 1, "torch_us": 1e3 * model["torch"], "spio_us": 1e3 * model["spio"],
-             "speedup": model["torch"] / model["spio"], "first": ""}
+             "speedup": model["torch"] / model["spio"], "first": "",
+             "torch_kernels": steps["torch"].top(), "spio_kernels": own.top(k=8)}
         )  # fmt: skip
     return rows
 

@@ -32,6 +32,12 @@ class GpuTime:
         longest = sorted(self.by_name.items(), key=lambda kv: -kv[1])[:k]
         return "; ".join(f"{name[:width]} {us:.1f}" for name, us in longest)
 
+    def only_in(self, other: GpuTime) -> GpuTime:
+        """The activities `other` has none of (e.g. the kernels of a step with spio that the
+        same step without it lacks: spio's own), their total the sum of their durations."""
+        mine = {name: us for name, us in self.by_name.items() if name not in other.by_name}
+        return GpuTime(sum(mine.values()), mine)
+
 
 def device_times(events: Iterable[Any], calls: int = 1) -> GpuTime:
     """GpuTime per call of the GPU-side events among profiler `events` (FunctionEvent-like:

@@ -133,10 +133,12 @@ def profile_layers(pair: ModelPair, inputs: torch.Tensor, dtype: str) -> list[di
 
 def profile_steps(
     pair: ModelPair, inputs: torch.Tensor, labels: torch.Tensor, dtype: str, steps: int
-) -> dict[str, float]:
-    """GPU ms per eager training step of each model ({"torch": ..., "spio": ...})."""
+) -> dict[str, GpuTime]:
+    """The GPU time per eager training step of each model ({"torch": ..., "spio": ...}): busy
+    µs and each activity's, so a kernel's time inside whole steps can be read (where its operands
+    sit in the L2 as training leaves them, not as a layer repeated alone leaves them)."""
     out = {}
     for side, model in (("torch", pair.torch), ("spio", pair.spio)):
         step = train_step(model, inputs, labels, dtype=dtype, mode="eager")
-        out[side] = _gpu_time(step, steps, inputs.device).total_us / 1e3
+        out[side] = _gpu_time(step, steps, inputs.device)
     return out

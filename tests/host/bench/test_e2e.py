@@ -235,3 +235,16 @@ def test_device_times_counts_overlapping_activities_once():
     t = device_times(events)
     assert t.total_us == 65.0
     assert t.by_name == {"wgrad": 50.0, "reduce": 50.0, "next": 10.0, "inside": 10.0}
+
+
+def test_the_kernels_only_one_step_has():
+    """`spio bench e2e --layers` names the kernels of spio's step that torch's step lacks (spio's
+    own, read inside whole steps): their durations, nothing shared."""
+    from spio.bench.gpu_time import GpuTime
+
+    spio_step = GpuTime(100.0, {"conv2d_gw8_fprop": 30.0, "gemm": 50.0, "bn": 20.0})
+    torch_step = GpuTime(120.0, {"cudnn_conv": 50.0, "gemm": 50.0, "bn": 20.0})
+    own = spio_step.only_in(torch_step)
+    assert own.by_name == {"conv2d_gw8_fprop": 30.0} and own.total_us == 30.0
+    assert torch_step.only_in(spio_step).by_name == {"cudnn_conv": 50.0}
+    assert spio_step.only_in(spio_step).total_us == 0.0
