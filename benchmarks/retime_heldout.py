@@ -6,8 +6,8 @@ collector re-timed only a shape's fastest configs (keeping the lower of two), so
 biased low and a pick timed once is biased high: the regret carries the noise of both. This
 script re-times, on one GPU in one run, what that regret compares: for each complete held-out
 shape the fold model's pick, autotune's candidates and the `--top` fastest recorded configs, in
-`--rounds` rounds, each round in a fresh random order, L2 flushed (or not: `time --warm-l2`, a
-layer as a model runs it, its operands resident where they fit); each config's time is its
+`--rounds` rounds, each round in a fresh random order, L2 flushed (or not: `time --warm-l2`, the
+operands resident where they fit, as a layer repeated alone runs); each config's time is its
 median over the rounds, and the spread of the rounds is reported as the noise.
 
     python benchmarks/retime_heldout.py plan --out /tmp/plan.json          # host: folds, picks
@@ -142,8 +142,10 @@ def time_plan(
     skipped (a run picks up where a stopped one ended; a shape cut off mid-way is timed again,
     so `score` reads its rows twice: delete them first); a shape whose runner cannot be built on
     this GPU is skipped, named. `flush_l2=False` times every call with the L2 as the previous
-    call left it (its operands resident where they fit), as a layer whose inputs were just
-    written runs inside a model; the collector and the default flush it."""
+    call left it (its operands resident where they fit), as a layer repeated alone runs; inside
+    a training step only some of a pass's inputs are resident (docs/ops/conv2d_gw8.md,
+    "Twenty-sixth session"); the collector and the default flush it. A CSV holds one L2 mode
+    (its `l2` column; rows from before the column are flushed): `time` refuses to mix them."""
     import torch
 
     from spio.cuda import device_attributes
@@ -161,13 +163,21 @@ def time_plan(
             f"retime: the plan's best configs were measured on {sorted(wrong)}; this is "
             f"{dev.name}: re-time on the GPU kind the datasets were measured on"
         )
+    if csv_path.suffix == ".gz":
+        raise SystemExit(
+            f"retime: --csv {csv_path}: `time` appends plain CSV rows; write a .csv and gzip it "
+            f"when done (score reads either)"
+        )
     l2 = "flushed" if flush_l2 else "warm"
+    new = not csv_path.exists() or csv_path.stat().st_size == 0
     with_l2 = True  # the column; a CSV from before it holds flushed timings without one
-    if csv_path.exists():
+    if not new:
         with _open(csv_path) as f:
             reader = csv.DictReader(f)
             modes = {row.get("l2") or "flushed" for row in reader}
-            with_l2 = "l2" in (reader.fieldnames or ["l2"])
+            with_l2 = "l2" in (reader.fieldnames or [])
+        if not with_l2:
+            modes.add("flushed")  # its rows, if any, were timed before the column: flushed
         if modes - {l2}:
             raise SystemExit(
                 f"retime: {csv_path} holds timings with the L2 {'/'.join(sorted(modes))}; this run "
@@ -183,7 +193,6 @@ def time_plan(
     print(f"compiling {len(specs)} variants", flush=True)
     compile_specs(specs, dev.arch)
     rng = random.Random(seed)
-    new = not csv_path.exists()
     with csv_path.open("a", newline="") as f:
         w = csv.writer(f)
         if new:

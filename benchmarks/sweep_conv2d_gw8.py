@@ -16,7 +16,7 @@ Use it to compare two versions of a kernel source on the same GPU (the JIT recom
     python benchmarks/sweep_conv2d_gw8.py --csv sweep.csv      # every timing, for plotting
     python benchmarks/sweep_conv2d_gw8.py --kernel wgrad --no-idle-warps --points "440,14,3,128,2"
     python benchmarks/sweep_conv2d_gw8.py --cp-async   # every pass without TMA rows
-    python benchmarks/sweep_conv2d_gw8.py --warm-l2    # no L2 flush: the layer inside a model
+    python benchmarks/sweep_conv2d_gw8.py --warm-l2    # no L2 flush: operands resident
     ncu --kernel-name conv2d_gw8_wgrad --launch-skip 20 --launch-count 1 --set full \
         python benchmarks/sweep_conv2d_gw8.py --kernel wgrad --points "64,56,3,128" \
         --config "Conv2dGw8WgradConfig(block_p=14, block_q=64, warps=4, stages=3, splits_per_sm=4)"
@@ -122,8 +122,9 @@ def sweep(
     `wide_warps`: wgrad's space with its 8-warp CTAs (`warp_choices=WIDE_WARP_CHOICES`);
     `only`: just the configs of the space whose text (`str(config)`) is in it; `flush_l2`
     False: every call (cuDNN's and the elementwise pass's too) runs with the L2 as the previous
-    call left it, the operands resident where they fit, as a layer inside a model finds what
-    the layer before it just wrote."""
+    call left it, the operands resident where they fit (a training step leaves the forward's
+    input resident, the weight gradient's x not: docs/ops/conv2d_gw8.md, "Twenty-sixth
+    session"); the rows' `l2` column says which."""
     import torch
 
     from spio.cuda import device_attributes
@@ -236,7 +237,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--warm-l2",
         action="store_true",
-        help="time every call without flushing the L2 first (a layer inside a model)",
+        help="time every call without flushing the L2 first (operands resident where they fit)",
     )
     ap.add_argument("--csv", type=Path, help="write every timing here")
     a = ap.parse_args(argv)

@@ -31,11 +31,18 @@ PASSES = ("fprop", "dgrad", "wgrad")
 
 
 def read_sweeps(paths: list[Path]) -> dict[tuple, dict[str, float]]:
-    """(pass, c, hw, k, n, stride) -> {config text: µs} over every row of the CSVs."""
+    """(pass, c, hw, k, n, stride) -> {config text: µs} over every row of the CSVs. The
+    training data and the models are timed with the L2 flushed: a sweep's `--warm-l2` rows
+    (its `l2` column) are refused, not mixed in."""
     out: dict[tuple, dict[str, float]] = defaultdict(dict)
     for path in paths:
         with path.open() as f:
             for r in csv.DictReader(f):
+                if (r.get("l2") or "flushed") != "flushed":
+                    raise ValueError(
+                        f"{path}: a row timed with the L2 {r['l2']} (sweep --warm-l2); the "
+                        f"yardstick and its samples are L2-flushed timings: sweep without it"
+                    )
                 key = (r["pass"], int(r["c"]), int(r["hw"]), int(r["k"]), int(r["n"]),
                        int(r.get("stride") or 1))  # fmt: skip
                 out[key][r["config"]] = float(r["us"])

@@ -240,7 +240,8 @@ def profile_models(args: argparse.Namespace, device: torch.device) -> list[dict]
             {"model": pair.name, "layer": "(whole model, per step)", "shape": "", "dtype": "",
              "count": 1, "torch_us": 1e3 * model["torch"], "spio_us": 1e3 * model["spio"],
              "speedup": model["torch"] / model["spio"], "first": "",
-             "torch_kernels": steps["torch"].top(), "spio_kernels": own.top(k=8)}
+             "torch_kernels": steps["torch"].top(), "spio_kernels": steps["spio"].top(),
+             "spio_only_kernels": own.top(k=8)}
         )  # fmt: skip
     return rows
 

@@ -345,7 +345,8 @@ STRIDES = (1, 2)
 # the best config's time: fprop 1.016 / 1.200 / 1.327 at the bucket against 1.559 / 2.104 / 2.972
 # under the earlier rule (a layer's first batch size's config served every later one: a first call
 # at one image fixed it); wgrad 1.018 / 1.095 / 1.229 against 1.031 / 1.132 / 2.003 capped at 64
-# (inside whole training steps its kernels went 410.9 -> 376.0 µs per regnetx_002 step).
+# (inside whole training steps its first kernel went 410.9 -> 376.0 µs per regnetx_002 step and
+# 348.8 -> 349.4 per regnety_004 step).
 SELECT_BATCH = 256
 
 

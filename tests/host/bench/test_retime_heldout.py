@@ -139,7 +139,7 @@ def test_time_refuses_another_gpu_kind(retime, tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("args, flush", [([], True), (["--warm-l2"], False)])
 def test_time_flushes_the_l2_unless_told(retime, tmp_path, monkeypatch, args, flush):
-    """`time --warm-l2` times with the L2 as the previous call left it (a layer inside a model);
+    """`time --warm-l2` times with the L2 as the previous call left it (a layer repeated alone);
     by default every call runs after a flush, as the collector's samples did."""
     seen = {}
     monkeypatch.setattr(retime, "time_plan", lambda *a, **k: seen.update(k))
@@ -162,6 +162,15 @@ def test_time_refuses_to_mix_flushed_and_warm_timings(retime, tmp_path, monkeypa
     _write(tmp_path / "old.csv", [("matmul", Dev.name, "{}", "{}", 0, 2.5)])
     with pytest.raises(SystemExit, match="with the L2 flushed; this run times it warm"):
         retime.time_plan([entry], 1, 0, tmp_path / "old.csv", flush_l2=False)
+    _write(tmp_path / "header_only.csv", [])  # no l2 column and no rows: still a flushed file
+    with pytest.raises(SystemExit, match="with the L2 flushed; this run times it warm"):
+        retime.time_plan([entry], 1, 0, tmp_path / "header_only.csv", flush_l2=False)
+    with (tmp_path / "warm.csv").open("w") as f:
+        f.write("kernel,device,shape,config,round,us,l2\nmatmul,GPU,{},{},0,2.5,warm\n")
+    with pytest.raises(SystemExit, match="with the L2 warm; this run times it flushed"):
+        retime.time_plan([entry], 1, 0, tmp_path / "warm.csv")
+    with pytest.raises(SystemExit, match="appends plain CSV rows"):
+        retime.time_plan([entry], 1, 0, tmp_path / "t.csv.gz")
 
 
 def test_plan_and_timings_read_gzipped(retime, tmp_path):

@@ -127,3 +127,18 @@ def test_loo_never_trains_on_the_layer_it_scores(yardstick, tmp_path, monkeypatc
     # C16 (either batch): C24's sweep rows and the C40 data; C24: both C16 sweeps and C40.
     assert trained_on == [{24, 40}, {24, 40}, {16, 40}]
     assert all(r["regret"] >= 1.0 for r in rows)
+
+
+def test_warm_l2_sweep_rows_are_refused(yardstick, tmp_path):
+    """A sweep timed with --warm-l2 is not comparable with the L2-flushed samples the models
+    learn from: reading one names the file and the fix instead of mixing its rows in."""
+    path = tmp_path / "conv2d_gw8_warm.csv"
+    path.write_text(
+        "pass,c,hw,k,n,stride,config,us,l2\n"
+        "fprop,64,14,3,8,1,cfg_a,5.0,flushed\n"
+        "fprop,64,14,3,8,1,cfg_b,4.0,warm\n"
+    )
+    with pytest.raises(ValueError, match="conv2d_gw8_warm.csv: a row timed with the L2 warm"):
+        yardstick.read_sweeps([path])
+    path.write_text("pass,c,hw,k,n,stride,config,us,l2\nfprop,64,14,3,8,1,cfg_a,5.0,flushed\n")
+    assert yardstick.read_sweeps([path]) == {("fprop", 64, 14, 3, 8, 1): {"cfg_a": 5.0}}
