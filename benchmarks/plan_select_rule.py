@@ -54,6 +54,7 @@ def plans(
     """Rule name -> its plan (one entry per chosen layer, in the same order in every plan)."""
     from spio.cli.tune import _device_for
     from spio.kernels import KERNELS
+    from spio.kernels.kernel_def import pow2_bucket
     from spio.tune.dataset import read
     from spio.tune.evaluate import (
         batch_field,
@@ -87,7 +88,7 @@ def plans(
         rules[f"at{size}"] = lambda p, size=size: replace(p, **{field: size})
     for cap in buckets:
         rules[f"bucket{cap}"] = lambda p, cap=cap: replace(
-            p, **{field: min(cap, 1 << max(0, getattr(p, field) - 1).bit_length())}
+            p, **{field: pow2_bucket(getattr(p, field), cap)}
         )
     tested = folds_by_group(kdef, samples, folds)
     out: dict[str, list[dict]] = {name: [] for name in rules}

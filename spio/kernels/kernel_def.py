@@ -117,6 +117,15 @@ class KernelDef:
         return params if self.select_key is None else self.select_key(params)
 
 
+def pow2_bucket(size: int, cap: int | None = None) -> int:
+    """`size` rounded up to a power of two (1 for sizes below 2), at most `cap` (a power of two)
+    when given: the bucket the families' selection rules (`KernelDef.select_key`) select a
+    layer's config at, so a config depends on the shape alone and a process meets a bounded set
+    of selection params (conv2d_gw8's batch, layernorm_2d's rows, matmul's token count)."""
+    bucket = 1 << max(0, size - 1).bit_length()
+    return bucket if cap is None else min(cap, bucket)
+
+
 def to_dict(obj: Any) -> dict[str, Any]:
     """A params/config dataclass as JSON-able data (tuples become lists): how datasets and
     persisted selections store them."""

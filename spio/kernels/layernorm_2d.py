@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from spio.kernels.kernel_def import SRC_DIR, KernelDef, KernelSpec
+from spio.kernels.kernel_def import SRC_DIR, KernelDef, KernelSpec, pow2_bucket
 from spio.kernels.layernorm_2d_params import (
     LayerNorm2dConfig,
     LayerNorm2dParams,
@@ -350,7 +350,7 @@ SELECT_ROWS = 2**17
 
 def select_rows(m: int) -> int:
     """The row count a layer's configs are selected for at M rows (see SELECT_ROWS)."""
-    return min(SELECT_ROWS, 1 << max(0, m - 1).bit_length())
+    return pow2_bucket(m, SELECT_ROWS)
 
 
 def select_at_row_bucket(p: LayerNorm2dParams) -> LayerNorm2dParams:

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from spio.kernels.kernel_def import pow2_bucket
+
 # Operand dtypes the kernel reads (mma.sync m16n8k16 takes fp16 and bf16) and outputs it writes.
 DTYPES = ("float16", "bfloat16")
 OUT_DTYPES = ("float16", "bfloat16", "float32")
@@ -78,7 +80,7 @@ class MatmulParams:
     def bucketed(self) -> MatmulParams:
         """These params with m rounded up to a power of two, so config selection (and its cache)
         sees a bounded set of token counts."""
-        return replace(self, m=1 << (self.m - 1).bit_length())
+        return replace(self, m=pow2_bucket(self.m))
 
     @property
     def b_shape(self) -> tuple[int, int]:

@@ -11,6 +11,8 @@ import functools
 from dataclasses import dataclass, replace
 from typing import Any
 
+from spio.kernels.kernel_def import pow2_bucket
+
 GROUP_WIDTH = 8  # input channels per group == output channels per group
 MAX_KERNEL = 7  # largest R or S: 7x7 weights of one group stay in registers (49 regs/thread)
 MAX_BATCH = 65535  # batch runs on gridDim.y (its limit); larger batches get a clear error
@@ -352,7 +354,7 @@ SELECT_BATCH = 256
 
 def select_batch(n: int) -> int:
     """The batch size a layer's config is selected for at N images (see SELECT_BATCH)."""
-    return min(SELECT_BATCH, 1 << max(0, n - 1).bit_length())
+    return pow2_bucket(n, SELECT_BATCH)
 
 
 def select_at_batch_bucket(p: Conv2dGw8Params) -> Conv2dGw8Params:

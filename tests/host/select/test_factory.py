@@ -188,3 +188,19 @@ def test_bad_arguments_are_clear_errors():
     with pytest.raises(ValueError, match="not a valid config .* leave config out"):
         factory.select("matmul", p, H100, config=wrong)
     assert factory.select("matmul", p, H100, config=cfg)[1] == cfg
+
+
+def test_the_selection_buckets_are_powers_of_two_up_to_a_cap():
+    """`pow2_bucket`: the one rounding every family's selection rule uses (conv2d_gw8's batch,
+    layernorm_2d's rows, matmul's token count)."""
+    from spio.kernels.conv2d_gw8.params import SELECT_BATCH, select_batch
+    from spio.kernels.kernel_def import pow2_bucket
+    from spio.kernels.layernorm_2d import SELECT_ROWS, select_rows
+
+    assert [pow2_bucket(n) for n in (0, 1, 2, 3, 4, 5, 1000, 1024, 1025)] == [
+        1, 1, 2, 4, 4, 8, 1024, 1024, 2048
+    ]  # fmt: skip
+    assert [pow2_bucket(n, 256) for n in (1, 129, 256, 257, 10**6)] == [1, 256, 256, 256, 256]
+    assert select_batch(10**5) == SELECT_BATCH and select_rows(10**9) == SELECT_ROWS
+    assert MatmulParams(300, 64, 64).bucketed().m == 512
+    assert MatmulParams(1, 64, 64).bucketed().m == 1
