@@ -14,6 +14,10 @@ median over the rounds, and the spread of the rounds is reported as the noise.
     python benchmarks/retime_heldout.py time /tmp/plan.json --csv t.csv    # GPU (the data's kind)
     python benchmarks/retime_heldout.py score /tmp/plan.json t.csv         # host or GPU
 
+The folds' models are trained with seed 0, as `spio tune eval` trains them; `plan --train-seed S`
+trains them with S, so plans of several seeds, merged and timed once, give the re-timed spread
+of `spio tune eval --seeds` (one `score` per seed's plan).
+
 Two models compared in one run (e.g. a retrain before it ships): write a plan with each (the
 datasets as each would ship), `merge` them into one plan of every shape's configs, `time` that,
 and `score` each plan against the same CSV:
@@ -50,9 +54,12 @@ TUNE = Path(__file__).resolve().parent / "data" / "tune"
 FAMILIES = tuple(sorted(path.stem for path in TUNE.glob("*.jsonl")))
 
 
-def plan(kernels: list[str], top: int, folds: int, as_selected: bool = False) -> list[dict]:
+def plan(
+    kernels: list[str], top: int, folds: int, as_selected: bool = False, train_seed: int = 0
+) -> list[dict]:
     """One entry per complete held-out shape: the configs to re-time and each one's roles
-    (`as_selected`: the picks ranked as the op selects, `spio tune eval --as-selected`)."""
+    (`as_selected`: the picks ranked as the op selects, `spio tune eval --as-selected`;
+    `train_seed`: the folds' training seed, `spio tune eval --seeds`)."""
     from spio.cli.tune import _device_for
     from spio.kernels import KERNELS
     from spio.tune.dataset import read
@@ -67,7 +74,7 @@ def plan(kernels: list[str], top: int, folds: int, as_selected: bool = False) ->
             by_device[s.device].append(s)
         for device_name, samples in sorted(by_device.items()):
             dev = _device_for(device_name, "eval")
-            h = held_out(kdef, samples, dev, folds=folds, as_selected=as_selected)
+            h = held_out(kdef, samples, dev, folds=folds, as_selected=as_selected, seed=train_seed)
             for c in h.complete:
                 fastest = sorted(range(len(c.times)), key=c.times.__getitem__)[:top]
                 roles: dict[int, list[str]] = defaultdict(list)
@@ -279,6 +286,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--folds", type=int, default=5)
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--as-selected", action="store_true", help="rank as the op selects")
+    p.add_argument(
+        "--train-seed", type=int, default=0, help="the folds' training seed (default 0, shipped)"
+    )
     t = sub.add_parser("time", help="re-time a plan (GPU)")
     t.add_argument("plan", type=Path)
     t.add_argument("--csv", type=Path, required=True)
@@ -294,7 +304,7 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("csv", type=Path)
     a = ap.parse_args(argv)
     if a.cmd == "plan":
-        entries = plan(a.kernel or list(FAMILIES), a.top, a.folds, a.as_selected)
+        entries = plan(a.kernel or list(FAMILIES), a.top, a.folds, a.as_selected, a.train_seed)
         with _open(a.out, "wt") as f:
             json.dump(entries, f, indent=0)
         print(f"{len(entries)} complete held-out shapes, "

@@ -246,10 +246,12 @@ def cmd_train(a: argparse.Namespace) -> int:
 
 def cmd_eval(a: argparse.Namespace) -> int:
     from spio.kernels import KERNELS
-    from spio.tune.evaluate import evaluate
+    from spio.tune.evaluate import evaluate, evaluate_seeds
 
     kernels = _kernels(a.kernel, "eval")
     fixed = None
+    if a.model is not None and a.seeds > 1:
+        _usage_error("eval", "--seeds trains the folds' models; --model ranks with one model")
     if a.model is not None:
         from spio.tune.model import ModelFormatError, PerfModel
 
@@ -276,16 +278,23 @@ def cmd_eval(a: argparse.Namespace) -> int:
                     f"samples are {dev.arch} (a model serves GPUs of its own arch only)",
                 )
             try:
-                print(
-                    evaluate(
-                        KERNELS[k],
-                        samples,
-                        dev,
-                        folds=a.folds,
-                        model=fixed,
-                        as_selected=a.as_selected,
+                if a.seeds > 1:
+                    print(
+                        evaluate_seeds(
+                            KERNELS[k], samples, dev, a.seeds, a.folds, as_selected=a.as_selected
+                        )
                     )
-                )
+                else:
+                    print(
+                        evaluate(
+                            KERNELS[k],
+                            samples,
+                            dev,
+                            folds=a.folds,
+                            model=fixed,
+                            as_selected=a.as_selected,
+                        )
+                    )
             except ValueError as e:  # too few layers to hold one out
                 raise SystemExit(f"spio tune eval: {str(e).removeprefix('evaluate: ')}") from None
     return 0
@@ -373,6 +382,13 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="rank each shape as the op selects its config (the family's select_key, e.g. "
         "conv2d_gw8's batch bucket, layernorm's row bucket), not at the shape itself",
+    )
+    e.add_argument(
+        "--seeds",
+        type=_number(int, 1),
+        default=1,
+        help="train the folds' models with seeds 0..N-1 and print each statistic's mean and "
+        "range over them (default 1: seed 0, the shipped models' seed)",
     )
     e.set_defaults(func=cmd_eval)
     s = sub.add_parser("select", help="ranked configs for a layer (no GPU needed)")

@@ -76,7 +76,11 @@ class PerfModel:
         rows: Sequence[dict[str, float]],
         latency_us: Sequence[float],
         rounds: int = ROUNDS,
+        seed: int = 0,
     ) -> PerfModel:
+        """Fits log latency; `seed` seeds XGBoost's row and column subsampling (the shipped
+        models use 0; `spio tune eval --seeds` trains with several to show how much held-out
+        regret owes to it)."""
         import numpy as np
         import xgboost as xgb
 
@@ -86,7 +90,9 @@ class PerfModel:
         x = _matrix(rows, names)
         y = np.log(np.asarray(latency_us, dtype=np.float64))
         booster = xgb.train(
-            TRAIN_PARAMS, xgb.DMatrix(x, label=y, feature_names=list(names)), rounds
+            {**TRAIN_PARAMS, "seed": seed},
+            xgb.DMatrix(x, label=y, feature_names=list(names)),
+            rounds,
         )
         trees = Trees(json.loads(booster.save_raw(raw_format="json")), len(names))
         return cls(kernel, device, arch, names, trees, len(rows), booster)

@@ -199,6 +199,7 @@ def test_data_given_as_its_shards_is_read(tmp_path, capsys):
         (["collect", "--kernel", "matmul", "--max-configs", "0"], "--max-configs: must be at"),
         (["eval", "--kernel", "matmul", "--folds", "1"], "--folds: must be at least 2"),
         (["eval", "--kernel", "matmul", "--folds", "x"], "--folds: invalid int value: 'x'"),
+        (["eval", "--kernel", "matmul", "--seeds", "0"], "--seeds: must be at least 1"),
         (["select", "--kernel", "matmul", "--params", "{}", "--top", "0"], "--top: must be at"),
     ],
 )
@@ -251,3 +252,19 @@ def test_eval_as_selected_says_so(capsys):
                  "--as-selected"]) == 0  # fmt: skip
     out = capsys.readouterr().out
     assert "ranked as the op selects (select_key)" in out and "a lower bound" in out, out
+
+
+def test_eval_over_seeds_prints_the_spread_and_refuses_a_fixed_model(capsys):
+    """--seeds N trains the folds' models under N seeds and prints each statistic's mean and
+    range; with --model nothing is trained, so the two together are a usage error."""
+    data = Path(__file__).resolve().parents[3] / "benchmarks/data/tune/layernorm_2d_bwd.jsonl"
+    assert main(["eval", "--kernel", "layernorm_2d_bwd", "--data", str(data), "--folds", "2",
+                 "--seeds", "2"]) == 0  # fmt: skip
+    out = capsys.readouterr().out
+    assert "2 training seeds: mean (lowest-highest) of each statistic" in out, out
+    assert "with SPIO_AUTOTUNE (5 candidates), same shapes: median" in out, out
+    models = Path(__file__).resolve().parents[3] / "spio" / "tune" / "models"
+    bwd = next(models.glob("layernorm_2d_bwd__*.json.gz"))
+    msg = _usage_error(["eval", "--kernel", "layernorm_2d_bwd", "--model", str(bwd), "--seeds",
+                        "2"], capsys)  # fmt: skip
+    assert msg == "spio tune eval: --seeds trains the folds' models; --model ranks with one model"

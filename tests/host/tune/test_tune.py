@@ -15,7 +15,7 @@ from synthetic_family import true_us as _true_us
 
 from spio.kernels.kernel_def import KernelDef
 from spio.tune.dataset import Sample, append, read
-from spio.tune.evaluate import evaluate, feature_rows
+from spio.tune.evaluate import evaluate, evaluate_seeds, feature_rows
 from spio.tune.features import features, from_dict, to_dict
 from spio.tune.model import MODEL_FORMAT, ModelFormatError, PerfModel, read_text
 from spio.tune.rank import rank
@@ -70,6 +70,34 @@ def test_evaluation_splits_by_shape_and_reports_regret(seed):
     assert report.regret_median < 1.1, str(report)
     assert 0.0 <= report.top5_hit_rate <= 1.0
     assert "top-1 regret" in str(report)
+
+
+def test_the_training_seed_reaches_xgboost_and_seed_0_is_the_default(seed):
+    samples = _dataset(30, seed)
+    rows = feature_rows(KDEF, samples, Dev())
+    y = [s.latency_us for s in samples]
+
+    def predict(**kw):
+        m = PerfModel.train("synthetic", Dev().name, "sm_90", rows, y, rounds=30, **kw)
+        return m.predict_us(rows)
+
+    assert predict() == predict(seed=0)
+    assert predict(seed=1) != predict(seed=0)  # subsampling draws other rows and columns
+
+
+def test_evaluation_over_seeds_reports_each_statistic_s_mean_and_range(seed):
+    samples = _dataset(30, seed)
+    spread = evaluate_seeds(KDEF, samples, Dev(), seeds=3, folds=3)
+    assert len(spread.reports) == 3
+    assert spread.reports[0] == evaluate(KDEF, samples, Dev(), folds=3)  # seed 0 first
+    assert spread.reports[1] == evaluate(KDEF, samples, Dev(), folds=3, seed=1)
+    text = str(spread)
+    assert "3 training seeds: mean (lowest-highest)" in text, text
+    maxima = [r.regret_max for r in spread.reports]
+    mean = sum(maxima) / 3
+    assert f"max {mean:.3f}x ({min(maxima):.3f}-{max(maxima):.3f})" in text, text
+    with pytest.raises(ValueError, match="seeds must be >= 1"):
+        evaluate_seeds(KDEF, samples, Dev(), seeds=0)
 
 
 def test_model_file_round_trip_and_format_check(tmp_path: Path):
