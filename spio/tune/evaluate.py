@@ -416,7 +416,7 @@ class SeedSpread:
     seed of XGBoost's row and column subsampling): each statistic's mean and range over them.
 
     A family's worst shapes are few, so its max regret moves with the training seed as much as
-    with any change of data or rule (the conv2d_gw8 dgrad's whole-space max at 5 folds: 1.23 to
+    with any change of data or rule (the conv2d_gw8 dgrad's whole-space max at 5 folds: 1.17 to
     1.40 over seeds 0-4): compare recipes on the means and ranges, not on one seed's max."""
 
     reports: tuple[Report, ...]
@@ -452,7 +452,11 @@ class SeedSpread:
         )
         text += triple(lambda r: r.complete_regret)
         if first.autotune_regret is not None:
-            text += f"\n  with SPIO_AUTOTUNE ({AUTOTUNE_K} candidates), same shapes: "
+            bound = ", a lower bound" if first.as_selected else ""  # as Report says
+            text += (
+                f"\n  with SPIO_AUTOTUNE (fastest of its {AUTOTUNE_K} candidates at the shape"
+                f"{bound}), same shapes: "
+            )
             text += triple(lambda r: r.autotune_regret)
         return text
 

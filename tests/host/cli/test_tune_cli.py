@@ -262,7 +262,9 @@ def test_eval_over_seeds_prints_the_spread_and_refuses_a_fixed_model(capsys):
                  "--seeds", "2"]) == 0  # fmt: skip
     out = capsys.readouterr().out
     assert "2 training seeds: mean (lowest-highest) of each statistic" in out, out
-    assert "with SPIO_AUTOTUNE (5 candidates), same shapes: median" in out, out
+    assert "with SPIO_AUTOTUNE (fastest of its 5 candidates at the shape), same shapes: median" in (
+        out
+    ), out
     models = Path(__file__).resolve().parents[3] / "spio" / "tune" / "models"
     bwd = next(models.glob("layernorm_2d_bwd__*.json.gz"))
     msg = _usage_error(["eval", "--kernel", "layernorm_2d_bwd", "--model", str(bwd), "--seeds",
