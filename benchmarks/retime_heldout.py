@@ -94,6 +94,7 @@ def plan(
                         "recorded_us": [c.times[j] for j in chosen],
                         "recorded_pick_regret": c.pick_regret,
                         "recorded_autotune_regret": c.autotune_regret,
+                        "train_seed": train_seed,
                     }
                 )
     return out

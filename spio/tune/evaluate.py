@@ -102,14 +102,22 @@ class Report:
         )
         if self.autotune_regret is not None:
             med, p90, worst = self.autotune_regret
-            # As selected, the op measures its candidates at the selection params, not at the
-            # shape: the fastest at the shape is a lower bound of what it runs.
-            bound = ", a lower bound" if self.as_selected else ""
             text += (
-                f"\n  with SPIO_AUTOTUNE (fastest of its {AUTOTUNE_K} candidates at the shape"
-                f"{bound}), same shapes: median {med:.3f}x, p90 {p90:.3f}x, max {worst:.3f}x"
+                f"\n  {_autotune_label(self.as_selected)}: median {med:.3f}x, p90 {p90:.3f}x, "
+                f"max {worst:.3f}x"
             )
         return text
+
+
+def _autotune_label(as_selected: bool) -> str:
+    """The head of a report's autotune line. As selected, the op measures its candidates at the
+    selection params, not at the shape: the fastest at the shape is a lower bound of what it
+    runs."""
+    bound = ", a lower bound" if as_selected else ""
+    return (
+        f"with SPIO_AUTOTUNE (fastest of its {AUTOTUNE_K} candidates at the shape{bound}), "
+        "same shapes"
+    )
 
 
 def layer_key(params: dict[str, Any], batch_field: str | None) -> str:
@@ -415,9 +423,9 @@ class SeedSpread:
     """The same held-out evaluation with the folds' models trained under several seeds (the
     seed of XGBoost's row and column subsampling): each statistic's mean and range over them.
 
-    A family's worst shapes are few, so its max regret moves with the training seed as much as
-    with any change of data or rule (the conv2d_gw8 dgrad's whole-space max at 5 folds: 1.17 to
-    1.40 over seeds 0-4): compare recipes on the means and ranges, not on one seed's max."""
+    A family's worst shapes are few, so its max regret can move with the training seed as much
+    as with a change of data or rule (docs/tuning.md, "Twenty-seventh session"): compare recipes
+    on the means and ranges, not on one seed's max."""
 
     reports: tuple[Report, ...]
 
@@ -452,11 +460,7 @@ class SeedSpread:
         )
         text += triple(lambda r: r.complete_regret)
         if first.autotune_regret is not None:
-            bound = ", a lower bound" if first.as_selected else ""  # as Report says
-            text += (
-                f"\n  with SPIO_AUTOTUNE (fastest of its {AUTOTUNE_K} candidates at the shape"
-                f"{bound}), same shapes: "
-            )
+            text += f"\n  {_autotune_label(first.as_selected)}: "
             text += triple(lambda r: r.autotune_regret)
         return text
 

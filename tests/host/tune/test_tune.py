@@ -17,7 +17,7 @@ from spio.kernels.kernel_def import KernelDef
 from spio.tune.dataset import Sample, append, read
 from spio.tune.evaluate import evaluate, evaluate_seeds, feature_rows
 from spio.tune.features import features, from_dict, to_dict
-from spio.tune.model import MODEL_FORMAT, ModelFormatError, PerfModel, read_text
+from spio.tune.model import MODEL_FORMAT, TRAIN_PARAMS, ModelFormatError, PerfModel, read_text
 from spio.tune.rank import rank
 from spio.tune.store import slug
 
@@ -81,6 +81,8 @@ def test_the_training_seed_reaches_xgboost_and_seed_0_is_the_default(seed):
         m = PerfModel.train("synthetic", Dev().name, "sm_90", rows, y, rounds=30, **kw)
         return m.predict_us(rows)
 
+    # The shipped models were trained with TRAIN_PARAMS' seed; the default keeps it.
+    assert TRAIN_PARAMS["seed"] == 0
     assert predict() == predict(seed=0)
     assert predict(seed=1) != predict(seed=0)  # subsampling draws other rows and columns
 
@@ -91,6 +93,7 @@ def test_evaluation_over_seeds_reports_each_statistic_s_mean_and_range(seed):
     assert len(spread.reports) == 3
     assert spread.reports[0] == evaluate(KDEF, samples, Dev(), folds=3)  # seed 0 first
     assert spread.reports[1] == evaluate(KDEF, samples, Dev(), folds=3, seed=1)
+    assert spread.reports[0] != spread.reports[1]  # the seed reached the folds' models
     text = str(spread)
     assert "3 training seeds: mean (lowest-highest)" in text, text
     maxima = [r.regret_max for r in spread.reports]
