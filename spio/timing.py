@@ -113,7 +113,10 @@ def bench(
     Warms up with `warmup_ms` / (one call's event time) calls: that time, taken right after a
     sync, includes the host's enqueue gaps when the host is slower than the GPU, so the warm-up
     lasts about `warmup_ms` either way. Then times `reps` calls, each
-    preceded (outside its timed region) by zeroing a buffer of twice the L2 size when `flush_l2`,
+    preceded (outside its timed region) by zeroing a buffer of twice the L2 size when `flush_l2`
+    (which leaves the L2 full of dirty lines: their write-back lands inside the timed call, 1.4 to
+    5.3 µs at 10-35 µs calls on an H100, more for kernels at DRAM speed; docs/ops/conv2d_gw8.md,
+    "Twenty-eighth session"),
     and by a GPU spin longer than fn's host enqueue time (`hold_cycles`, from the longest of 5
     warm-up calls; 100 µs at least, 10 ms at most) so that the host has enqueued the whole call
     before the GPU reaches it: the time is the GPU's, not the host's launch overhead (a CUDA graph
