@@ -114,9 +114,9 @@ def bench(
     sync, includes the host's enqueue gaps when the host is slower than the GPU, so the warm-up
     lasts about `warmup_ms` either way. Then times `reps` calls, each
     preceded (outside its timed region) by zeroing a buffer of twice the L2 size when `flush_l2`
-    (which leaves the L2 full of dirty lines: their write-back lands inside the timed call, 1.4 to
-    5.3 µs at 10-35 µs calls on an H100, more for kernels at DRAM speed; docs/ops/conv2d_gw8.md,
-    "Twenty-eighth session"),
+    (which leaves the L2 full of dirty lines, as a training step's previous kernels do: their
+    write-back lands inside the timed call, about 1 to 9 µs at 10-40 µs calls on an H100, unevenly
+    across configs; docs/ops/conv2d_gw8.md, "Twenty-eighth session"),
     and by a GPU spin longer than fn's host enqueue time (`hold_cycles`, from the longest of 5
     warm-up calls; 100 µs at least, 10 ms at most) so that the host has enqueued the whole call
     before the GPU reaches it: the time is the GPU's, not the host's launch overhead (a CUDA graph
