@@ -38,6 +38,7 @@ cdef enum:  # CUfunction_attribute values (cuda.h)
     _FUNC_NUM_REGS = 4
     _FUNC_BINARY_VERSION = 6
     _FUNC_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
+    _FUNC_PREFERRED_SHARED_MEMORY_CARVEOUT = 9
 
 
 cdef class Module:
@@ -214,6 +215,31 @@ cdef class Function:
         with nogil:
             status = f.cuFuncSetAttribute(self._handle, _FUNC_MAX_DYNAMIC_SHARED_SIZE_BYTES, value)
         check(status, f"cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES={value}) of {self.entry}")
+
+    @property
+    def preferred_carveout(self):
+        """The preferred shared-memory carveout in percent of the SM's maximum shared memory,
+        or -1 for none (the driver's choice); `set_preferred_carveout` sets it."""
+        return self._get(_FUNC_PREFERRED_SHARED_MEMORY_CARVEOUT,
+                         "PREFERRED_SHARED_MEMORY_CARVEOUT")
+
+    def set_preferred_carveout(self, percent):
+        """Hints the split of the SM's unified L1 / shared memory for launches of this function:
+        `percent` of the maximum shared memory (0-100; the driver rounds up to a size the SM
+        supports and may take more if a launch needs it), or -1 for no preference (the default:
+        the driver chooses). Per loaded function: another load of the same cubin keeps its own."""
+        cdef DriverFns* f = fns()
+        cdef CUresult status
+        cdef int value
+        if not PyLong_CheckExact(percent) or not -1 <= percent <= 100:
+            raise ValueError(f"set_preferred_carveout: percent must be an int in [-1, 100] "
+                             f"(-1: no preference), got {percent!r}")
+        value = percent
+        with nogil:
+            status = f.cuFuncSetAttribute(
+                self._handle, _FUNC_PREFERRED_SHARED_MEMORY_CARVEOUT, value)
+        check(status, f"cuFuncSetAttribute(PREFERRED_SHARED_MEMORY_CARVEOUT={value}) of "
+                      f"{self.entry}")
 
     def max_active_blocks(self, block_threads, smem=0):
         """cuOccupancyMaxActiveBlocksPerMultiprocessor: resident blocks per SM at this size."""

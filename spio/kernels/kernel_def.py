@@ -31,6 +31,9 @@ class KernelSpec:
         min_registers: registers per thread the compiled kernel must launch with (0: any). A
             kernel whose warps raise their registers (setmaxnreg) draws them from the pool its
             launch allocated and would wait forever on a smaller one: loading refuses it.
+        carveout: the preferred shared-memory carveout set on the loaded function, in percent
+            of the SM's maximum shared memory (`Function.set_preferred_carveout`), or -1 for
+            none (the driver's choice). A load-time attribute: not part of the cubin.
     """
 
     source: str
@@ -43,6 +46,7 @@ class KernelSpec:
     options: tuple[str, ...] = ()
     arch_suffix: str = ""
     min_registers: int = 0
+    carveout: int = -1
 
     def source_text(self) -> str:
         return (SRC_DIR / self.source).read_text()
@@ -126,10 +130,18 @@ def pow2_bucket(size: int, cap: int | None = None) -> int:
     return bucket if cap is None else min(cap, bucket)
 
 
+OMIT_DEFAULT = {"omit_default": True}  # field metadata: `to_dict` leaves it out at its default
+
+
 def to_dict(obj: Any) -> dict[str, Any]:
     """A params/config dataclass as JSON-able data (tuples become lists): how datasets and
-    persisted selections store them."""
-    return {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)}
+    persisted selections store them. A field declared with metadata OMIT_DEFAULT is left out
+    while it holds its default, so rows written before it existed keep their keys."""
+    return {
+        f.name: getattr(obj, f.name)
+        for f in dataclasses.fields(obj)
+        if not (f.metadata.get("omit_default") and getattr(obj, f.name) == f.default)
+    }
 
 
 def from_dict(cls: type, data: dict[str, Any]) -> Any:

@@ -116,6 +116,8 @@ def load_spec(spec: KernelSpec, arch: str) -> LoadedKernel:
         )
     if spec.smem > 48 * 1024:
         function.set_max_dynamic_smem(spec.smem)
+    if spec.carveout != -1:
+        function.set_preferred_carveout(spec.carveout)
     return LoadedKernel(spec=spec, function=function, module=module, pdl=programmatic_launch(arch))
 
 

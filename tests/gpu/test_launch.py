@@ -180,6 +180,26 @@ def test_big_dynamic_shared_memory_and_function_attributes():
         f.set_max_dynamic_smem(dev.max_smem_per_block_optin + 1024)
 
 
+def test_preferred_carveout_is_per_loaded_function_and_launches_still_run():
+    dev = device_attributes()
+    f = _module().function("reverse_smem", signature="pi")
+    g = _module().function("reverse_smem", signature="pi")  # another load of the same cubin
+    assert f.preferred_carveout == -1
+    f.set_preferred_carveout(50)
+    assert (f.preferred_carveout, g.preferred_carveout) == (50, -1)
+    # A launch needing more shared memory than the preference still runs (it is a hint).
+    smem = dev.max_smem_per_block_optin - f.static_smem_bytes
+    words = smem // 4
+    f.set_max_dynamic_smem(smem)
+    buf, out = _output(words)
+    f.launch(1, BLOCK, (out, words), smem=smem, stream=torch.cuda.current_stream().cuda_stream)
+    torch.cuda.synchronize()
+    ref = torch.arange(words - 1, -1, -1, device="cuda", dtype=torch.float64)
+    _check(buf, words, ref, f"reverse_smem words={words} at carveout 50")
+    f.set_preferred_carveout(-1)
+    assert f.preferred_carveout == -1
+
+
 def test_device_attributes_match_torch():
     dev = device_attributes(torch.cuda.current_device())
     props = torch.cuda.get_device_properties(dev.ordinal)

@@ -67,6 +67,17 @@ TMA_ROWS = True
 # warps.
 # The batch row of the last image (n * H + h) is a 32-bit TMA coordinate, and N <= 65535.
 TMA_MAX_H = 2**31 // 65536
+# Preferred shared-memory carveouts (percent of the SM's maximum) the space offers besides the
+# driver's choice (-1), for cp.async variants on a dilated input (the dgrad of a strided layer)
+# whose CTAs the carveout holds at most CARVEOUT_MAX_SHARE of (`carveout_offered`): fewer
+# resident CTAs, a larger L1. With the driver's choice (the smallest split that holds the most
+# resident CTAs) such variants run each call at one of two speeds about 20% apart, and at 50% the
+# C72 112^2 N64 pick ran 101 us against 123-130 (docs/tuning.md, "Twenty-ninth session"). Every
+# dgrad config of 8 strided RegNet layers timed at both (H100): of the 246 configs 50% made >5%
+# faster, 243 are among the 1209 offered by this rule (3 of the 233 others); at TMA variants 50%
+# only cost (up to +20%).
+CARVEOUT_CHOICES = (50,)
+CARVEOUT_MAX_SHARE = 0.75
 
 
 def images(cfg: Conv2dGw8Config) -> int:
@@ -198,8 +209,11 @@ def configs(p: Conv2dGw8Params, dev: Any) -> list[Conv2dGw8Config]:
     add idle work); block_q 8 (two images per M tile) only when Q <= 8; warps divide the channel
     groups or leave few idle (`warps_allowed`); stages above 3 only while the block has that
     many rows to prefetch; shared memory must fit the device's opt-in limit and the register
-    estimate must stay below the spill point.
+    estimate must stay below the spill point. A cp.async variant on a dilated input (the dgrad of
+    a strided layer) comes also at each of CARVEOUT_CHOICES that holds at most CARVEOUT_MAX_SHARE
+    of its CTAs (`carveout_offered`), right after it.
     """
+    dilated = p.dilate_h > 1 or p.dilate_w > 1
     out = []
     p_choices = sorted({min(bp, p.p) for bp in BLOCK_P_CHOICES})
     m_needed = math.ceil(p.q / 16)
@@ -221,7 +235,38 @@ def configs(p: Conv2dGw8Params, dev: Any) -> list[Conv2dGw8Config]:
                     if live_regs(p, cfg) > MAX_LIVE_REGS:
                         continue
                     out.append(cfg)
+                    if dilated and not tma_rows(p, cfg, dev):
+                        for carveout in CARVEOUT_CHOICES:
+                            alt = replace(cfg, carveout=carveout)
+                            if carveout_offered(p, alt, dev):
+                                out.append(alt)
     return out
+
+
+def carveout_ctas(p: Conv2dGw8Params, cfg: Conv2dGw8Config, dev: Any, carveout: int) -> int:
+    """CTAs of this config one SM's shared memory holds at a preferred carveout (percent of the
+    SM's maximum; -1: all of it, the most the driver's choice takes), the 1 KB the driver
+    reserves per CTA included, capped by threads, the grid spread over the SMs and the hardware's
+    CTA limit. Registers are left out: their estimate (`resident_ctas`) runs low at some cp.async
+    dgrad variants (8 CTAs estimated where the driver ran 16), which is where carveouts matter."""
+    held = dev.max_smem_per_sm if carveout == -1 else dev.max_smem_per_sm * carveout // 100
+    g = grid(p, cfg)
+    return max(
+        1,
+        min(
+            -(-(g[0] * g[1]) // dev.sm_count),
+            dev.max_threads_per_sm // (32 * cfg.warps),
+            held // (smem_bytes(p, cfg, dev) + 1024),
+            MAX_CTAS_PER_SM,
+        ),
+    )
+
+
+def carveout_offered(p: Conv2dGw8Params, cfg: Conv2dGw8Config, dev: Any) -> bool:
+    """Whether `cfg`'s preferred carveout holds at most CARVEOUT_MAX_SHARE of the CTAs the
+    driver's choice would (`carveout_ctas`): where the space offers it."""
+    default = carveout_ctas(p, cfg, dev, -1)
+    return carveout_ctas(p, cfg, dev, cfg.carveout) <= CARVEOUT_MAX_SHARE * default
 
 
 def row_bytes(p: Conv2dGw8Params, cfg: Conv2dGw8Config) -> int:
@@ -403,9 +448,12 @@ def spec(
         entry=ENTRY,
         signature="ppppit" if tma else "ppppi",
         specs=specs,
-        title=f"conv2d_gw8_{'dgrad' if transposed else 'fprop'} {shape} {cfg}",
+        # Without the carveout: variants that differ only there share the cubin.
+        title=f"conv2d_gw8_{'dgrad' if transposed else 'fprop'} {shape} "
+        f"{replace(cfg, carveout=-1)}",
         block=(32 * cfg.warps, 1, 1),
         smem=smem_bytes(p, cfg, dev),
+        carveout=cfg.carveout,
     )
 
 
@@ -548,11 +596,22 @@ def _transposed_spec(p: Conv2dGw8Params, cfg: Conv2dGw8Config, dev: Any = None) 
     return spec(p, cfg, dev, transposed=True)
 
 
+def _transposed_features(p: Conv2dGw8Params, cfg: Conv2dGw8Config, dev: Any) -> dict[str, float]:
+    """`features` of the dgrad problem, and its carveout: the percent the variant prefers (100
+    for the driver's choice, which at the variants offered at a carveout is the larger split)
+    and the CTAs its shared memory holds (`carveout_ctas`)."""
+    return {
+        **features(p, cfg, dev),
+        "carveout": float(100 if cfg.carveout == -1 else cfg.carveout),
+        "carveout_ctas": carveout_ctas(p, cfg, dev, cfg.carveout),
+    }
+
+
 dgrad_configs = on_dgrad_problem(configs, "dgrad_configs")
 dgrad_heuristic = on_dgrad_problem(heuristic, "dgrad_heuristic")
 dgrad_spec = on_dgrad_problem(_transposed_spec, "dgrad_spec")
 dgrad_stats = on_dgrad_problem(stats, "dgrad_stats")
-dgrad_features = on_dgrad_problem(features, "dgrad_features")
+dgrad_features = on_dgrad_problem(_transposed_features, "dgrad_features")
 
 
 class DgradLaunch:

@@ -8,10 +8,10 @@ frozen, slotted and validated at construction so a bad value fails where it is m
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from spio.kernels.kernel_def import pow2_bucket
+from spio.kernels.kernel_def import OMIT_DEFAULT, pow2_bucket
 
 GROUP_WIDTH = 8  # input channels per group == output channels per group
 MAX_KERNEL = 7  # largest R or S: 7x7 weights of one group stay in registers (49 regs/thread)
@@ -411,7 +411,7 @@ def normalize_padding(
     return pads
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, repr=False)
 class Conv2dGw8Config:
     """Tiling of the fprop kernel (dgrad runs the same kernel on the transposed problem).
 
@@ -421,12 +421,25 @@ class Conv2dGw8Config:
             or 8: two images side by side in one M tile, 8 columns each (maps with Q <= 8).
         warps: channel groups per CTA (one warp per group of 8 channels).
         stages: input rows in flight in shared memory (cp.async pipeline depth).
+        carveout: the preferred shared-memory carveout the loaded kernel gets, in percent of
+            the SM's maximum shared memory, or -1 for none (the driver's choice: enough shared
+            memory for the most resident CTAs, the rest L1). Not part of the cubin: two configs
+            that differ only here load the same one (`fprop.CARVEOUT_CHOICES` says where the
+            space has them).
     """
 
     block_p: int = 8
     block_q: int = 16
     warps: int = 4
     stages: int = 2
+    carveout: int = field(default=-1, metadata=OMIT_DEFAULT)
+
+    def __repr__(self) -> str:
+        tail = f", carveout={self.carveout}" if self.carveout != -1 else ""
+        return (
+            f"Conv2dGw8Config(block_p={self.block_p}, block_q={self.block_q}, "
+            f"warps={self.warps}, stages={self.stages}{tail})"
+        )
 
     def __post_init__(self) -> None:
         if self.block_p < 1:
@@ -440,6 +453,11 @@ class Conv2dGw8Config:
             raise ValueError(f"Conv2dGw8Config.warps must be 1, 2, 4 or 8, got {self.warps}")
         if self.stages not in (2, 3, 4, 6, 8):
             raise ValueError(f"Conv2dGw8Config.stages must be 2, 3, 4, 6 or 8, got {self.stages}")
+        if not -1 <= self.carveout <= 100:
+            raise ValueError(
+                "Conv2dGw8Config.carveout must be a percent in [0, 100] or -1 (no preference), "
+                f"got {self.carveout}"
+            )
 
 
 @dataclass(frozen=True, slots=True)

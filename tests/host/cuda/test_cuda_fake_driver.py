@@ -258,6 +258,14 @@ def test_function_attributes_and_occupancy(fake):
     assert f.max_active_blocks(256) == 8
     assert f.max_active_blocks(128, smem=100_000) == 2
     f.set_max_dynamic_smem(232448)
+    assert f.preferred_carveout == -1
+    f.set_preferred_carveout(50)
+    assert f.preferred_carveout == 50
+    f.set_preferred_carveout(-1)
+    assert f.preferred_carveout == -1
+    for bad in (101, -2, 50.0, True, "50"):
+        with pytest.raises(ValueError, match=r"percent must be an int in \[-1, 100\]"):
+            f.set_preferred_carveout(bad)
     assert repr(f) == "Function('k', signature='pp')"
     assert f.module.image == CUBIN
 

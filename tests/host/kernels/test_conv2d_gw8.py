@@ -10,6 +10,7 @@ import math
 import zlib
 from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -28,6 +29,7 @@ from spio.kernels.conv2d_gw8.params import (
     Conv2dGw8WgradConfig,
     warps_allowed,
 )
+from spio.kernels.kernel_def import to_dict
 from spio.testing import sample
 
 SHAPES_CSV = Path(__file__).resolve().parents[3] / "spio/kernels/data/conv2d_gw8_layer_shapes.csv"
@@ -111,6 +113,8 @@ def test_params_types_and_output_size():
         (Conv2dGw8Config, {"stages": 5}, "stages"),
         (Conv2dGw8WgradConfig, {"stages": 5}, "stages"),
         (Conv2dGw8Config, {"block_p": 0}, "block_p"),
+        (Conv2dGw8Config, {"carveout": 101}, r"carveout must be a percent in \[0, 100\] or -1"),
+        (Conv2dGw8Config, {"carveout": -2}, "carveout"),
         (Conv2dGw8WgradConfig, {"block_q": 12}, "multiple of 8"),
         (Conv2dGw8WgradConfig, {"splits_per_sm": 3}, "splits_per_sm"),
         (Conv2dGw8ReduceConfig, {"threads": 100}, "threads"),
@@ -452,6 +456,86 @@ def test_tma_rows_rule_and_variants():
     assert fp.tma_swizzle(cfg) == 128 and fp.tma_swizzle(replace(cfg, warps=2)) == 32
     assert fp.features(p, cfg, h100)["tma_rows"] == 1.0
     assert fp.features(p, replace(cfg, warps=1), h100)["tma_rows"] == 0.0
+
+
+def test_carveout_variants_only_where_the_carveout_holds_fewer_ctas():
+    """A strided layer's dgrad space offers, right after a cp.async config, its variant at each
+    of CARVEOUT_CHOICES that holds at most CARVEOUT_MAX_SHARE of its CTAs; fprop and stride-1
+    spaces have none. The variant shares its twin's cubin (same title and header) and differs in
+    the loaded function's carveout and in dgrad's two carveout features."""
+    h100 = _dev("H100")
+    p = Conv2dGw8Params(
+        n=64, c=72, h=112, w=112, r=3, s=3, pad_h=1, pad_w=1, has_bias=True, stride_h=2, stride_w=2
+    )
+    q = p.dgrad_as_fprop()
+    cfgs = fp.DGRAD.configs(p, h100)
+    variants = [i for i, c in enumerate(cfgs) if c.carveout != -1]
+    assert variants and len(variants) < len(cfgs) - len(variants)
+    for i in variants:
+        cfg, twin = cfgs[i], cfgs[i - 1]
+        assert cfg.carveout in fp.CARVEOUT_CHOICES and twin == replace(cfg, carveout=-1)
+        assert not fp.tma_rows(q, cfg, h100)
+        held, most = (
+            fp.carveout_ctas(q, cfg, h100, cfg.carveout),
+            fp.carveout_ctas(q, cfg, h100, -1),
+        )
+        assert held <= fp.CARVEOUT_MAX_SHARE * most
+        a, b = fp.DGRAD.spec(p, cfg, h100), fp.DGRAD.spec(p, twin, h100)
+        assert (a.title, a.specs.keys(), a.smem) == (b.title, b.specs.keys(), b.smem)
+        assert (a.carveout, b.carveout) == (cfg.carveout, -1)
+        fa, fb = fp.DGRAD.features(p, cfg, h100), fp.DGRAD.features(p, twin, h100)
+        assert (fa["carveout"], fb["carveout"]) == (cfg.carveout, 100.0)
+        assert (fa["carveout_ctas"], fb["carveout_ctas"]) == (held, most)
+        assert {k: v for k, v in fa.items() if not k.startswith("carveout")} == {
+            k: v for k, v in fb.items() if not k.startswith("carveout")
+        }
+    # Twins the carveout leaves as many CTAs (here: small shared memory, few CTAs) get none.
+    lone = [c for c in cfgs if c.carveout == -1 and replace(c, carveout=50) not in cfgs]
+    assert lone and all(
+        fp.carveout_ctas(q, replace(c, carveout=50), h100, 50)
+        > fp.CARVEOUT_MAX_SHARE * fp.carveout_ctas(q, c, h100, -1)
+        for c in lone
+        if not fp.tma_rows(q, c, h100)
+    )
+    assert all(c.carveout == -1 for c in fp.FPROP.configs(p, h100))
+    stride1 = replace(p, stride_h=1, stride_w=1)
+    assert all(c.carveout == -1 for c in fp.DGRAD.configs(stride1, h100))
+    # to_dict leaves the field out at its default: rows written before it existed still match.
+    assert "carveout" not in to_dict(cfgs[0]) and to_dict(cfgs[variants[0]])["carveout"] == 50
+    assert repr(cfgs[variants[0]]).endswith(", carveout=50)")
+    assert "carveout" not in repr(cfgs[0]) and "carveout" not in fp.FPROP.features(p, cfgs[0], h100)
+
+
+def test_load_spec_sets_the_carveout(monkeypatch):
+    from spio.kernels import loader
+
+    calls = []
+
+    class FakeFunction:
+        num_regs = 64
+
+        def set_max_dynamic_smem(self, n):
+            calls.append(("smem", n))
+
+        def set_preferred_carveout(self, pct):
+            calls.append(("carveout", pct))
+
+    class FakeModule:
+        @staticmethod
+        def load(image):
+            return SimpleNamespace(function=lambda entry, signature: FakeFunction())
+
+    import spio.cuda
+
+    monkeypatch.setattr(spio.cuda, "Module", FakeModule)
+    monkeypatch.setattr(loader, "compile_spec", lambda spec, arch: b"cubin")
+    monkeypatch.setattr(loader, "programmatic_launch", lambda arch: False)
+    p = Conv2dGw8Params(n=2, c=16, h=8, w=8, stride_h=2, stride_w=2)
+    cfg = Conv2dGw8Config(block_p=4, block_q=16, warps=1, stages=2)
+    loader.load_spec(fp.DGRAD.spec(p, cfg, _dev("H100")), "sm_90")
+    assert calls == []
+    loader.load_spec(fp.DGRAD.spec(p, replace(cfg, carveout=50), _dev("H100")), "sm_90")
+    assert calls == [("carveout", 50)]
 
 
 def test_tma_launch_passes_the_input_map(monkeypatch):

@@ -15,6 +15,7 @@ families named (all when none is):
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import random
@@ -72,13 +73,14 @@ def _write(families: list[str]) -> None:
                 if len(configs) > MAX_CONFIGS:
                     step = (len(configs) - 1) / (MAX_CONFIGS - 1)
                     configs = [configs[round(i * step)] for i in range(MAX_CONFIGS)]
-                cfg_fields = list(to_dict(configs[0]))
+                # Every field, those `to_dict` leaves out at their default too.
+                cfg_fields = [f.name for f in dataclasses.fields(configs[0])]
                 names, rows = _rows(kdef, params, configs, dev)
                 entries.append(
                     {
                         "device": arch,
                         "params": to_dict(params),
-                        "configs": [list(to_dict(c).values()) for c in configs],
+                        "configs": [[getattr(c, f) for f in cfg_fields] for c in configs],
                         "names": names,
                         "sha256": _digest(names, rows),
                     }
