@@ -35,6 +35,7 @@ ctypedef struct CUlaunchConfig:
 # CUlaunchAttributeID values (cuda.h) that spio sets.
 cdef enum:
     CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION = 6
+    CU_LAUNCH_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT = 14
 
 # The driver entry points spio calls, filled from libcuda by dlsym. Every member is a pointer of
 # the same size, and `driver._SYMBOLS` lists the exported names in exactly this order, so the

@@ -7,8 +7,9 @@
 
 Signatures and argument packing are in spio.cuda.args. A launch packs the arguments on the C
 stack, then releases the GIL for cuCtxGetCurrent + cuLaunchKernel (cuLaunchKernelEx with the
-programmatic-stream-serialization attribute when launch(..., pdl=True)), pushing the module's
-context first when another one is current. `f.bind(grid, block, smem)` checks the geometry once
+programmatic-stream-serialization attribute when launch(..., pdl=True), the preferred
+shared-memory carveout when launch(..., carveout=percent)), pushing the module's context first
+when another one is current. `f.bind(grid, block, smem)` checks the geometry once
 and returns a `Launch`, called as `bound(args, stream)`: the path of repeated launches.
 """
 
@@ -19,6 +20,7 @@ from libc.string cimport memset
 
 from spio.cuda.args cimport MAX_ARGS, describe, dims, fast_int, pack, stream_handle
 from spio.cuda.driver cimport (
+    CU_LAUNCH_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT,
     CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION, CUcontext, CUfunction, CUlaunchAttribute,
     CUlaunchConfig, CUmodule, CUresult, CUstream, DriverFns, check, current_context, fns,
     generation, loaded_fns,
@@ -38,7 +40,6 @@ cdef enum:  # CUfunction_attribute values (cuda.h)
     _FUNC_NUM_REGS = 4
     _FUNC_BINARY_VERSION = 6
     _FUNC_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
-    _FUNC_PREFERRED_SHARED_MEMORY_CARVEOUT = 9
 
 
 cdef class Module:
@@ -124,7 +125,7 @@ cdef class Function:
     def __repr__(self):
         return f"Function({self.entry!r}, signature={self.signature!r})"
 
-    def launch(self, grid, block, args, smem=0, stream=0, *, pdl=False):
+    def launch(self, grid, block, args, smem=0, stream=0, *, pdl=False, carveout=-1):
         """cuLaunchKernel on `stream` (a handle, 0 = legacy default stream) with `smem` bytes of
         dynamic shared memory; grid and block are ints or tuples of up to 3 ints.
 
@@ -140,18 +141,29 @@ cdef class Function:
 
         The launch runs in the module's context: when another context is current on this
         thread (another device's), the module's is pushed for the launch and popped after, so a
-        kernel loaded for one GPU never runs on another; `stream` must belong to that device."""
-        cdef Launch bound = self.bind(grid, block, smem, pdl=pdl)
+        kernel loaded for one GPU never runs on another; `stream` must belong to that device.
+
+        carveout in 0..100 launches with cuLaunchKernelEx and the attribute
+        CU_LAUNCH_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT: the split of the SM's unified L1 /
+        shared memory this launch prefers, in percent of the maximum shared memory (a hint: the
+        driver takes more if the launch needs it). -1 (the default) sets none: the driver's
+        choice. A launch attribute, not the function's (CU_FUNC_ATTRIBUTE_...), which the driver
+        may share between loads of the same image. It needs a driver that knows the attribute
+        (spio.kernels.loader asks for it on CUDA 12.8+ drivers only)."""
+        cdef Launch bound = self.bind(grid, block, smem, pdl=pdl, carveout=carveout)
         bound(args, stream)
 
-    def bind(self, grid, block, smem=0, *, pdl=False):
-        """A `Launch` of this function with grid, block, smem and pdl fixed (checked once, as
-        `launch` checks them): calling it with (args, stream) packs the arguments and launches,
-        the cheapest path for a launch repeated with the same geometry."""
+    def bind(self, grid, block, smem=0, *, pdl=False, carveout=-1):
+        """A `Launch` of this function with grid, block, smem, pdl and carveout fixed (checked
+        once, as `launch` checks them): calling it with (args, stream) packs the arguments and
+        launches, the cheapest path for a launch repeated with the same geometry."""
         cdef Launch bound = Launch.__new__(Launch)
         cdef long long fast
         if pdl is not True and pdl is not False:
             raise TypeError(f"{self.entry}: pdl must be True or False, got {describe(pdl)}")
+        if not PyLong_CheckExact(carveout) or not -1 <= carveout <= 100:
+            raise ValueError(f"{self.entry}: carveout must be an int percent in [0, 100] or -1 "
+                             f"(no preference), got {carveout!r}")
         dims(grid, bound._grid, "grid")
         dims(block, bound._block, "block")
         if fast_int(smem, &fast) and 0 <= fast <= 0xFFFFFFFF:
@@ -165,6 +177,7 @@ cdef class Function:
                                  f"got {smem!r}")
             bound._smem = smem
         bound._programmatic = pdl
+        bound._carveout = carveout
         bound.function = self
         return bound
 
@@ -216,31 +229,6 @@ cdef class Function:
             status = f.cuFuncSetAttribute(self._handle, _FUNC_MAX_DYNAMIC_SHARED_SIZE_BYTES, value)
         check(status, f"cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES={value}) of {self.entry}")
 
-    @property
-    def preferred_carveout(self):
-        """The preferred shared-memory carveout in percent of the SM's maximum shared memory,
-        or -1 for none (the driver's choice); `set_preferred_carveout` sets it."""
-        return self._get(_FUNC_PREFERRED_SHARED_MEMORY_CARVEOUT,
-                         "PREFERRED_SHARED_MEMORY_CARVEOUT")
-
-    def set_preferred_carveout(self, percent):
-        """Hints the split of the SM's unified L1 / shared memory for launches of this function:
-        `percent` of the maximum shared memory (0-100; the driver rounds up to a size the SM
-        supports and may take more if a launch needs it), or -1 for no preference (the default:
-        the driver chooses). Per loaded function: another load of the same cubin keeps its own."""
-        cdef DriverFns* f = fns()
-        cdef CUresult status
-        cdef int value
-        if not PyLong_CheckExact(percent) or not -1 <= percent <= 100:
-            raise ValueError(f"set_preferred_carveout: percent must be an int in [-1, 100] "
-                             f"(-1: no preference), got {percent!r}")
-        value = percent
-        with nogil:
-            status = f.cuFuncSetAttribute(
-                self._handle, _FUNC_PREFERRED_SHARED_MEMORY_CARVEOUT, value)
-        check(status, f"cuFuncSetAttribute(PREFERRED_SHARED_MEMORY_CARVEOUT={value}) of "
-                      f"{self.entry}")
-
     def max_active_blocks(self, block_threads, smem=0):
         """cuOccupancyMaxActiveBlocksPerMultiprocessor: resident blocks per SM at this size."""
         cdef DriverFns* f = fns()
@@ -269,6 +257,7 @@ cdef class Launch:
     cdef unsigned int _block[3]
     cdef unsigned int _smem
     cdef bint _programmatic
+    cdef int _carveout
     cdef readonly Function function
 
     @property
@@ -287,9 +276,14 @@ cdef class Launch:
     def pdl(self):
         return bool(self._programmatic)
 
+    @property
+    def carveout(self):
+        return self._carveout
+
     def __repr__(self):
+        tail = f", carveout={self._carveout}" if self._carveout != -1 else ""
         return (f"Launch({self.function.entry!r}, grid={self.grid}, block={self.block}, "
-                f"smem={self._smem}, pdl={self.pdl})")
+                f"smem={self._smem}, pdl={self.pdl}{tail})")
 
     def __call__(self, args, stream=0):
         """Packs `args` per the function's signature and launches on `stream` (a raw handle,
@@ -304,24 +298,31 @@ cdef class Launch:
         cdef CUresult status
         cdef bint pushed = False
         cdef DriverFns* f = fns()
-        cdef CUlaunchAttribute attr
+        cdef CUlaunchAttribute attrs[2]
         cdef CUlaunchConfig config
         cdef unsigned int* g = self._grid
         cdef unsigned int* b = self._block
         cdef bint programmatic = self._programmatic
+        cdef unsigned int n_attrs = 0
         stream_handle(stream, &s)
         pack(self.function._kinds, len(self.function._kinds), args, self.function.entry,
              slots, params)
-        if programmatic:
-            memset(&attr, 0, sizeof(attr))
-            attr.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
-            attr.value = 1
+        if programmatic or self._carveout != -1:
+            memset(attrs, 0, sizeof(attrs))
+            if programmatic:
+                attrs[n_attrs].id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+                attrs[n_attrs].value = 1
+                n_attrs += 1
+            if self._carveout != -1:
+                attrs[n_attrs].id = CU_LAUNCH_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT
+                attrs[n_attrs].value = self._carveout
+                n_attrs += 1
             config.gridDimX, config.gridDimY, config.gridDimZ = g[0], g[1], g[2]
             config.blockDimX, config.blockDimY, config.blockDimZ = b[0], b[1], b[2]
             config.sharedMemBytes = self._smem
             config.hStream = s
-            config.attrs = &attr
-            config.numAttrs = 1
+            config.attrs = attrs
+            config.numAttrs = n_attrs
         with nogil:
             status = f.cuCtxGetCurrent(&cur)
             if status == 0 and cur == NULL:
@@ -331,7 +332,7 @@ cdef class Launch:
                 # Another device is current: launch in the module's context, then restore.
                 status = f.cuCtxPushCurrent(ctx)
                 pushed = status == 0
-            if status == 0 and programmatic:
+            if status == 0 and n_attrs:
                 status = f.cuLaunchKernelEx(&config, handle, params, NULL)
             elif status == 0:
                 status = f.cuLaunchKernel(handle, g[0], g[1], g[2], b[0], b[1], b[2],
@@ -339,7 +340,9 @@ cdef class Launch:
             if pushed:
                 f.cuCtxPopCurrent(&popped)
         if status != 0:
-            call = "cuLaunchKernelEx" if programmatic else "cuLaunchKernel"
+            call = "cuLaunchKernelEx" if n_attrs else "cuLaunchKernel"
             extra = ", programmatic stream serialization" if programmatic else ""
+            if self._carveout != -1:
+                extra += f", preferred shared memory carveout {self._carveout}%"
             check(status, f"{call}({self.function.entry}, grid={self.grid}, "
                           f"block={self.block}, smem={self._smem}{extra})")

@@ -31,9 +31,9 @@ class KernelSpec:
         min_registers: registers per thread the compiled kernel must launch with (0: any). A
             kernel whose warps raise their registers (setmaxnreg) draws them from the pool its
             launch allocated and would wait forever on a smaller one: loading refuses it.
-        carveout: the preferred shared-memory carveout set on the loaded function, in percent
-            of the SM's maximum shared memory (`Function.set_preferred_carveout`), or -1 for
-            none (the driver's choice). A load-time attribute: not part of the cubin.
+        carveout: the preferred shared-memory carveout its launches carry, in percent of the
+            SM's maximum shared memory (`Function.bind(..., carveout=)`), or -1 for none (the
+            driver's choice). A launch attribute: not part of the cubin.
     """
 
     source: str

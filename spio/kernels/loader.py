@@ -21,12 +21,15 @@ class LoadedKernel:
 
     pdl: whether launches that ask for it (`launch(..., dependent=True)`) use programmatic
     dependent launch; `programmatic_launch(arch)` at load time (sm_90+ cubin, CUDA 12.3+
-    driver, SPIO_PDL on)."""
+    driver, SPIO_PDL on).
+    carveout: the preferred shared-memory carveout every launch carries: the spec's, or -1
+    where the driver predates the launch attribute (`launch_carveout`)."""
 
     spec: KernelSpec
     function: Any  # spio.cuda Function
     module: Any  # keeps the module alive as long as the function
     pdl: bool = False
+    carveout: int = -1
 
     def bind(self, grid, *, dependent: bool = False) -> Any:
         """A `spio.cuda.Launch` of this kernel on `grid` with its block and shared memory:
@@ -36,7 +39,11 @@ class LoadedKernel:
         previous kernel in the stream wrote, so it may be launched with PDL (when self.pdl) and
         overlap that kernel's tail. Only second passes whose source does so may pass it."""
         return self.function.bind(
-            grid, self.spec.block, self.spec.smem, pdl=bool(dependent) and self.pdl
+            grid,
+            self.spec.block,
+            self.spec.smem,
+            pdl=bool(dependent) and self.pdl,
+            carveout=self.carveout,
         )
 
     def launch(self, grid, args, stream: int = 0, *, dependent: bool = False) -> None:
@@ -62,6 +69,22 @@ def programmatic_launch(arch: str) -> bool:
         return False
     version = driver_version()
     return version is not None and version >= PDL_MIN_DRIVER
+
+
+# CUDA 12.8: a driver that surely knows the launch attribute PREFERRED_SHARED_MEMORY_CARVEOUT;
+# under older drivers a spec's carveout is dropped (the driver's choice: the kernel is the same,
+# its speed may differ).
+CARVEOUT_MIN_DRIVER = (12, 8)
+
+
+def launch_carveout(spec: KernelSpec) -> int:
+    """The carveout launches of `spec` carry: `spec.carveout` on a CUDA 12.8+ driver, else -1."""
+    from spio.cuda import driver_version
+
+    if spec.carveout == -1:
+        return -1
+    version = driver_version()
+    return spec.carveout if version is not None and version >= CARVEOUT_MIN_DRIVER else -1
 
 
 def compile_spec(spec: KernelSpec, arch: str) -> bytes:
@@ -116,9 +139,13 @@ def load_spec(spec: KernelSpec, arch: str) -> LoadedKernel:
         )
     if spec.smem > 48 * 1024:
         function.set_max_dynamic_smem(spec.smem)
-    if spec.carveout != -1:
-        function.set_preferred_carveout(spec.carveout)
-    return LoadedKernel(spec=spec, function=function, module=module, pdl=programmatic_launch(arch))
+    return LoadedKernel(
+        spec=spec,
+        function=function,
+        module=module,
+        pdl=programmatic_launch(arch),
+        carveout=launch_carveout(spec),
+    )
 
 
 class FunctionCache:

@@ -180,24 +180,31 @@ def test_big_dynamic_shared_memory_and_function_attributes():
         f.set_max_dynamic_smem(dev.max_smem_per_block_optin + 1024)
 
 
-def test_preferred_carveout_is_per_loaded_function_and_launches_still_run():
+def test_launches_with_a_preferred_carveout_run_plain_pdl_and_in_a_graph():
+    """A launch carrying the carveout attribute runs, also when it needs more shared memory
+    than the carveout (a hint), with PDL, and captured in a CUDA graph."""
     dev = device_attributes()
     f = _module().function("reverse_smem", signature="pi")
-    g = _module().function("reverse_smem", signature="pi")  # another load of the same cubin
-    assert f.preferred_carveout == -1
-    f.set_preferred_carveout(50)
-    assert (f.preferred_carveout, g.preferred_carveout) == (50, -1)
-    # A launch needing more shared memory than the preference still runs (it is a hint).
     smem = dev.max_smem_per_block_optin - f.static_smem_bytes
     words = smem // 4
     f.set_max_dynamic_smem(smem)
-    buf, out = _output(words)
-    f.launch(1, BLOCK, (out, words), smem=smem, stream=torch.cuda.current_stream().cuda_stream)
-    torch.cuda.synchronize()
+    stream = torch.cuda.current_stream().cuda_stream
     ref = torch.arange(words - 1, -1, -1, device="cuda", dtype=torch.float64)
-    _check(buf, words, ref, f"reverse_smem words={words} at carveout 50")
-    f.set_preferred_carveout(-1)
-    assert f.preferred_carveout == -1
+    for carveout in (0, 50, 100):
+        for pdl in (False, True):
+            buf, out = _output(words)
+            f.bind(1, BLOCK, smem, pdl=pdl, carveout=carveout)((out, words), stream)
+            torch.cuda.synchronize()
+            _check(buf, words, ref, f"reverse_smem carveout={carveout} pdl={pdl}")
+    buf, out = _output(words)
+    launch = f.bind(1, BLOCK, smem, carveout=50)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        launch((out, words), torch.cuda.current_stream().cuda_stream)
+    poison(buf)
+    graph.replay()
+    torch.cuda.synchronize()
+    _check(buf, words, ref, "reverse_smem carveout=50 in a graph")
 
 
 def test_device_attributes_match_torch():

@@ -421,7 +421,7 @@ class Conv2dGw8Config:
             or 8: two images side by side in one M tile, 8 columns each (maps with Q <= 8).
         warps: channel groups per CTA (one warp per group of 8 channels).
         stages: input rows in flight in shared memory (cp.async pipeline depth).
-        carveout: the preferred shared-memory carveout the loaded kernel gets, in percent of
+        carveout: the preferred shared-memory carveout its launches carry, in percent of
             the SM's maximum shared memory, or -1 for none (the driver's choice: enough shared
             memory for the most resident CTAs, the rest L1). Not part of the cubin: two configs
             that differ only here load the same one (`fprop.CARVEOUT_CHOICES` says where the

@@ -158,11 +158,9 @@ CUresult cuModuleGetFunction(void** f, void* m, const char* name) {
     fn->module = m; strncpy(fn->name, name, sizeof fn->name - 1);
     *f = fn; return OK;
 }
-static int carveout = -1; /* PREFERRED_SHARED_MEMORY_CARVEOUT, one for every function */
 CUresult cuFuncGetAttribute(int* v, int attr, void* f) {
     note_gil(); (void)f;
     switch (attr) {
-        case 9: *v = carveout; return OK; /* PREFERRED_SHARED_MEMORY_CARVEOUT */
         case 0: *v = 1024; return OK;  /* MAX_THREADS_PER_BLOCK */
         case 1: *v = 0; return OK;     /* SHARED_SIZE_BYTES */
         case 3: *v = 0; return OK;     /* LOCAL_SIZE_BYTES */
@@ -173,7 +171,6 @@ CUresult cuFuncGetAttribute(int* v, int attr, void* f) {
 }
 CUresult cuFuncSetAttribute(void* f, int attr, int value) {
     note_gil(); (void)f;
-    if (attr == 9 && value >= -1 && value <= 100) { carveout = value; return OK; }
     if (attr != 8 || value > dyn_smem_limit) return INVALID_VALUE;
     return OK;
 }

@@ -199,12 +199,36 @@ def test_pdl_must_be_a_bool_and_errors_name_the_ex_call(fake):
     assert "programmatic stream serialization" in e.value.call
 
 
+def test_carveout_launches_through_launch_kernel_ex_with_its_attribute(fake):
+    fake.fake_set_signature(b"pi")
+    f = Module.load(CUBIN).function("k", signature="pi")
+    # CU_LAUNCH_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT (14) = the percent.
+    f.launch(3, 64, (0x2000, 3), carveout=50)
+    assert _last_ex(fake) == (1, [(14, 50)])
+    f.launch(3, 64, (0x2000, 3), carveout=0)
+    assert _last_ex(fake) == (1, [(14, 0)])
+    bound = f.bind(3, 64, pdl=True, carveout=100)
+    assert bound.carveout == 100 and repr(bound).endswith("pdl=True, carveout=100)")
+    bound((0x2000, 3))
+    assert _last_ex(fake) == (1, [(6, 1), (14, 100)])
+    f.launch(3, 64, (0x2000, 3), carveout=-1)  # no preference: the plain path
+    assert _last_ex(fake) == (0, []) and f.bind(1, 1).carveout == -1
+    for bad in (101, -2, 50.0, True, "50", None):
+        with pytest.raises(ValueError, match=r"carveout must be an int percent in \[0, 100\]"):
+            f.bind(1, 1, carveout=bad)
+    with pytest.raises(CudaDriverError) as e:
+        f.launch(1, 2048, (0, 1), carveout=50)
+    assert "cuLaunchKernelEx(k, grid=(1, 1, 1)" in e.value.call
+    assert "preferred shared memory carveout 50%" in e.value.call
+
+
 def test_gil_is_released_around_every_driver_call(fake):
     fake.fake_set_signature(b"pi")
     device_attributes(0)
     f = Module.load(CUBIN).function("k", signature="pi")
     f.launch(1, 1, (0, 1))
     f.launch(1, 1, (0, 1), pdl=True)
+    f.launch(1, 1, (0, 1), carveout=50)
     f.bind(1, 1)((0, 1))
     driver.ctx_set_current(driver.primary_context(1))
     f.bind(1, 1)((0, 1))  # pushes and pops the module's context
@@ -258,14 +282,6 @@ def test_function_attributes_and_occupancy(fake):
     assert f.max_active_blocks(256) == 8
     assert f.max_active_blocks(128, smem=100_000) == 2
     f.set_max_dynamic_smem(232448)
-    assert f.preferred_carveout == -1
-    f.set_preferred_carveout(50)
-    assert f.preferred_carveout == 50
-    f.set_preferred_carveout(-1)
-    assert f.preferred_carveout == -1
-    for bad in (101, -2, 50.0, True, "50"):
-        with pytest.raises(ValueError, match=r"percent must be an int in \[-1, 100\]"):
-            f.set_preferred_carveout(bad)
     assert repr(f) == "Function('k', signature='pp')"
     assert f.module.image == CUBIN
 

@@ -67,7 +67,8 @@ def test_pdl_knob_defaults_on():
 def _loaded(pdl: bool, calls: list) -> loader.LoadedKernel:
     spec = SimpleNamespace(block=(128, 1, 1), smem=512)
 
-    def bind(grid, block, smem, *, pdl):
+    def bind(grid, block, smem, *, pdl, carveout):
+        assert carveout == -1
         return lambda args, stream: calls.append((grid, block, args, smem, stream, pdl))
 
     fn = SimpleNamespace(bind=bind)

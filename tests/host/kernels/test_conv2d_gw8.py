@@ -506,36 +506,34 @@ def test_carveout_variants_only_where_the_carveout_holds_fewer_ctas():
     assert "carveout" not in repr(cfgs[0]) and "carveout" not in fp.FPROP.features(p, cfgs[0], h100)
 
 
-def test_load_spec_sets_the_carveout(monkeypatch):
+@pytest.mark.parametrize("driver", [(13, 0), (12, 8), (12, 6), None])
+def test_launches_carry_the_carveout_on_drivers_that_know_it(monkeypatch, driver):
+    import spio.cuda
     from spio.kernels import loader
 
-    calls = []
+    bound = []
 
     class FakeFunction:
         num_regs = 64
 
-        def set_max_dynamic_smem(self, n):
-            calls.append(("smem", n))
-
-        def set_preferred_carveout(self, pct):
-            calls.append(("carveout", pct))
+        def bind(self, grid, block, smem, *, pdl, carveout):
+            bound.append(carveout)
 
     class FakeModule:
         @staticmethod
         def load(image):
             return SimpleNamespace(function=lambda entry, signature: FakeFunction())
 
-    import spio.cuda
-
     monkeypatch.setattr(spio.cuda, "Module", FakeModule)
+    monkeypatch.setattr(spio.cuda, "driver_version", lambda: driver)
     monkeypatch.setattr(loader, "compile_spec", lambda spec, arch: b"cubin")
     monkeypatch.setattr(loader, "programmatic_launch", lambda arch: False)
     p = Conv2dGw8Params(n=2, c=16, h=8, w=8, stride_h=2, stride_w=2)
     cfg = Conv2dGw8Config(block_p=4, block_q=16, warps=1, stages=2)
-    loader.load_spec(fp.DGRAD.spec(p, cfg, _dev("H100")), "sm_90")
-    assert calls == []
-    loader.load_spec(fp.DGRAD.spec(p, replace(cfg, carveout=50), _dev("H100")), "sm_90")
-    assert calls == [("carveout", 50)]
+    for c in (cfg, replace(cfg, carveout=50)):
+        loader.load_spec(fp.DGRAD.spec(p, c, _dev("H100")), "sm_90").bind((1, 1, 1))
+    knows = driver is not None and driver >= loader.CARVEOUT_MIN_DRIVER
+    assert bound == [-1, 50 if knows else -1]
 
 
 def test_tma_launch_passes_the_input_map(monkeypatch):
