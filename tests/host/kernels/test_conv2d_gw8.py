@@ -485,9 +485,8 @@ def test_carveout_variants_only_where_the_carveout_holds_fewer_ctas():
         assert (a.carveout, b.carveout) == (cfg.carveout, -1)
         fa, fb = fp.DGRAD.features(p, cfg, h100), fp.DGRAD.features(p, twin, h100)
         assert (fa["carveout"], fb["carveout"]) == (cfg.carveout, 100.0)
-        assert (fa["carveout_ctas"], fb["carveout_ctas"]) == (held, most)
-        assert {k: v for k, v in fa.items() if not k.startswith("carveout")} == {
-            k: v for k, v in fb.items() if not k.startswith("carveout")
+        assert {k: v for k, v in fa.items() if k != "carveout"} == {
+            k: v for k, v in fb.items() if k != "carveout"
         }
     # Twins the carveout leaves as many CTAs (here: small shared memory, few CTAs) get none.
     lone = [c for c in cfgs if c.carveout == -1 and replace(c, carveout=50) not in cfgs]
