@@ -230,16 +230,20 @@ def configs(p: Conv2dGw8Params, dev: Any) -> list[Conv2dGw8Config]:
                     cfg = Conv2dGw8Config(
                         block_p=block_p, block_q=block_q, warps=warps, stages=stages
                     )
-                    if smem_bytes(p, cfg, dev) > dev.max_smem_per_block_optin:
+                    smem = smem_bytes(p, cfg, dev)
+                    if smem > dev.max_smem_per_block_optin:
                         continue
                     if live_regs(p, cfg) > MAX_LIVE_REGS:
                         continue
                     out.append(cfg)
                     if dilated and not tma_rows(p, cfg, dev):
-                        for carveout in CARVEOUT_CHOICES:
-                            alt = replace(cfg, carveout=carveout)
-                            if carveout_offered(p, alt, dev):
-                                out.append(alt)
+                        cap = _ctas_cap(p, cfg, dev)
+                        default = _held_ctas(cap, smem, dev, -1)
+                        for carveout in CARVEOUT_CHOICES:  # `carveout_offered`, parts reused
+                            if _held_ctas(cap, smem, dev, carveout) <= CARVEOUT_MAX_SHARE * default:
+                                out.append(
+                                    Conv2dGw8Config(block_p, block_q, warps, stages, carveout)
+                                )
     return out
 
 
@@ -249,17 +253,7 @@ def carveout_ctas(p: Conv2dGw8Params, cfg: Conv2dGw8Config, dev: Any, carveout: 
     reserves per CTA included, capped by threads, the grid spread over the SMs and the hardware's
     CTA limit. Registers are left out: their estimate (`resident_ctas`) runs low at some cp.async
     dgrad variants (8 CTAs estimated where the driver ran 16), which is where carveouts matter."""
-    held = dev.max_smem_per_sm if carveout == -1 else dev.max_smem_per_sm * carveout // 100
-    g = grid(p, cfg)
-    return max(
-        1,
-        min(
-            -(-(g[0] * g[1]) // dev.sm_count),
-            dev.max_threads_per_sm // (32 * cfg.warps),
-            held // (smem_bytes(p, cfg, dev) + 1024),
-            MAX_CTAS_PER_SM,
-        ),
-    )
+    return _held_ctas(_ctas_cap(p, cfg, dev), smem_bytes(p, cfg, dev), dev, carveout)
 
 
 def carveout_offered(p: Conv2dGw8Params, cfg: Conv2dGw8Config, dev: Any) -> bool:
@@ -267,6 +261,19 @@ def carveout_offered(p: Conv2dGw8Params, cfg: Conv2dGw8Config, dev: Any) -> bool
     driver's choice would (`carveout_ctas`): where the space offers it."""
     default = carveout_ctas(p, cfg, dev, -1)
     return carveout_ctas(p, cfg, dev, cfg.carveout) <= CARVEOUT_MAX_SHARE * default
+
+
+def _ctas_cap(p: Conv2dGw8Params, cfg: Conv2dGw8Config, dev: Any) -> int:
+    """Resident CTAs of a config as threads, the grid spread and the hardware allow."""
+    g = grid(p, cfg)
+    spread = -(-(g[0] * g[1]) // dev.sm_count)
+    return min(spread, dev.max_threads_per_sm // (32 * cfg.warps), MAX_CTAS_PER_SM)
+
+
+def _held_ctas(cap: int, smem: int, dev: Any, carveout: int) -> int:
+    """`carveout_ctas` from its parts: `cap` (`_ctas_cap`) and the config's shared memory."""
+    most = dev.max_smem_per_sm
+    return max(1, min(cap, (most if carveout == -1 else most * carveout // 100) // (smem + 1024)))
 
 
 def row_bytes(p: Conv2dGw8Params, cfg: Conv2dGw8Config) -> int:
