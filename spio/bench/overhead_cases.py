@@ -70,17 +70,18 @@ def _matmul_inputs(m: int, n: int, k: int, b_transposed: bool):
     return make
 
 
-def conv_case(n: int, c: int, hw: int) -> Case:
+def conv_case(n: int, c: int, hw: int, stride: int = 1) -> Case:
     import spio.functional as sf
 
     groups = c // 8
+    strided = f" stride {stride}" if stride != 1 else ""
     return Case(
         "conv2d_gw8",
-        f"N{n} C{c} {hw}x{hw}",
-        "F.conv2d(x, w, b, padding=1, groups=C/8)",
+        f"N{n} C{c} {hw}x{hw}{strided}",
+        f"F.conv2d(x, w, b, {f'stride={stride}, ' if strided else ''}padding=1, groups=C/8)",
         _conv_inputs(n, c, hw),
-        lambda x, w, b: sf.conv2d_gw8(x, w, b),
-        lambda x, w, b: F.conv2d(x, w, b, padding=1, groups=groups),
+        lambda x, w, b: sf.conv2d_gw8(x, w, b, padding=1, stride=stride),
+        lambda x, w, b: F.conv2d(x, w, b, stride=stride, padding=1, groups=groups),
     )
 
 
@@ -128,6 +129,8 @@ def cases(ops: tuple[str, ...] | list[str] = OPS) -> list[Case]:
     out: list[Case] = []
     if "conv2d_gw8" in ops:
         out += [conv_case(128, 512, 7), conv_case(128, 64, 56), conv_case(32, 128, 28)]
+        # regnety_004's stride-2 C104 layer: its input gradient runs at a preferred carveout.
+        out += [conv_case(128, 104, 56, stride=2)]
     if "layernorm_2d" in ops:
         out += [norm_case(128, 512, 7), norm_case(32, 128, 28)]
     if "matmul" in ops:

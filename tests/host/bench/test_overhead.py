@@ -59,6 +59,7 @@ def test_the_cases_the_issue_asks_for():
         ("conv2d_gw8", "N128 C512 7x7"),
         ("conv2d_gw8", "N128 C64 56x56"),
         ("conv2d_gw8", "N32 C128 28x28"),
+        ("conv2d_gw8", "N128 C104 56x56 stride 2"),
         ("layernorm_2d", "N128 C512 7x7"),
         ("layernorm_2d", "N32 C128 28x28"),
         ("matmul", "16x4096x4096 W(N,K)"),
