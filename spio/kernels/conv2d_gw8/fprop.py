@@ -238,9 +238,8 @@ def configs(p: Conv2dGw8Params, dev: Any) -> list[Conv2dGw8Config]:
                     out.append(cfg)
                     if dilated and not tma_rows(p, cfg, dev):
                         cap = _ctas_cap(p, cfg, dev)
-                        default = _held_ctas(cap, smem, dev, -1)
-                        for carveout in CARVEOUT_CHOICES:  # `carveout_offered`, parts reused
-                            if _held_ctas(cap, smem, dev, carveout) <= CARVEOUT_MAX_SHARE * default:
+                        for carveout in CARVEOUT_CHOICES:
+                            if _offered(cap, smem, dev, carveout):
                                 out.append(
                                     Conv2dGw8Config(block_p, block_q, warps, stages, carveout)
                                 )
@@ -259,8 +258,7 @@ def carveout_ctas(p: Conv2dGw8Params, cfg: Conv2dGw8Config, dev: Any, carveout: 
 def carveout_offered(p: Conv2dGw8Params, cfg: Conv2dGw8Config, dev: Any) -> bool:
     """Whether `cfg`'s preferred carveout holds at most CARVEOUT_MAX_SHARE of the CTAs the
     driver's choice would (`carveout_ctas`): where the space offers it."""
-    default = carveout_ctas(p, cfg, dev, -1)
-    return carveout_ctas(p, cfg, dev, cfg.carveout) <= CARVEOUT_MAX_SHARE * default
+    return _offered(_ctas_cap(p, cfg, dev), smem_bytes(p, cfg, dev), dev, cfg.carveout)
 
 
 def _ctas_cap(p: Conv2dGw8Params, cfg: Conv2dGw8Config, dev: Any) -> int:
@@ -274,6 +272,13 @@ def _held_ctas(cap: int, smem: int, dev: Any, carveout: int) -> int:
     """`carveout_ctas` from its parts: `cap` (`_ctas_cap`) and the config's shared memory."""
     most = dev.max_smem_per_sm
     return max(1, min(cap, (most if carveout == -1 else most * carveout // 100) // (smem + 1024)))
+
+
+def _offered(cap: int, smem: int, dev: Any, carveout: int) -> bool:
+    """`carveout_offered` from its parts (`configs` has them at hand)."""
+    return _held_ctas(cap, smem, dev, carveout) <= CARVEOUT_MAX_SHARE * _held_ctas(
+        cap, smem, dev, -1
+    )
 
 
 def row_bytes(p: Conv2dGw8Params, cfg: Conv2dGw8Config) -> int:

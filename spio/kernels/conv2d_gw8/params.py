@@ -424,7 +424,7 @@ class Conv2dGw8Config:
         carveout: the preferred shared-memory carveout its launches carry, in percent of
             the SM's maximum shared memory, or -1 for none (the driver's choice: enough shared
             memory for the most resident CTAs, the rest L1). Not part of the cubin: two configs
-            that differ only here load the same one (`fprop.CARVEOUT_CHOICES` says where the
+            that differ only here compile to the same one (`fprop.CARVEOUT_CHOICES` says where the
             space has them).
     """
 
