@@ -27,14 +27,18 @@ import statistics
 from pathlib import Path
 
 
-def _strided_shapes(path: Path, device: str) -> dict[str, set[str]]:
-    """Each strided dgrad shape of the dataset (its shape key) and the configs it measured."""
+def _strided_shapes(path: Path, device: str) -> dict:
+    """Each strided dgrad layer of the dataset (its params) and the configs it measured; rows
+    written before a params field existed join their layer's later rows."""
+    from spio.kernels.conv2d_gw8.params import Conv2dGw8Params
     from spio.tune.dataset import read
+    from spio.tune.features import from_dict
 
-    out: dict[str, set[str]] = {}
+    out: dict = {}
     for s in read(path, "conv2d_gw8_dgrad", device):
         if s.params.get("stride_h", 1) > 1 or s.params.get("stride_w", 1) > 1:
-            out.setdefault(s.shape_key(), set()).add(json.dumps(s.config, sort_keys=True))
+            params = from_dict(Conv2dGw8Params, s.params)
+            out.setdefault(params, set()).add(json.dumps(s.config, sort_keys=True))
     return out
 
 
@@ -58,17 +62,14 @@ def cmd_time(a: argparse.Namespace) -> None:
 
     from spio.cuda import device_attributes
     from spio.kernels.conv2d_gw8 import fprop as fp
-    from spio.kernels.conv2d_gw8.params import Conv2dGw8Params
     from spio.tune.collect import collect
-    from spio.tune.features import from_dict
 
     dev = device_attributes(torch.cuda.current_device())
     shapes = _strided_shapes(Path(a.data), dev.name)
     if not shapes:
         raise SystemExit(f"{a.data}: no strided conv2d_gw8_dgrad rows measured on {dev.name}")
-    keys = sorted(shapes)[: a.shapes]
-    params = [from_dict(Conv2dGw8Params, json.loads(k)) for k in keys]
-    plan = {p: _pairs(p, shapes[k], dev) for p, k in zip(params, keys, strict=True)}
+    params = sorted(shapes, key=repr)[: a.shapes]
+    plan = {p: _pairs(p, shapes[p], dev) for p in params}
     print(f"{dev.name}: {len(params)} shapes, {sum(map(len, plan.values()))} configs", flush=True)
     kdef = dataclasses.replace(fp.DGRAD, configs=lambda p, _dev: plan[p])
     n = collect(kdef, a.minutes, Path(a.out), shapes=params, progress=False)

@@ -69,3 +69,17 @@ def test_merge_replaces_the_twins_rows_and_appends_the_variants(cc, tmp_path, ca
     assert times[(8, json.dumps(to_dict(fp.DGRAD.configs(other, dev)[0]), sort_keys=True))] == 7.0
     out = capsys.readouterr().out
     assert "2 twins re-timed, 2 variants added" in out and "median 1.000" in out
+
+
+def test_strided_shapes_join_rows_written_before_a_params_field(cc, tmp_path):
+    dev = known_device(DEV)
+    cfgs = [c for c in fp.DGRAD.configs(LAYER, dev) if c.carveout == -1][:2]
+    data = tmp_path / "data.jsonl"
+    append(data, [_row(LAYER, cfgs[0], 10.0), _row(LAYER, cfgs[1], 11.0)])
+    lines = data.read_text().splitlines()
+    first = json.loads(lines[0])
+    del first["params"]["pad_h_end"], first["params"]["pad_w_end"]  # an older row's keys
+    data.write_text(json.dumps(first) + "\n" + lines[1] + "\n")
+    shapes = cc._strided_shapes(data, DEV)
+    assert list(shapes) == [LAYER]
+    assert shapes[LAYER] == {json.dumps(to_dict(c), sort_keys=True) for c in cfgs}
