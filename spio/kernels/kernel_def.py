@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -74,6 +74,10 @@ class KernelDef:
         stats: params -> KernelStats.
         features: (params, config, device attributes) -> numeric features for the performance
             model; a dict with a fixed key order.
+        feature_columns: (params, configs, device attributes) -> `features` of every config
+            as one column per name, in `features`' key order, the same values: how a family
+            computes a whole config space's features faster than config by config (what a new
+            shape's selection evaluates). None: `features`, config by config.
         examples: () -> a few representative params (for `spio bench --quick` with no GPU,
             compile smoke tests and docs).
         sample_params: (random.Random) -> one params drawn from realistic layer shapes (and some
@@ -102,6 +106,9 @@ class KernelDef:
     heuristic: Callable[[Any, Any], Any]
     stats: Callable[[Any], KernelStats]
     features: Callable[[Any, Any, Any], dict[str, float]] | None = None
+    feature_columns: Callable[[Any, Sequence[Any], Any], Mapping[str, Sequence[float]]] | None = (
+        None
+    )
     examples: Callable[[], list[Any]] | None = None
     sample_params: Callable[[Any], Any] | None = None
     make_runner: Callable[[Any, Any], Callable[[], None]] | None = None

@@ -38,10 +38,15 @@ def feature_columns(
     rounds them to float32 itself). No numpy: the selection path stays free of its import.
 
     A feature a family doesn't provide is NaN (callers check names first: `PerfModel.require`).
-    When the family's own key order is `names` (the usual case: the model was trained on this
-    family), the rows are transposed as they are, without per-key lookups.
+    A family with `KernelDef.feature_columns` computes the columns itself; otherwise, when the
+    family's own key order is `names` (the usual case: the model was trained on this family),
+    the rows are transposed as they are, without per-key lookups.
     """
     names = tuple(names)
+    if kdef.feature_columns is not None and configs:
+        columns = kdef.feature_columns(params, configs, device)
+        missing = [math.nan] * len(configs)
+        return [columns.get(n, missing) for n in names]
     f = kdef.features
     if f is None:
         rows = [features(kdef, params, c, device) for c in configs]

@@ -260,6 +260,31 @@ def test_stats_and_features():
         assert list(feats) == list(kdef.features(p, kdef.configs(p, dev)[0], dev))
 
 
+@pytest.mark.parametrize("device", DEVICES)
+def test_feature_columns_are_the_features_of_each_config(device):
+    """`feature_columns` (what a new shape's selection evaluates) takes a tile's terms from the
+    config before it: over whole spaces in `configs`' order (stages and carveout twins in a row),
+    shuffled and one config alone, its columns are `features` config by config, bit for bit."""
+    import random
+
+    dev = _dev(device)
+    rng = random.Random(0)
+    layers = [*fp.examples(), *(fp.FPROP.sample_params(rng) for _ in range(12))]
+    layers.append(Conv2dGw8Params(n=128, c=104, h=56, w=56, stride_h=2, stride_w=2))
+    for kdef in (fp.FPROP, fp.DGRAD):
+        for p in layers:
+            cfgs = kdef.configs(p, dev)
+            shuffled = rng.sample(cfgs, len(cfgs))
+            for subset in (cfgs, shuffled, cfgs[-1:]):
+                rows = [kdef.features(p, c, dev) for c in subset]
+                columns = kdef.feature_columns(p, subset, dev)
+                assert list(columns) == list(rows[0]), (kdef.name, p)
+                for name, column in columns.items():
+                    want = [float(r[name]).hex() for r in rows]
+                    assert [float(v).hex() for v in column] == want, (kdef.name, p, name)
+    assert any(c.carveout != -1 for c in fp.DGRAD.configs(layers[-1], dev))  # twins were met
+
+
 def test_sector_waste_counts_the_sectors_each_group_blocks_slice_touches():
     """`sector_waste` (a fprop/dgrad feature) against the byte ranges themselves: over 64 NHWC
     pixels, the 32-byte sectors each group block's 16 B-per-warp channel slice touches, over the
