@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -39,6 +40,7 @@ from spio.kernels.conv2d_gw8.wgrad_tiling import (
     plan_splits,
     row_align,
     s_pairs,
+    smem_terms,
     task_rows,
     tma_swizzle,
 )
@@ -119,7 +121,7 @@ def configs(
     they copy rows by TMA, 8 warps). In the default space since the twentieth session: with TMA
     rows (2+ warps) they beat the 1-warp cp.async CTAs those layers ran before by 11-34% at 7 of
     9 RegNet layers (docs/ops/conv2d_gw8.md)."""
-    out = []
+    out: list[Conv2dGw8WgradConfig] = []
     tma_only: tuple[int, ...] = ()
     if warp_choices is None:
         warp_choices, tma_only = (*WARP_CHOICES, TMA_WIDE_WARPS), (TMA_WIDE_WARPS,)
@@ -131,30 +133,48 @@ def configs(
         q_choices.append(bq)
         if bq >= p.q:
             break
+    warps_choices = [  # a warp count without a split choice (above WARPS_PER_SM_MAX) has none
+        w
+        for w in warp_choices
+        if (not p.groups % w or (with_idle_warps and warps_allowed(p.groups, w)))
+        and split_choices(w)
+    ]
+    smem_limit = dev.max_smem_per_block_optin
+    # A new shape's selection lists the whole space: what does not depend on the stages or the
+    # splits (the TMA rule, the registers, the shared memory's terms, `smem_terms`) is taken
+    # once per tile, on its first config, and a tile's configs at one stage count are shared
+    # (`_stage_configs`).
     for block_p in p_choices:
+        # deeper than one task's rows (most splits run one task): above 3 stages, at most these
+        max_stages = (block_p - 1) * p.stride_h + p.r
+        stage_choices = [s for s in STAGE_CHOICES if s <= 3 or s <= max_stages]
         for block_q in q_choices:
-            for warps in warp_choices:
-                if p.groups % warps and not (with_idle_warps and warps_allowed(p.groups, warps)):
+            for warps in warps_choices:
+                first = _stage_configs(block_p, block_q, warps, stage_choices[0])[0]
+                if warps in tma_only and not tma_rows(p, first, dev):
                     continue
-                for stages in STAGE_CHOICES:
-                    if stages > 3 and stages - 1 > (block_p - 1) * p.stride_h + p.r - 1:
-                        continue  # deeper than one task's rows (most splits run one task)
-                    # The rules below do not depend on the splits: checked on the first.
-                    splits = split_choices(warps)
-                    if not splits:
-                        break  # more warps than WARPS_PER_SM_MAX: no split choice
-                    cfg = Conv2dGw8WgradConfig(block_p, block_q, warps, stages, splits[0])
-                    if warps in tma_only and not tma_rows(p, cfg, dev):
-                        break  # nor on the stages
-                    if smem_bytes(p, cfg, dev) > dev.max_smem_per_block_optin:
-                        continue
-                    if live_regs(p, cfg) > MAX_LIVE_REGS:
-                        continue
-                    out.append(cfg)
-                    out += (
-                        Conv2dGw8WgradConfig(block_p, block_q, warps, stages, s) for s in splits[1:]
-                    )
+                if live_regs(p, first) > MAX_LIVE_REGS:
+                    continue
+                per_stage, fixed, floor, per_stage_tma, fixed_tma = smem_terms(p, first, dev)
+                for stages in stage_choices:
+                    smem = max(stages * per_stage + fixed, floor) + stages * per_stage_tma
+                    if smem + fixed_tma <= smem_limit:  # `smem_bytes`
+                        out += _stage_configs(block_p, block_q, warps, stages)
     return out
+
+
+@functools.lru_cache(maxsize=8192)
+def _stage_configs(
+    block_p: int, block_q: int, warps: int, stages: int
+) -> tuple[Conv2dGw8WgradConfig, ...]:
+    """`configs`' configs of one tile and stage count, one per `split_choices(warps)`, in order.
+    A config is frozen, so one object serves every space that lists it: a lookup of ~0.1 us
+    for the whole tuple instead of the ~0.7 that building and validating each config takes. The
+    spaces draw from few: 1656 (tile, stages) over 2400 sampled layers on four GPUs (H100, A100,
+    L4, H200), at most 32 block_p x 5 block_q x 4 warps x 5 stages."""
+    return tuple(
+        Conv2dGw8WgradConfig(block_p, block_q, warps, stages, s) for s in split_choices(warps)
+    )
 
 
 def split_choices(warps: int) -> tuple[int, ...]:
@@ -371,45 +391,145 @@ def stats(p: Conv2dGw8Params) -> KernelStats:
 
 
 def features(p: Conv2dGw8Params, cfg: Conv2dGw8WgradConfig, dev: Any) -> dict[str, float]:
-    """Numeric description of (params, config, device) for the performance model.
-
-    Selection evaluates this for every config of a new shape (hundreds), so what depends on the
-    layer alone comes from `_layer_terms` (computed once per layer), and grid and partial bytes
-    come from one split plan instead of `grid()` and `partial_bytes()`. Names, order and values
-    are pinned by tests/host/tune/data/feature_digests.json (the shipped models need them).
+    """Numeric description of (params, config, device) for the performance model: the layer's
+    own features (`_layer_terms`, computed once per layer), then the config's, from the terms of
+    its tile (`_tile_terms`), of its splits (`_split_terms`, one split plan instead of `grid()`
+    and `partial_bytes()`) and of its stages, as `feature_columns` takes them for a whole space.
+    Names, order and values are pinned by tests/host/tune/data/feature_digests.json (the shipped
+    models need them).
     """
-    layer, col_bytes, bytes_moved, flops, out_p, out_q = _layer_terms(p)
-    col_tiles = -(-out_q // cfg.block_q)  # q_tiles
-    per_split_grid = col_tiles * (-(-p.groups // cfg.warps))  # x group_blocks
-    tasks = p.n * -(-out_p // cfg.block_p)  # p_chunks
-    tasks, tps, splits = plan_splits(tasks, per_split_grid, cfg.splits_per_sm, dev.sm_count)
-    blocks = per_split_grid * splits
+    tile, plan = _tile_terms(p, cfg, dev)
+    return _in_key_order(
+        _layer_terms(p)[0],
+        *tile,
+        *_split_terms(cfg.splits_per_sm, *plan, dev.sm_count),
+        cfg.stages,
+        smem_bytes(p, cfg, dev),
+    )
+
+
+def feature_columns(
+    p: Conv2dGw8Params, cfgs: Sequence[Conv2dGw8WgradConfig], dev: Any
+) -> dict[str, Sequence[float]]:
+    """`features` of every config of `cfgs`, one column per name in its key order: what a new
+    shape's selection evaluates for the whole space (`spio.tune.features.feature_columns`).
+
+    A space is a few dozen tiles (block_p, block_q, warps), each at a few stages and splits per
+    SM (`configs`), and a config's features are its tile's, its splits' (given the tile) and its
+    stages' (the shared memory, given the tile): each is computed once per tile, splits and
+    stages, in whatever order `cfgs` lists them, and a config's row is the three joined."""
+    layer = _layer_terms(p)[0]
     sm_count = dev.sm_count
+    # per tile: its split terms (by splits per SM), its stage terms (by stages), and what they
+    # are computed from
+    tiles: dict[tuple[int, int, int], tuple[dict, dict, tuple, tuple, tuple]] = {}
+    rows = []
+    for cfg in cfgs:
+        key = (cfg.block_p, cfg.block_q, cfg.warps)
+        terms = tiles.get(key)
+        if terms is None:
+            tile, plan = _tile_terms(p, cfg, dev)
+            terms = tiles[key] = ({}, {}, tile, plan, smem_terms(p, cfg, dev))
+        by_splits, by_stages, tile, plan, smem = terms
+        head = by_splits.get(cfg.splits_per_sm)
+        if head is None:  # the tile's and the splits' features
+            head = tile + _split_terms(cfg.splits_per_sm, *plan, sm_count)
+            by_splits[cfg.splits_per_sm] = head
+        stages = cfg.stages
+        tail = by_stages.get(stages)
+        if tail is None:  # `smem_bytes`
+            per_stage, fixed, floor, per_stage_tma, fixed_tma = smem
+            smem_b = max(stages * per_stage + fixed, floor) + stages * per_stage_tma + fixed_tma
+            tail = by_stages[stages] = (stages, smem_b)
+        rows.append(head + tail)
+    n = len(rows)
+    columns = zip(*rows, strict=True) if n else [()] * _CONFIG_FEATURES
+    return _in_key_order({k: [v] * n for k, v in layer.items()}, *columns)
+
+
+# `_tile_terms`' features (block_p, block_q, warps, idle_warps, live_regs, halo_ratio, bytes,
+# flops, sm_count) and `_split_terms`' (splits_per_sm, tasks, tasks_per_split, splits, blocks,
+# waves, partial_bytes): `_in_key_order`'s arguments in its order.
+_TileFeatures = tuple[int, int, int, float, int, float, int, int, int]
+_SplitFeatures = tuple[int, int, int, int, int, float, int]
+
+
+def _tile_terms(
+    p: Conv2dGw8Params, cfg: Conv2dGw8WgradConfig, dev: Any
+) -> tuple[_TileFeatures, tuple[int, int, int]]:
+    """The features of the config's tile (block_p, block_q, warps) in `_in_key_order`'s order,
+    and what `_split_terms` takes of it: (tasks, CTAs per split, partial bytes per split)."""
+    _, col_bytes, bytes_moved, flops, out_p, out_q = _layer_terms(p)
+    col_tiles = -(-out_q // cfg.block_q)  # q_tiles
+    blocks_g = -(-p.groups // cfg.warps)  # group_blocks
     # x rows a task spans ((BLOCK_P - 1) * stride + R; not task_rows' trimmed count, which the
     # shipped models were not trained on) per dy row, times x columns per dy column.
     rows = (cfg.block_p - 1) * p.stride_h + p.r
+    own: _TileFeatures = (
+        cfg.block_p,
+        cfg.block_q,
+        cfg.warps,
+        # Share of the CTAs' warps past the last group (RAGGED_GROUPS), as fprop's feature.
+        idle_warps(p.groups, cfg.warps) / (blocks_g * cfg.warps),
+        live_regs(p, cfg),
+        rows / cfg.block_p * tile_w(p, cfg) / cfg.block_q,
+        bytes_moved,
+        flops,
+        dev.sm_count,
+    )
+    tasks = p.n * -(-out_p // cfg.block_p)  # x p_chunks
+    return own, (tasks, col_tiles * blocks_g, col_tiles * col_bytes)
+
+
+def _split_terms(
+    splits_per_sm: int, tasks: int, per_split_grid: int, split_bytes: int, sm_count: int
+) -> _SplitFeatures:
+    """The features of a tile's splits per SM (`_tile_terms`' plan), in `_in_key_order`'s order:
+    the split plan (`plan_splits`), its CTAs, waves and fp32 partial bytes."""
+    tasks, tps, splits = plan_splits(tasks, per_split_grid, splits_per_sm, sm_count)
+    blocks = per_split_grid * splits
+    return (
+        splits_per_sm,
+        tasks,
+        tps,
+        splits,
+        blocks,
+        blocks / max(1, sm_count),
+        splits * split_bytes,
+    )
+
+
+_CONFIG_FEATURES = 18  # `_in_key_order`'s arguments after the layer's
+
+
+def _in_key_order(
+    layer: dict[str, Any], block_p: Any, block_q: Any, warps: Any, idle: Any, regs: Any,
+    halo: Any, bytes_moved: Any, flops: Any, sm_count: Any, splits_per_sm: Any, tasks: Any,
+    tps: Any, splits: Any, blocks: Any, waves: Any, partial: Any, stages: Any, smem: Any,
+) -> dict[str, Any]:  # fmt: skip
+    """The features named, in their key order (values or columns alike): the layer's, then the
+    tile's, splits' and stages' (`_tile_terms`, `_split_terms`; their order as arguments)."""
     return {
         **layer,
-        "block_p": cfg.block_p,
-        "block_q": cfg.block_q,
-        "warps": cfg.warps,
-        # Share of the CTAs' warps past the last group (RAGGED_GROUPS), as fprop's feature.
-        "idle_warps": idle_warps(p.groups, cfg.warps) / (-(-p.groups // cfg.warps) * cfg.warps),
-        "stages": cfg.stages,
-        "splits_per_sm": cfg.splits_per_sm,
+        "block_p": block_p,
+        "block_q": block_q,
+        "warps": warps,
+        "idle_warps": idle,
+        "stages": stages,
+        "splits_per_sm": splits_per_sm,
         "tasks": tasks,
         "tasks_per_split": tps,
         "splits": splits,
         "blocks": blocks,
-        "waves": blocks / max(1, sm_count),
+        "waves": waves,
         # TMA rows (`tma_rows`) are not a feature: they follow from warps, taps and the device,
         # and with the flag the whole-space regret on the complete shapes was worse (p90 1.163
         # against 1.082, docs/tuning.md, fifteenth session). smem_bytes includes their
         # alignment slack.
-        "smem_bytes": smem_bytes(p, cfg, dev),
-        "live_regs": live_regs(p, cfg),
-        "halo_ratio": rows / cfg.block_p * tile_w(p, cfg) / cfg.block_q,
-        "partial_bytes": splits * col_tiles * col_bytes,
+        "smem_bytes": smem,
+        "live_regs": regs,
+        "halo_ratio": halo,
+        "partial_bytes": partial,
         "bytes": bytes_moved,
         "flops": flops,
         "sm_count": sm_count,
@@ -564,6 +684,7 @@ WGRAD = KernelDef(
     heuristic=heuristic,
     stats=stats,
     features=features,
+    feature_columns=feature_columns,
     examples=examples,
     sample_params=_tune.sample_params,
     make_runner=_tune.make_wgrad_runner,

@@ -97,15 +97,25 @@ def smem_bytes(p: Conv2dGw8Params, cfg: Conv2dGw8WgradConfig, dev: Any = None) -
     TMA_ROWS (`tma_rows`, which needs `dev`) rounds x rows up to 8 pixels and adds the slack that
     aligns the rings to the swizzle's period (`row_align`) and one mbarrier per stage, past
     both the rings and the partial's staging."""
-    # Selection evaluates this for every config of a new shape (twice: `configs`, `features`),
-    # so the TMA rule is evaluated once here instead of in stage_w and row_align.
+    per_stage, fixed, floor, per_stage_tma, fixed_tma = smem_terms(p, cfg, dev)
+    return max(cfg.stages * per_stage + fixed, floor) + cfg.stages * per_stage_tma + fixed_tma
+
+
+def smem_terms(
+    p: Conv2dGw8Params, cfg: Conv2dGw8WgradConfig, dev: Any
+) -> tuple[int, int, int, int, int]:
+    """`smem_bytes` as terms that do not depend on the stages: (x and dy row bytes per stage, the
+    dy ring's other R - 1 rows, the partial's staging, TMA's mbarrier per stage, TMA's alignment
+    slack); smem_bytes = max(STAGES * per stage + rows, staging) + STAGES * mbarrier + slack.
+    A new shape's selection lists and describes the whole space (`wgrad.configs`,
+    `wgrad.feature_columns`): they take these once per tile, the TMA rule with them."""
     tma = tma_rows(p, cfg, dev)
-    dy = dy_rows(p, cfg) * cfg.warps * cfg.block_q * 16
-    x = cfg.stages * cfg.warps * _stage_w(tile_w(p, cfg), tma) * 16
-    body = max(x + dy, partial_stage_bytes(p, cfg))
+    row = cfg.warps * 16  # bytes per pixel
+    per_stage = row * (_stage_w(tile_w(p, cfg), tma) + cfg.block_q)
+    fixed = (p.r - 1) * row * cfg.block_q
     if tma:
-        return _row_align(cfg.warps, tma) + body + 8 * cfg.stages
-    return body
+        return per_stage, fixed, partial_stage_bytes(p, cfg), 8, _row_align(cfg.warps, tma)
+    return per_stage, fixed, partial_stage_bytes(p, cfg), 0, 0
 
 
 def partial_stage_bytes(p: Conv2dGw8Params, cfg: Conv2dGw8WgradConfig) -> int:

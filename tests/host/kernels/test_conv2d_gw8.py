@@ -262,16 +262,17 @@ def test_stats_and_features():
 
 @pytest.mark.parametrize("device", DEVICES)
 def test_feature_columns_are_the_features_of_each_config(device):
-    """`feature_columns` (what a new shape's selection evaluates) takes a tile's terms from the
-    config before it: over whole spaces in `configs`' order (stages and carveout twins in a row),
-    shuffled and one config alone, its columns are `features` config by config, bit for bit."""
+    """`feature_columns` (what a new shape's selection evaluates) takes a tile's terms once (fprop
+    and dgrad from the config before it, wgrad per tile, splits and stages): over whole spaces in
+    `configs`' order (stages, splits and carveout twins in a row), shuffled and one config alone,
+    its columns are `features` config by config, bit for bit."""
     import random
 
     dev = _dev(device)
     rng = random.Random(0)
     layers = [*fp.examples(), *(fp.FPROP.sample_params(rng) for _ in range(12))]
     layers.append(Conv2dGw8Params(n=128, c=104, h=56, w=56, stride_h=2, stride_w=2))
-    for kdef in (fp.FPROP, fp.DGRAD):
+    for kdef in (fp.FPROP, fp.DGRAD, wg.WGRAD):
         for p in layers:
             cfgs = kdef.configs(p, dev)
             shuffled = rng.sample(cfgs, len(cfgs))
@@ -283,6 +284,9 @@ def test_feature_columns_are_the_features_of_each_config(device):
                     want = [float(r[name]).hex() for r in rows]
                     assert [float(v).hex() for v in column] == want, (kdef.name, p, name)
     assert any(c.carveout != -1 for c in fp.DGRAD.configs(layers[-1], dev))  # twins were met
+    names = list(wg.features(layers[0], wg.configs(layers[0], dev)[0], dev))
+    empty = wg.feature_columns(layers[0], [], dev)  # every name, no rows
+    assert {k: list(v) for k, v in empty.items()} == {k: [] for k in names}
 
 
 def test_sector_waste_counts_the_sectors_each_group_blocks_slice_touches():
