@@ -331,39 +331,53 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
     };
 
     // Task row i (u: i - u is a multiple of STEP_ROWS, so i - r and u - r have one parity) in the
-    // x stage at offset xs, times dy rows (i - r) / SH in the slots at offsets ds[r], 8 columns at
-    // a time.
+    // x stage at offset xs, times dy rows (i - r) / SH in the slots at offsets ds[r], 16 columns
+    // at a time (m16n8k16), the last 8 of an odd number of 8-column chunks by m16n8k8.
     // Dead work is skipped, every condition CTA-uniform (no divergence around ldmatrix/mma, and
     // no barrier inside): column chunks starting at or past OUT_Q (dy zero there), dy rows past
     // OUT_P (a ragged last row chunk) and x rows that are padding (h outside the image: zero);
     // a padding row still adds its dy row to the bias gradient. Skipped products are exact
     // zeros, so the sums (and their order) are those of the full loop.
-    // ldmatrix rows, as addresses in stage 0 / slot 0 of this warp's plane: lanes
-    // 0-7 give tile columns SW l of filter column 2j, lanes 8-15 those of 2j + 1 (16-31 unused);
-    // for dy, lanes 0-7 give columns l. x_col(j, qc): the x matrix of s pair j in column chunk
-    // qc. TMA_ROWS keeps a lane address per pair (the swizzle does not commute with the pair's
-    // 2j pixels); a chunk's SW 8 qc pixels are a multiple of the swizzle's 8-pixel period, so a
+    // ldmatrix rows, as addresses in stage 0 / slot 0 of this warp's plane: lanes 0-7 give tile
+    // columns SW l of filter column 2j, lanes 8-15 those of 2j + 1, lanes 16-31 the same 8
+    // columns on (the K = 8-15 half of an m16n8k16 A; an x2 load ignores them); for dy, lanes
+    // 0-15 give columns l. x_col(j, qc): the x matrices of s pair j from column chunk qc on.
+    // TMA_ROWS keeps a lane address per pair (the swizzle does not commute with the pair's 2j
+    // pixels); a chunk's SW 8 qc pixels are a multiple of the swizzle's 8-pixel period, so a
     // plain offset in either layout.
+    const int lane_col = STRIDE_W * (lane % 8 + 8 * (lane / 16)) + (lane / 8) % 2;
 #if TMA_ROWS
     unsigned x_lane[S_PAIRS];
 #pragma unroll
     for (int j = 0; j < S_PAIRS; ++j) {
-        x_lane[j] = spio::smem_address(
-            smem_input[warp_group][W(STRIDE_W * (lane % 8) + (lane / 8) % 2 + 2 * j)].get());
+        x_lane[j] = spio::smem_address(smem_input[warp_group][W(lane_col + 2 * j)].get());
     }
     auto x_col = [&](int j, int qc) {
         return x_lane[j] + smem_bytes(smem_input[W(STRIDE_W * 8 * qc)].get(), smem_input.get());
     };
 #else
-    const unsigned x_lane = spio::smem_address(
-        smem_input[warp_group][W(STRIDE_W * (lane % 8) + (lane / 8) % 2)].get());
+    const unsigned x_lane = spio::smem_address(smem_input[warp_group][W(lane_col)].get());
     auto x_col = [&](int j, int qc) {
         return x_lane +
                smem_bytes(smem_input[W(STRIDE_W * 8 * qc + 2 * j)].get(), smem_input.get());
     };
 #endif
-    const unsigned dy_lane = spio::smem_address(smem_grad[warp_group][Q(lane % 8)].get());
+    const unsigned dy_lane = spio::smem_address(smem_grad[warp_group][Q(lane % 16)].get());
+    auto dy_col = [&](int qc) {
+        return dy_lane + smem_bytes(smem_grad[Q(8 * qc)].get(), smem_grad.get());
+    };
+    // 8-column chunks of this tile that start inside OUT_Q: q_pairs of 16 columns, then one of 8
+    // when their number is odd (only a last column tile's: BLOCK_Q is 8 or a multiple of 16).
     const int q_chunks = min(BLOCK_Q / 8, (OUT_Q - q0 + 7) / 8);
+    const int q_pairs = q_chunks / 2;
+    const bool q_odd = q_chunks % 2 != 0;
+    const unsigned ones[4] = {ones2(), ones2(), ones2(), ones2()};  // A of the bias mmas
+    const unsigned ones_k8[2] = {ones2(), ones2()};
+    // dy row (i - r) / SH of the task feeds x row i through filter row r (SH divides i - r)
+    auto tap_live = [&](const Task& task, int i, int u, int r) {
+        return (u - r) % STRIDE_H == 0 && (u >= r || i >= r) &&
+               dy_row_inside(task, (i - r) / STRIDE_H);
+    };
     auto multiply_row = [&](const Task& task, int i, int u, unsigned xs,
                             const unsigned (&ds)[KERNEL_R + 1]) {
         if (!warp_live) return;  // warp-uniform
@@ -371,40 +385,56 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
             if constexpr (HAS_BIAS) {
                 if (u % STRIDE_H == 0 && dy_row_inside(task, i / STRIDE_H)) {
 #pragma unroll 1
-                    for (int qc = 0; qc < q_chunks; ++qc) {
+                    for (int qp = 0; qp < q_pairs; ++qp) {
+                        unsigned b[2];
+                        spio::ldmatrix_x2_trans(b, dy_col(2 * qp) + ds[0]);
+                        spio::mma_m16n8k16<Elem>(reg_bias, ones, b);
+                    }
+                    if (q_odd) {
                         unsigned b[1];
-                        const uint4* col = smem_grad[Q(8 * qc)].get();
-                        spio::ldmatrix_x1_trans(b,
-                                                dy_lane + ds[0] + smem_bytes(col, smem_grad.get()));
-                        const unsigned ones[2] = {ones2(), ones2()};
-                        spio::mma_m16n8k8<Elem>(reg_bias, ones, b[0]);
+                        spio::ldmatrix_x1_trans(b, dy_col(q_chunks - 1) + ds[0]);
+                        spio::mma_m16n8k8<Elem>(reg_bias, ones_k8, b[0]);
                     }
                 }
             }
             return;
         }
 #pragma unroll 1
-        for (int qc = 0; qc < q_chunks; ++qc) {
+        for (int qp = 0; qp < q_pairs; ++qp) {
+            unsigned a[S_PAIRS][4];
+#pragma unroll
+            for (int j = 0; j < S_PAIRS; ++j) spio::ldmatrix_x4_trans(a[j], x_col(j, 2 * qp) + xs);
+#pragma unroll
+            for (int r = 0; r < KERNEL_R; ++r) {
+                if (tap_live(task, i, u, r)) {
+                    unsigned b[2];
+                    spio::ldmatrix_x2_trans(b, dy_col(2 * qp) + ds[r]);
+#pragma unroll
+                    for (int j = 0; j < S_PAIRS; ++j) {
+                        spio::mma_m16n8k16<Elem>(reg_acc[r][j], a[j], b);
+                    }
+                    if constexpr (HAS_BIAS) {
+                        if (r == 0) spio::mma_m16n8k16<Elem>(reg_bias, ones, b);
+                    }
+                }
+            }
+        }
+        if (q_odd) {
+            const int qc = q_chunks - 1;
             unsigned a[S_PAIRS][2];
 #pragma unroll
             for (int j = 0; j < S_PAIRS; ++j) spio::ldmatrix_x2_trans(a[j], x_col(j, qc) + xs);
 #pragma unroll
             for (int r = 0; r < KERNEL_R; ++r) {
-                // dy row (i - r) / SH of the task, when SH divides i - r
-                if ((u - r) % STRIDE_H == 0 && (u >= r || i >= r) &&
-                    dy_row_inside(task, (i - r) / STRIDE_H)) {
+                if (tap_live(task, i, u, r)) {
                     unsigned b[1];
-                    const uint4* col = smem_grad[Q(8 * qc)].get();
-                    spio::ldmatrix_x1_trans(b, dy_lane + ds[r] + smem_bytes(col, smem_grad.get()));
+                    spio::ldmatrix_x1_trans(b, dy_col(qc) + ds[r]);
 #pragma unroll
                     for (int j = 0; j < S_PAIRS; ++j) {
                         spio::mma_m16n8k8<Elem>(reg_acc[r][j], a[j], b[0]);
                     }
                     if constexpr (HAS_BIAS) {
-                        if (r == 0) {
-                            const unsigned ones[2] = {ones2(), ones2()};
-                            spio::mma_m16n8k8<Elem>(reg_bias, ones, b[0]);
-                        }
+                        if (r == 0) spio::mma_m16n8k8<Elem>(reg_bias, ones_k8, b[0]);
                     }
                 }
             }

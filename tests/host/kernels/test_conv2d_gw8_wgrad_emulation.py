@@ -1,8 +1,9 @@
 """The conv2d_gw8 wgrad kernel's dead-work skips, emulated lane by lane on the host.
 
 Replays spio/src/conv2d_gw8_wgrad.cu in numpy the way
-tests/host/kernels/test_conv2d_gw8_emulation.py does (m16n8k8 and ldmatrix.trans fragment tables
-of the PTX ISA), including what the kernel now leaves out: column chunks at or past OUT_Q, dy rows
+tests/host/kernels/test_conv2d_gw8_emulation.py does (m16n8k16, m16n8k8 and ldmatrix.trans
+fragment tables of the PTX ISA: 16 columns per mma, the last 8 of an odd chunk count by k8),
+including what the kernel now leaves out: column chunks at or past OUT_Q, dy rows
 past OUT_P, x rows that are padding (whose dy row still feeds the bias), and the copies of rows
 nobody reads. Shared memory starts as NaN and a skipped copy leaves the slot as it was, so reading
 a row the kernel no longer loads shows up as NaN in the result. Every mma is counted and checked
@@ -39,6 +40,22 @@ def mma_m16n8k8(acc, a, b):
             A[G + 8 * reg, 2 * T + h] = a[:, reg, h]
     for h in range(2):
         B[2 * T + h, G] = b[:, h]
+    D = A @ B
+    for e in range(4):
+        acc[:, e] += D[G + 8 * (e // 2), 2 * T + e % 2]
+
+
+def mma_m16n8k16(acc, a, b):
+    """acc[32, 4] += A @ B with A from a[32, 4 regs, 2 halves] (reg: rows + 8 (reg % 2), columns
+    + 8 (reg // 2)), B from b[32, 2 regs, 2 halves] (reg: rows + 8 reg)."""
+    A = np.zeros((16, 16))
+    B = np.zeros((16, 8))
+    for reg in range(4):
+        for h in range(2):
+            A[G + 8 * (reg % 2), 2 * T + h + 8 * (reg // 2)] = a[:, reg, h]
+    for reg in range(2):
+        for h in range(2):
+            B[2 * T + h + 8 * reg, G] = b[:, reg, h]
     D = A @ B
     for e in range(4):
         acc[:, e] += D[G + 8 * (e // 2), 2 * T + e % 2]
@@ -112,8 +129,12 @@ def emulate_wgrad(x, dy, p: Conv2dGw8Params, cfg, dev, max_task_rows: int = wg.M
                         ok = q0 + j < p.q
                         sdy[ds, g, j] = dy[n, p0 + o, q0 + j, c0 : c0 + 8] if ok else 0.0
 
-            def dy_frag(slot, qc, wp, sdy=sdy):
-                return ldmatrix_trans(sdy[slot, wp, 8 * qc + np.arange(8)])
+            def dy_frag(slot, qc, wp, width, sdy=sdy):
+                """B of a k8 (width 1: one register) or k16 (width 2) mma from chunk qc on."""
+                mats = [
+                    ldmatrix_trans(sdy[slot, wp, 8 * (qc + m) + np.arange(8)]) for m in range(width)
+                ]
+                return mats[0] if width == 1 else np.stack(mats, axis=1)
 
             # Prologue: stream positions 0 .. STAGES - 2 into stage k and dy slot k.
             for k in range(cfg.stages - 1):
@@ -137,27 +158,34 @@ def emulate_wgrad(x, dy, p: Conv2dGw8Params, cfg, dev, max_task_rows: int = wg.M
                         load(t + dt, ia - dt * tile_h, xs_free, ds[p.r])
                     assert (i - u) % sh == 0
                     h = h0 + i
+                    # (first 8-column chunk, chunks): pairs by k16, an odd last one by k8
+                    steps = [(2 * m, 2) for m in range(q_chunks // 2)]
+                    steps += [(q_chunks - 1, 1)] * (q_chunks % 2)
                     for wp in range(cfg.warps):
-                        for qc in range(q_chunks):
+                        for qc, width in steps:
+                            mma = mma_m16n8k16 if width == 2 else mma_m16n8k8
                             if not 0 <= h < p.h:  # padding row: its dy row's bias only
                                 if p.has_bias and u % sh == 0 and i // sh < dy_inside:
-                                    b = dy_frag(ds[0], qc, wp)
-                                    mma_m16n8k8(acc_b[wp], np.ones((32, 2, 2)), b)
+                                    b = dy_frag(ds[0], qc, wp, width)
+                                    mma(acc_b[wp], np.ones((32, 2 * width, 2)), b)
                                     mmas["bias"] += 1
                                 continue
-                            a = np.zeros((sp, 32, 2, 2))
+                            a = np.zeros((sp, 32, 2 * width, 2))
                             for jj in range(sp):
-                                for mi in range(2):  # lanes 8 mi .. 8 mi + 7 address matrix mi
-                                    cols = sw * (8 * qc + np.arange(8)) + 2 * jj + mi
+                                # lanes 8 mi .. 8 mi + 7 address matrix mi: filter column
+                                # 2 jj + mi % 2, columns 8 (mi // 2) on
+                                for mi in range(2 * width):
+                                    q = 8 * (qc + mi // 2) + np.arange(8)
+                                    cols = sw * q + 2 * jj + mi % 2
                                     a[jj, :, mi] = ldmatrix_trans(sx[xs, wp, cols])
                             for r in range(p.r):
                                 if (u - r) % sh == 0 and i >= r and (i - r) // sh < dy_inside:
-                                    b = dy_frag(ds[r], qc, wp)
+                                    b = dy_frag(ds[r], qc, wp, width)
                                     for jj in range(sp):
-                                        mma_m16n8k8(acc[wp, r, jj], a[jj], b)
+                                        mma(acc[wp, r, jj], a[jj], b)
                                     mmas["dw"] += sp
                                     if p.has_bias and r == 0:
-                                        mma_m16n8k8(acc_b[wp], np.ones((32, 2, 2)), b)
+                                        mma(acc_b[wp], np.ones((32, 2 * width, 2)), b)
                                         mmas["bias"] += 1
                     xs_free, xs = xs, (xs + 1) % cfg.stages
                     ds = [(ds[0] + 1) % dyr, *ds[:-1]]
@@ -178,11 +206,12 @@ def emulate_wgrad(x, dy, p: Conv2dGw8Params, cfg, dev, max_task_rows: int = wg.M
 
 def useful_mmas(p: Conv2dGw8Params, cfg, dev) -> dict[str, int]:
     """mmas over every warp of every CTA, counted from the dy side: each output row p of a column
-    tile times each filter row r whose input row p + r - pad_h is inside the image, per 8-column
-    chunk of the tile that starts inside Q (S_PAIRS dw mmas), plus one bias mma per (dy row,
-    chunk)."""
+    tile times each filter row r whose input row p + r - pad_h is inside the image, per 16-column
+    step of the tile's 8-column chunks that start inside Q (a pair, or an odd last one: S_PAIRS
+    dw mmas), plus one bias mma per (dy row, step)."""
     chunks = sum(
-        min(cfg.block_q // 8, math.ceil((p.q - q0) / 8)) for q0 in range(0, p.q, cfg.block_q)
+        math.ceil(min(cfg.block_q // 8, math.ceil((p.q - q0) / 8)) / 2)
+        for q0 in range(0, p.q, cfg.block_q)
     )
     taps = sum(
         1 for pp in range(p.p) for r in range(p.r) if 0 <= p.stride_h * pp + r - p.pad_h < p.h
