@@ -120,9 +120,15 @@ def _direct(
     if pick == "ragged":  # wgrad's idle-warp CTAs, each warp count (TMA rows on sm_90, 3x3)
         for cfg in first(wg.configs(p, dev), ok):
             _wgrad_direct(p, cfg, x, dy, dev, stream, cache, pick)
-    if pick == "tma":  # wgrad's x and dy rows by TMA, 8 warps included (WIDE_WARP_CHOICES)
+    if pick == "tma":  # wgrad's x and dy rows by TMA, 8 warps included (WIDE_WARP_CHOICES),
+        # per warp count a tile of 16+ columns (m16n8k16, an odd last chunk by m16n8k8) and a
+        # narrow one where the layer has them
         wide = wg.configs(p, dev, warp_choices=wg.WIDE_WARP_CHOICES)
-        for cfg in first(wide, lambda cf: wg.tma_rows(p, cf, dev)):
+        wide_tiles = first(wide, lambda cf: wg.tma_rows(p, cf, dev) and cf.block_q > 8, False)
+        narrow = first(wide, lambda cf: wg.tma_rows(p, cf, dev) and cf.block_q == 8, False)
+        if not wide_tiles + narrow:
+            raise SystemExit(f"sanitizer smoke: no wgrad tma config for {p}")
+        for cfg in wide_tiles + narrow:
             _wgrad_direct(p, cfg, x, dy, dev, stream, cache, pick)
     # The dgrad of a stride-2 layer is dilated along W: no TMA-rows config there.
     for cfg in first(fp.dgrad_configs(p, dev), ok, required=pick != "tma" or stride == 1):
@@ -184,6 +190,7 @@ def main() -> None:
     _direct(1, 104, 7, 34, 3, torch.bfloat16, 2, "ragged")  # 13 groups, stride 2
     if torch.cuda.get_device_capability() >= (9, 0):
         _direct(2, 64, 9, 13, 3, torch.float16, 1, "tma")  # 2, 4 and 8 warps
+        _direct(2, 32, 7, 21, 3, torch.bfloat16, 1, "tma")  # Q 21: 16 + 5 columns, 16 + 8 of 32
         _direct(1, 48, 11, 9, 3, torch.bfloat16, 2, "tma")  # stride 2: fprop only
     layernorm(2, 96, 5, 3, torch.float16)
     layernorm(1, 768, 3, 3, torch.bfloat16)

@@ -10,10 +10,13 @@
 ///   [y*TPS, min((y+1)*TPS, tasks)) in order (tasks and TPS are run-time: the batch is not
 ///   compiled in). One warp per channel group; when WARPS does not divide the GROUPS groups
 ///   (RAGGED_GROUPS) the last group block's warps past the last group idle through the barriers.
-/// MMA mapping (m16n8k8): M = 16 = (two filter columns s, s+1) x 8 input channels, N = 8 output
-///   channels, K = 8 output columns q. A = x rows loaded transposed by ldmatrix.x2.trans (one 8x8
-///   matrix per filter column), B = dy loaded by ldmatrix.x1.trans. The bias gradient is one more
-///   mma per dy row chunk with A = ones.
+/// MMA mapping (m16n8k16): M = 16 = (two filter columns s, s+1) x 8 input channels, N = 8
+///   output channels, K = 16 output columns q. A = x rows loaded transposed by ldmatrix.x4.trans
+///   (per filter column, one 8x8 matrix of each 8 columns), B = dy loaded by ldmatrix.x2.trans.
+///   A tile whose 8-column chunks inside Q are odd in number (only a last column tile, or
+///   BLOCK_Q 8) takes its last chunk by m16n8k8 (ldmatrix.x2.trans / .x1.trans). The bias
+///   gradient is one more mma per dy row step with A = ones. (m16n8k8 throughout until the
+///   thirty-second session: twice the mma and ldmatrix instructions per row.)
 /// Rows: input row i of a task feeds dy rows (i - r) / SH (r < R, SH dividing i - r) through
 ///   filter row r; dy row o is loaded with input row SH o (the stream position of its first use)
 ///   and stays in a shared-memory ring of R + STAGES - 1 positions until its last use, SH o + R - 1.
