@@ -9,7 +9,12 @@ same-size elementwise pass (`x + 1`: x's size, or the larger of x and y). It ans
 the tiling or the kernel?": when every config of the space lands at the same fraction of the
 elementwise pass, the limit is the kernel's structure.
 Use it to compare two versions of a kernel source on the same GPU (the JIT recompiles a changed
-`.cu`; the disk cache keys on the source text).
+`.cu`; the disk cache keys on the source text). Two runs differ by a few % per config with no
+code change, and so does the order of two kernels timed in turn: with identical loop SASS, one
+process holding both kernels read 1.005-1.008x when each config was timed new, old, old, new
+and 1.05-1.08x at C440 7² (~16 µs calls) when timed old, new, old, new (docs/ops/conv2d_gw8.md,
+"Thirty-second session"). For a small change, time both versions in one process in that
+ABBA order rather than two sweeps.
 
     python benchmarks/sweep_conv2d_gw8.py --kernel fprop,dgrad --points "64,56,3,128;512,7,7,128"
     python benchmarks/sweep_conv2d_gw8.py --points "56,56,3,256,2"   # stride 2, input 56x56
