@@ -79,7 +79,6 @@
 #include "spio/ldmatrix.h"
 #include "spio/mbarrier.h"
 #include "spio/mma.h"
-#include "spio/ticket.h"
 #include "spio/tma.h"
 
 #if TMA_ROWS && !SPIO_TMA
@@ -111,7 +110,6 @@ SPIO_DEVICE float zero() {
 /// unrolled rows (a multiple of STRIDE_H, so tap parities stay constants; the copies ahead stay
 /// in the task) and unrolls the rest, the tail, whole.
 constexpr int STEP_ROWS = 8;
-constexpr int SUM_RUN = 8;  // ONE_PASS: slices a summing thread loads at once, summed in order
 constexpr int CHUNKED_ROWS =
     TILE_H <= MAX_TASK_ROWS ? 0 : (TILE_H - (STAGES - 1)) / STEP_ROWS * STEP_ROWS;
 static_assert(STEP_ROWS % STRIDE_H == 0, "tap parities must stay compile-time constants");
@@ -123,11 +121,6 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
     conv2d_gw8_wgrad(float* __restrict__ partial_ptr, float* __restrict__ bias_partial_ptr,
                      const uint4* __restrict__ in_ptr, const uint4* __restrict__ grad_ptr,
                      int num_tasks, int tasks_per_split
-#if ONE_PASS
-                     ,
-                     WElem* __restrict__ grad_weight, WElem* __restrict__ grad_bias,
-                     unsigned* __restrict__ counters, int summers
-#endif
 #if TMA_ROWS
                      ,
                      const __grid_constant__ spio::tma::Descriptor in_map,
@@ -136,7 +129,7 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
     ) {
     // PDL trigger (sm_90+): the reduction may be scheduled now; its griddepcontrol.wait holds it
     // until this grid has completed and its partials are visible.
-#if __CUDA_ARCH__ >= 900 && !ONE_PASS
+#if __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.launch_dependents;");
 #endif
     // ---- setup --------------------------------------------------------------------------------
@@ -578,131 +571,4 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
             *bias_partial[group][KO(2 * lane + 1)] = reg_bias[1];
         }
     }
-#if ONE_PASS
-    // ---- one pass: the CTAs that finish last sum the block's slices --------------------------
-    // Every CTA of group block gb takes a ticket after its partial (release: its stores before
-    // the ticket). The CTAs holding the last `summers` tickets wait for the block's count to
-    // reach `slices` (acquire), then summer j sums its share of the block's float4 columns
-    // over every slice, in an order fixed by the slice index alone (runs of SUM_RUN slices
-    // ascending, then the runs ascending): the bits do not depend on which CTA sums or on
-    // `summers`. The last summer to finish zeroes the block's counters for the next launch on
-    // the stream. A summer waits only for CTAs that already hold a slot or will get one: the
-    // host keeps group blocks x summers within the resident CTAs (`wgrad.one_pass_summers`).
-    {
-        const int slices = static_cast<int>(gridDim.y) * Q_TILES;
-        const int gb = block.get<GB>().get();
-        unsigned* const arrivals = counters + 2 * gb;
-        unsigned* const finished = arrivals + 1;
-        __shared__ int ticket_smem;
-        __syncthreads();  // every thread's partial stores are issued
-        if (threadIdx.x == 0) ticket_smem = static_cast<int>(spio::ticket::take(arrivals));
-        __syncthreads();
-        const int summer = ticket_smem - (slices - summers);
-        if (summer < 0) return;
-        if (threadIdx.x == 0 && ticket_smem != slices - 1) {
-            spio::ticket::wait_until(arrivals, static_cast<unsigned>(slices));
-        }
-        __syncthreads();  // the block's partials are visible to every thread
-
-        // The block's columns: live groups' weights (64 R S floats each, contiguous in a slice),
-        // then their biases (8 floats each).
-        const int live = RAGGED_GROUPS ? min(WARPS, GROUPS - group0.get()) : WARPS;
-        constexpr int GROUP_W4 = 16 * KERNEL_R * KERNEL_S;
-        const int weight_cols = live * GROUP_W4;
-        const int cols = weight_cols + (HAS_BIAS ? 2 * live : 0);
-        const int col_begin = summer * cols / summers;
-        const int col_end = (summer + 1) * cols / summers;
-        constexpr long long SLICE_W4 = Partial::storage_size() / 4;
-        constexpr long long SLICE_B4 = BiasPartial::storage_size() / 4;
-        const float4* const w_src = reinterpret_cast<const float4*>(partial_ptr) +
-                                    static_cast<long long>(group0.get()) * GROUP_W4;
-        const float4* const b_src =
-            reinterpret_cast<const float4*>(bias_partial_ptr) + group0.get() * 2;
-        WElem* const w_dst = grad_weight + static_cast<long long>(group0.get()) * GROUP_W4 * 4;
-        WElem* const b_dst = grad_bias + group0.get() * 8;
-        // Column c, run r: slices [SUM_RUN r, SUM_RUN (r + 1)) summed in ascending order.
-        const int runs = (slices + SUM_RUN - 1) / SUM_RUN;
-        constexpr int SUM_CHUNK = (RING_BYTES > PARTIAL_BYTES ? RING_BYTES : PARTIAL_BYTES) / 16;
-        auto run_sum = [&](int c, int r) {
-            const bool is_w = c < weight_cols;
-            const float4* src = is_w ? w_src + c : b_src + (c - weight_cols);
-            const long long stride = is_w ? SLICE_W4 : SLICE_B4;
-            const int s0 = r * SUM_RUN;
-            float4 v[SUM_RUN];
-#pragma unroll
-            for (int k = 0; k < SUM_RUN; ++k) {
-                v[k] = s0 + k < slices ? __ldcg(src + (s0 + k) * stride)
-                                       : make_float4(0.f, 0.f, 0.f, 0.f);
-            }
-            float4 sum = v[0];
-#pragma unroll
-            for (int k = 1; k < SUM_RUN; ++k) {
-                if (s0 + k < slices) {
-                    sum.x += v[k].x;
-                    sum.y += v[k].y;
-                    sum.z += v[k].z;
-                    sum.w += v[k].w;
-                }
-            }
-            return sum;
-        };
-        auto store = [&](int c, float4 t) {
-            WElem* dst = c < weight_cols ? w_dst + 4 * c : b_dst + 4 * (c - weight_cols);
-            dst[0] = static_cast<WElem>(t.x);
-            dst[1] = static_cast<WElem>(t.y);
-            dst[2] = static_cast<WElem>(t.z);
-            dst[3] = static_cast<WElem>(t.w);
-        };
-        // Runs of up to SUM_CHUNK / runs columns at a time go through shared memory (all runs of
-        // a chunk in flight at once); then one thread per column adds its runs in order.
-        float4* const run_sums = reinterpret_cast<float4*>(smem_rings);
-        const int chunk = SUM_CHUNK / runs;
-        if (chunk > 0) {
-#pragma unroll 1
-            for (int c0 = col_begin; c0 < col_end; c0 += chunk) {
-                const int nc = min(chunk, col_end - c0);
-#pragma unroll 1
-                for (int item = threadIdx.x; item < runs * nc; item += THREADS) {
-                    const int r = item / nc;
-                    const int c = item - r * nc;
-                    run_sums[item] = run_sum(c0 + c, r);
-                }
-                __syncthreads();
-#pragma unroll 1
-                for (int c = threadIdx.x; c < nc; c += THREADS) {
-                    float4 t = run_sums[c];
-#pragma unroll 1
-                    for (int r = 1; r < runs; ++r) {
-                        const float4 u = run_sums[r * nc + c];
-                        t.x += u.x;
-                        t.y += u.y;
-                        t.z += u.z;
-                        t.w += u.w;
-                    }
-                    store(c0 + c, t);
-                }
-                __syncthreads();
-            }
-        } else {  // more runs than shared memory holds: one thread per column, runs in order
-#pragma unroll 1
-            for (int c = col_begin + threadIdx.x; c < col_end; c += THREADS) {
-                float4 t = run_sum(c, 0);
-#pragma unroll 1
-                for (int r = 1; r < runs; ++r) {
-                    const float4 u = run_sum(c, r);
-                    t.x += u.x;
-                    t.y += u.y;
-                    t.z += u.z;
-                    t.w += u.w;
-                }
-                store(c, t);
-            }
-            __syncthreads();
-        }
-        if (threadIdx.x == 0 && spio::ticket::take(finished) == static_cast<unsigned>(summers - 1)) {
-            *arrivals = 0u;  // every summer is past its wait: the block's counters start over
-            *finished = 0u;
-        }
-    }
-#endif
 }

@@ -366,7 +366,6 @@ def spec(p: Conv2dGw8Params, cfg: Conv2dGw8WgradConfig, dev: Any = None) -> Kern
         # Rows by TMA (a macro: it adds the kernel's two tensor-map parameters), the boxes' bytes
         # and the rings' shared-memory alignment.
         "TMA_ROWS": Macro(tma),
-        "ONE_PASS": Macro(False),
         "X_BOX_BYTES": Constant(cfg.warps * 16 * tile_w(p, cfg)),
         "DY_BOX_BYTES": Constant(cfg.warps * 16 * cfg.block_q),
         "ROW_ALIGN": Constant(row_align(p, cfg, dev)),
@@ -380,42 +379,6 @@ def spec(p: Conv2dGw8Params, cfg: Conv2dGw8WgradConfig, dev: Any = None) -> Kern
         block=(32 * cfg.warps, 1, 1),
         smem=smem_bytes(p, cfg, dev),
     )
-
-
-def one_pass_spec(p: Conv2dGw8Params, cfg: Conv2dGw8WgradConfig, dev: Any) -> KernelSpec:
-    """`spec` with the reduction inside the kernel (ONE_PASS): the CTAs that finish last sum
-    their group block's slices into dw (and db) in the weight's dtype. It takes four more
-    arguments after tasks_per_split: grad_weight, grad_bias, counters (2 per group block,
-    zero before the launch, zero again after it) and summers (`one_pass_summers`)."""
-    from spio.generators.dtype import bfloat16, half
-    from spio.generators.dtype import float as f32
-    from spio.generators.macro import Macro
-    from spio.generators.type_alias import Type
-
-    base = spec(p, cfg, dev)
-    welem = (
-        f32 if p.weight_dtype == "float32" else half if p.dtype == "float16" else bfloat16
-    )
-    specs = dict(base.specs, ONE_PASS=Macro(True), WElem=Type(welem))
-    tma = base.signature.endswith("tt")
-    return replace(
-        base,
-        specs=specs,
-        signature="ppppiipppi" + ("tt" if tma else ""),
-        title=base.title + " one-pass",
-    )
-
-
-def one_pass_summers(
-    p: Conv2dGw8Params, cfg: Conv2dGw8WgradConfig, dev: Any, resident_per_sm: int
-) -> int:
-    """CTAs per group block that sum the block's slices (the last to finish): as many as keep
-    group blocks x summers within half the resident CTAs (a summer waits holding its slot, so
-    the CTAs it waits for must find one), at most one per float4 column and per slice."""
-    blocks = group_blocks(p, cfg)
-    cols = min(cfg.warps, p.groups) * (16 * p.r * p.s + (2 if p.has_bias else 0))
-    room = max(1, dev.sm_count * max(1, resident_per_sm) // (2 * blocks))
-    return max(1, min(room, cols, num_slices(p, cfg, dev)))
 
 
 def stats(p: Conv2dGw8Params) -> KernelStats:
