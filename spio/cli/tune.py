@@ -158,7 +158,7 @@ def cmd_collect(a: argparse.Namespace) -> int:
                 "--shapes lists one family's layers for one GPU: name the family with --kernel "
                 "and a GPU with --device N",
             )
-        shapes = _listed_shapes(KERNELS[kernels[0]], Path(a.shapes))
+        shapes, listed = _listed_shapes(KERNELS[kernels[0]], Path(a.shapes))
     ordinals = _collect_ordinals(a.device)
     for k in kernels:
         out = Path(a.out) if a.out else _data_path(k)
@@ -166,7 +166,7 @@ def cmd_collect(a: argparse.Namespace) -> int:
             n = collect_all_gpus(k, a.minutes, out, a.seed, a.max_configs, a.active)
         else:
             n = collect(
-                KERNELS[k],
+                _with_listed_configs(KERNELS[k], listed) if shapes else KERNELS[k],
                 a.minutes,
                 out,
                 ordinals[0],
@@ -179,15 +179,22 @@ def cmd_collect(a: argparse.Namespace) -> int:
     return 0
 
 
-def _listed_shapes(kdef, path: Path) -> list:
+def _listed_shapes(kdef, path: Path) -> tuple[list, dict]:
     """`--shapes FILE`: a JSON list of the family's params as the datasets write them (a row's
-    "params"), or one such object a line; each checked by the family's params type."""
+    "params"), or one such object a line; each checked by the family's params type. An entry
+    may instead be {"params": {...}, "configs": [{...}, ...]}: that shape measures only those
+    configs (a row's "config" each), e.g. the rows a kernel change made stale. A name ending in
+    .gz is read gzipped. Returns the shapes in order (each once) and the listed configs by
+    shape (shapes listed bare are absent: every config)."""
+    import gzip
+
     from spio.tune.features import from_dict
 
     try:
-        text = path.read_text()
+        raw = path.read_bytes()
+        text = (gzip.decompress(raw) if path.name.endswith(".gz") else raw).decode()
     except OSError as e:
-        _usage_error("collect", f"--shapes: cannot read {path}: {e.strerror}")
+        _usage_error("collect", f"--shapes: cannot read {path}: {e.strerror or e}")
     try:
         data = json.loads(text)
         rows = data if isinstance(data, list) else [data]
@@ -202,17 +209,61 @@ def _listed_shapes(kdef, path: Path) -> list:
             )
     if not rows:
         _usage_error("collect", f"--shapes: {path} lists no shapes")
-    out = []
+    out: list = []
+    listed: dict = {}
+    bare: set = set()
     for i, row in enumerate(rows):
         try:
             if not isinstance(row, dict):
                 raise TypeError(
                     f"a JSON object of {kdef.params_type.__name__}'s fields, got {row!r}"
                 )
-            out.append(from_dict(kdef.params_type, row))
+            configs = None
+            if "params" in row:
+                if set(row) != {"params", "configs"} or not isinstance(row["configs"], list):
+                    raise TypeError(
+                        'an entry with "params" takes a "configs" list of the family\'s '
+                        f"{kdef.config_type.__name__} fields and nothing else, got keys "
+                        f"{sorted(row)}"
+                    )
+                configs = [from_dict(kdef.config_type, c) for c in row["configs"]]
+                row = row["params"]
+            params = from_dict(kdef.params_type, row)
         except (TypeError, ValueError) as e:
             _usage_error("collect", f"--shapes: shape {i} of {path} ({kdef.name}): {e}")
-    return out
+        if params not in bare and params not in listed:
+            out.append(params)
+        if configs is None:
+            bare.add(params)
+            listed.pop(params, None)
+        elif params not in bare:
+            listed.setdefault(params, []).extend(configs)
+    return out, listed
+
+
+def _with_listed_configs(kdef, listed: dict):
+    """kdef whose `configs` gives a listed shape only its listed configs that are in its space
+    on the GPU (in the space's order; those outside it are reported once and skipped)."""
+    if not listed:
+        return kdef
+    wanted = {p: set(cs) for p, cs in listed.items()}
+    warned: set = set()
+
+    def configs(p, dev):
+        space = kdef.configs(p, dev)
+        if p not in wanted:
+            return space
+        keep = [c for c in space if c in wanted[p]]
+        if p not in warned and len(keep) < len(wanted[p]):
+            warned.add(p)
+            print(
+                f"spio tune collect: {len(wanted[p]) - len(keep)} listed configs of {p} are not "
+                f"in {kdef.name}'s space on {dev.name}: skipped",
+                file=sys.stderr,
+            )
+        return keep
+
+    return dataclasses.replace(kdef, configs=configs)
 
 
 def cmd_train(a: argparse.Namespace) -> int:
@@ -356,7 +407,8 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument(
         "--shapes",
         help="measure these layers (a JSON list of the family's params, as the datasets' "
-        '"params"), in order, instead of sampled ones',
+        '"params"), in order, instead of sampled ones; an entry {"params": ..., "configs": '
+        "[...]} measures only those configs of its layer (.gz: read gzipped)",
     )
     c.set_defaults(func=cmd_collect)
     t = sub.add_parser("train", help="fit one model per kernel and GPU")

@@ -4,6 +4,7 @@ tuned, unknown kernel names, bad --params, --data files that are not there, coun
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -112,6 +113,55 @@ def test_collect_shapes_file_errors_name_the_shape(one_gpu, tmp_path, capsys, te
     assert msg.startswith("spio tune collect: --shapes") and expect in msg, msg
     missing = _usage_error(argv[:-1] + [str(tmp_path / "nope.json")], capsys)
     assert "cannot read" in missing, missing
+
+
+def test_collect_shapes_with_configs_measure_only_those(one_gpu, tmp_path, capsys):
+    """`--shapes FILE` entries {"params": ..., "configs": [...]}: collect gets each shape once,
+    in order, and the family's `configs` gives a listed shape only its listed configs that are in
+    the space (space order; the others reported and skipped); a shape also listed bare keeps its
+    whole space; a gzipped file reads the same."""
+    import gzip
+
+    import spio.tune.collect as col
+    from spio.cuda.device import known_device
+    from spio.kernels.conv2d_gw8 import wgrad as wg
+    from spio.kernels.conv2d_gw8.params import Conv2dGw8Params
+    from spio.tune.features import to_dict
+
+    dev = known_device("sm_90")
+    a = Conv2dGw8Params(n=32, c=64, h=56, w=56, r=3, s=3, pad_h=1, pad_w=1)
+    b = Conv2dGw8Params(n=8, c=208, h=14, w=14, r=3, s=3, pad_h=1, pad_w=1)
+    space_a = wg.configs(a, dev)
+    picked = [space_a[7], space_a[2]]
+    outside = dataclasses.replace(space_a[0], block_q=128)  # past the first tile covering Q
+    entries = [
+        {"params": to_dict(a), "configs": [to_dict(picked[0])]},
+        to_dict(b),
+        {"params": to_dict(b), "configs": [to_dict(wg.configs(b, dev)[0])]},  # b stays whole
+        {"params": to_dict(a), "configs": [to_dict(picked[1]), to_dict(outside)]},
+    ]
+    seen = []
+
+    def fake_collect(kdef, minutes, out, ordinal, seed, max_configs, active, shapes):
+        seen.append([(p, kdef.configs(p, dev)) for p in shapes])
+        return 0
+
+    one_gpu.setattr(col, "collect", fake_collect)
+    text = json.dumps(entries)
+    for name, data in (("s.json", text.encode()), ("s.json.gz", gzip.compress(text.encode()))):
+        path = tmp_path / name
+        path.write_bytes(data)
+        argv = ["collect", "--kernel", "conv2d_gw8_wgrad", "--shapes", str(path)]
+        assert main([*argv, "--out", str(tmp_path / "o.jsonl")]) == 0
+        (got,) = seen[-1:]
+        assert [p for p, _ in got] == [a, b]
+        assert got[0][1] == sorted(picked, key=space_a.index)
+        assert got[1][1] == wg.configs(b, dev)
+        assert "1 listed configs of" in capsys.readouterr().err
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps([{"params": to_dict(a), "config": []}]))
+    msg = _usage_error(["collect", "--kernel", "conv2d_gw8_wgrad", "--shapes", str(bad)], capsys)
+    assert "shape 0 of" in msg and '"configs" list' in msg, msg
 
 
 def test_collect_shapes_need_one_family_and_one_gpu(one_gpu, tmp_path, capsys):
