@@ -193,8 +193,10 @@ def _listed_shapes(kdef, path: Path) -> tuple[list, dict]:
     try:
         raw = path.read_bytes()
         text = (gzip.decompress(raw) if path.name.endswith(".gz") else raw).decode()
-    except OSError as e:
-        _usage_error("collect", f"--shapes: cannot read {path}: {e.strerror or e}")
+    except (OSError, EOFError, UnicodeDecodeError) as e:  # gzip's errors are OSError, EOFError
+        _usage_error(
+            "collect", f"--shapes: cannot read {path}: {getattr(e, 'strerror', None) or e}"
+        )
     try:
         data = json.loads(text)
         rows = data if isinstance(data, list) else [data]

@@ -153,11 +153,17 @@ def test_collect_shapes_with_configs_measure_only_those(one_gpu, tmp_path, capsy
         path.write_bytes(data)
         argv = ["collect", "--kernel", "conv2d_gw8_wgrad", "--shapes", str(path)]
         assert main([*argv, "--out", str(tmp_path / "o.jsonl")]) == 0
-        (got,) = seen[-1:]
+        got = seen[-1]
         assert [p for p, _ in got] == [a, b]
         assert got[0][1] == sorted(picked, key=space_a.index)
         assert got[1][1] == wg.configs(b, dev)
         assert "1 listed configs of" in capsys.readouterr().err
+    truncated = tmp_path / "t.json.gz"
+    truncated.write_bytes(gzip.compress(text.encode())[:40])
+    msg = _usage_error(
+        ["collect", "--kernel", "conv2d_gw8_wgrad", "--shapes", str(truncated)], capsys
+    )
+    assert "cannot read" in msg, msg
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps([{"params": to_dict(a), "config": []}]))
     msg = _usage_error(["collect", "--kernel", "conv2d_gw8_wgrad", "--shapes", str(bad)], capsys)
