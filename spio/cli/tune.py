@@ -163,7 +163,9 @@ def cmd_collect(a: argparse.Namespace) -> int:
     for k in kernels:
         out = Path(a.out) if a.out else _data_path(k)
         if a.device == "all":
-            n = collect_all_gpus(k, a.minutes, out, a.seed, a.max_configs, a.active)
+            n = collect_all_gpus(
+                k, a.minutes, out, a.seed, a.max_configs, a.active, a.compile_ahead
+            )
         else:
             n = collect(
                 _with_listed_configs(KERNELS[k], listed) if shapes else KERNELS[k],
@@ -174,6 +176,7 @@ def cmd_collect(a: argparse.Namespace) -> int:
                 a.max_configs,
                 active=a.active,
                 shapes=shapes,
+                compile_ahead=a.compile_ahead,
             )
         print(f"{k}: {n} new samples -> {out}")
     return 0
@@ -411,6 +414,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="measure these layers (a JSON list of the family's params, as the datasets' "
         '"params"), in order, instead of sampled ones; an entry {"params": ..., "configs": '
         "[...]} measures only those configs of its layer (.gz: read gzipped)",
+    )
+    c.add_argument(
+        "--compile-ahead",
+        action="store_true",
+        help="compile the next shape's kernels while this one's are timed (niced processes, two "
+        "cores left to the timing) instead of before timing them with the GPU idle",
     )
     c.set_defaults(func=cmd_collect)
     t = sub.add_parser("train", help="fit one model per kernel and GPU")

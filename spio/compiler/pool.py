@@ -13,6 +13,7 @@ As with any spawn pool, a script that calls compile_many at top level needs the 
 from __future__ import annotations
 
 import multiprocessing
+import os
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
@@ -46,6 +47,7 @@ def compile_many(
     progress: bool | None = None,
     *,
     cache: DiskCache | None = _UNSET,
+    nice: int = 0,
 ) -> list[bytes]:
     """Compiles every job (in parallel processes when there are several misses).
 
@@ -55,6 +57,10 @@ def compile_many(
         progress: show a progress bar; default: when more than PROGRESS_MIN_JOBS compiles are
             needed and SPIO_PROGRESS is on.
         cache: as in `compile`; default `default_cache()`.
+        nice: added to the worker processes' niceness (`os.nice`), so that compiles running
+            beside latency-sensitive work (`spio tune collect --compile-ahead` timing kernels)
+            yield the CPU to it; 0 leaves them as they are. Only workers are niced: with one
+            worker (or one miss) the compile runs in the calling thread, as it is.
 
     Raises:
         CompileError: of the first failing job (in job order), after every other job finished
@@ -67,6 +73,8 @@ def compile_many(
             )
     if workers is not None and (not isinstance(workers, int) or workers < 1):
         raise ValueError(f"compile_many: workers must be a positive int or None, got {workers!r}")
+    if not isinstance(nice, int) or nice < 0:
+        raise ValueError(f"compile_many: nice must be a non-negative int, got {nice!r}")
     disk = default_cache() if cache is _UNSET else cache
     prepared = [
         prepare(
@@ -97,7 +105,7 @@ def compile_many(
     n_workers = min(workers or s.workers, len(todo))
     show = progress if progress is not None else (s.progress and len(todo) > PROGRESS_MIN_JOBS)
     errors: dict[str, BaseException] = {}
-    for p, outcome in _run(todo, n_workers, show):
+    for p, outcome in _run(todo, n_workers, show, nice):
         if isinstance(outcome, BaseException):
             errors[p.key] = outcome
             continue
@@ -133,7 +141,7 @@ def _filled(results: list[bytes | None]) -> list[bytes]:
 
 
 def _run(
-    todo: list[Prepared], n_workers: int, show: bool
+    todo: list[Prepared], n_workers: int, show: bool, nice: int = 0
 ) -> Iterator[tuple[Prepared, bytes | BaseException]]:
     """Yields (prepared, image or exception) as compiles finish."""
     bar = _progress_bar(len(todo)) if show else None
@@ -145,7 +153,9 @@ def _run(
                     bar.update(1)
             return
         ctx = multiprocessing.get_context("spawn")
-        with ProcessPoolExecutor(max_workers=n_workers, mp_context=ctx) as pool:
+        with ProcessPoolExecutor(
+            max_workers=n_workers, mp_context=ctx, initializer=_niced, initargs=(nice,)
+        ) as pool:
             futures: dict[Future, Prepared] = {pool.submit(build, p): p for p in todo}
             for fut in as_completed(futures):
                 exc = fut.exception()
@@ -155,6 +165,11 @@ def _run(
     finally:
         if bar is not None:
             bar.close()
+
+
+def _niced(increment: int) -> None:
+    """A worker's first act: its niceness raised by `increment` (0: left as it is)."""
+    os.nice(increment)
 
 
 def _try_build(p: Prepared) -> bytes | BaseException:

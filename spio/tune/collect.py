@@ -24,15 +24,29 @@ Which configs a shape measures: all of them, or with `max_configs` a uniform sam
 that budget plus a uniform sample of the rest (`choose_configs`): the configs a pick comes from
 get measured where the model is right and corrected where it is wrong, and the sample keeps the
 rest of the space covered. Without a model for the GPU, a uniform sample.
+
+Compile-ahead (`spio tune collect --compile-ahead`, off by default): a background thread compiles
+the next shape's variants (niced processes, AHEAD_NICE, two cores left to the timing process)
+while this shape is timed, instead of compiling each shape before timing it with the GPU idle.
+The thirty-fourth session's H100 re-timing spent about 35% of its 16.3 minutes compiling (fitted
+from its two calls: 34 ms of wall time per distinct variant on 16 workers, 38 ms per timed
+config). Not yet run on a GPU: before making it the default, check that it changes no timing
+(the same configs timed with and without it) and how much time it saves. The background thread
+also prepares the jobs in this process (the @spio expansion, about 0.5 ms of Python a variant),
+so it takes the GIL from the timing loop now and then. `spio.timing.bench` queues a GPU spin
+before each timed call, so a stall of the host shows in a timing only when it falls between
+the start event and the call's last launch, and the median of REPS drops a rare one.
 """
 
 from __future__ import annotations
 
 import math
+import os
 import random
 import sys
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -48,6 +62,7 @@ PAUSE_S = 0.02  # a make_runner call longer than this compiled something: warm u
 RECHECK = 5  # the fastest configs of a shape, timed twice
 RECHECK_FIRST = 8  # the configs timed right after each pause, timed twice
 ACTIVE_TOP = 0.5  # with --active: the share of a shape's config budget taken from the model's top
+AHEAD_NICE = 10  # compile-ahead's processes yield the CPU to the timing process
 
 
 def choose_configs(
@@ -124,10 +139,48 @@ def recheck_fastest(
     return out
 
 
-def _precompile(kdef: KernelDef, params: Any, configs: list[Any], dev: Any) -> None:
-    from spio.kernels.loader import compile_specs
+def _precompile(
+    kdef: KernelDef, params: Any, configs: list[Any], dev: Any, workers: int | None = None
+) -> None:
+    """Compiles the configs' variants into the disk cache; with `workers` (compile-ahead: beside
+    the timing of another shape) in that many processes, niced by AHEAD_NICE."""
+    from spio.compiler import compile_many
+    from spio.kernels.loader import compile_job
 
-    compile_specs([kdef.spec(params, c, dev) for c in configs], dev.arch)
+    jobs = [compile_job(kdef.spec(params, c, dev), dev.arch) for c in configs]
+    if workers is None:
+        compile_many(jobs, progress=False)
+    else:
+        compile_many(jobs, workers=workers, progress=False, nice=AHEAD_NICE)
+
+
+def _ahead_workers() -> int:
+    """Compile-ahead's processes: SPIO_WORKERS, leaving two cores to the timing process."""
+    from spio.settings import settings
+
+    return max(1, min(settings().workers, (os.cpu_count() or 1) - 2))
+
+
+def _plans(
+    kdef: KernelDef,
+    dev: Any,
+    sample_params: Callable[[random.Random], Any],
+    rng: random.Random,
+    listed: Iterator[Any] | None,
+    max_configs: int | None,
+    active: bool,
+) -> Iterator[tuple[Any, list[Any]]]:
+    """(params, configs to measure) of each shape in collect's order: the listed params, else
+    `sample_params`' (no end); `rng` is drawn in the same order whenever the plans are taken."""
+    while True:
+        params = sample_params(rng) if listed is None else next(listed, None)
+        if params is None:
+            return
+        configs = kdef.configs(params, dev)
+        if max_configs is not None and len(configs) > max_configs:
+            ranked = model_ranking(kdef, params, dev) if active else None
+            configs = choose_configs(configs, max_configs, rng, ranked)
+        yield params, configs
 
 
 def collect(
@@ -140,12 +193,15 @@ def collect(
     progress: bool = True,
     active: bool = False,
     shapes: list[Any] | None = None,
+    compile_ahead: bool = False,
 ) -> int:
     """Measures samples for about `minutes`; returns how many new rows were written. `active`:
     with max_configs, half the budget of each shape goes to the model's top-ranked configs
     (`choose_configs`). `shapes`: these params, in order, instead of `sample_params`'s (the
     layers a model has, or a region the data misses); it stops after the last, or says how many
-    it did not reach when the time runs out first."""
+    it did not reach when the time runs out first. `compile_ahead`: compile the next shape's
+    variants in a background thread (processes niced by AHEAD_NICE, two cores left free) while
+    this shape is timed, instead of before timing it with the GPU idle (module docstring)."""
     import torch
 
     from spio.cuda import device_attributes
@@ -163,74 +219,96 @@ def collect(
     deadline = time.monotonic() + 60 * minutes
     written = 0
     bar = _bar(minutes, progress, f"{kdef.name} on GPU {ordinal}")
-    while time.monotonic() < deadline:
-        params = sample_params(rng) if listed is None else next(listed, None)
-        if params is None:  # the listed shapes are done
-            break
-        configs = kdef.configs(params, dev)
-        if max_configs is not None and len(configs) > max_configs:
-            ranked = model_ranking(kdef, params, dev) if active else None
-            configs = choose_configs(configs, max_configs, rng, ranked)
-        todo = [
+
+    def unmeasured(params: Any, configs: list[Any]) -> list[Any]:
+        return [
             c
             for c in configs
             if Sample(kdef.name, dev.name, dev.arch, to_dict(params), to_dict(c), 0.0).pair_key()
             not in done
         ]
-        if not todo:
-            continue
-        _precompile(kdef, params, todo, dev)
-        rows: list[Sample] = []
-        timed: list[Any] = []  # the config of each row
-        after_pause: list[int] = []  # rows timed right after a pause
-        left = 0  # how many of the next rows are still "right after a pause"
-        pause = True  # the compile above
-        for cfg in todo:
-            t0 = time.perf_counter()
-            try:
-                run = make_runner(params, cfg)
-            except OutOfResources:
-                continue
-            if pause or time.perf_counter() - t0 > PAUSE_S:
-                bench(run, warmup_ms=SHAPE_WARMUP_MS, reps=1)
-                pause, left = False, RECHECK_FIRST
-            us = bench(run, warmup_ms=WARMUP_MS, reps=REPS).median_ms * 1e3
-            if left:
-                after_pause.append(len(rows))
-                left -= 1
-            rows.append(Sample(kdef.name, dev.name, dev.arch, to_dict(params), to_dict(cfg), us))
-            timed.append(cfg)
-            del run
-            if time.monotonic() > deadline:
+
+    plans = _plans(kdef, dev, sample_params, rng, listed, max_configs, active)
+    plan: tuple[Any, list[Any]] | None = None  # taken from `plans`, not yet measured
+    compiling: Future[None] | None = None  # compile-ahead: compiling `plan`'s variants
+    background = ThreadPoolExecutor(1, "spio-compile-ahead") if compile_ahead else None
+    try:
+        while time.monotonic() < deadline:
+            plan = plan or next(plans, None)
+            if plan is None:  # the listed shapes are done
                 break
-        retimed: set[int] = set()
+            (params, configs), plan = plan, None
+            todo = unmeasured(params, configs)
+            ahead, compiling = compiling, None
+            if not todo:
+                continue
+            if ahead is not None:
+                ahead.result()  # compiled while the last shape was timed (its errors raise here)
+            else:
+                _precompile(kdef, params, todo, dev)
+            if background is not None:
+                plan = next(plans, None)
+                later = [] if plan is None else unmeasured(*plan)
+                if plan is not None and later:
+                    compiling = background.submit(
+                        _precompile, kdef, plan[0], later, dev, _ahead_workers()
+                    )
+            rows: list[Sample] = []
+            timed: list[Any] = []  # the config of each row
+            after_pause: list[int] = []  # rows timed right after a pause
+            left = 0  # how many of the next rows are still "right after a pause"
+            pause = True  # a new shape: its compile above (or compiled ahead)
+            for cfg in todo:
+                t0 = time.perf_counter()
+                try:
+                    run = make_runner(params, cfg)
+                except OutOfResources:
+                    continue
+                if pause or time.perf_counter() - t0 > PAUSE_S:
+                    bench(run, warmup_ms=SHAPE_WARMUP_MS, reps=1)
+                    pause, left = False, RECHECK_FIRST
+                us = bench(run, warmup_ms=WARMUP_MS, reps=REPS).median_ms * 1e3
+                if left:
+                    after_pause.append(len(rows))
+                    left -= 1
+                rows.append(
+                    Sample(kdef.name, dev.name, dev.arch, to_dict(params), to_dict(cfg), us)
+                )
+                timed.append(cfg)
+                del run
+                if time.monotonic() > deadline:
+                    break
+            retimed: set[int] = set()
 
-        def remeasure(i: int, params=params, timed=timed, retimed=retimed) -> float:
-            run = make_runner(params, timed[i])
-            us = bench(run, warmup_ms=WARMUP_MS, reps=REPS).median_ms * 1e3
-            retimed.add(i)
-            return us
+            def remeasure(i: int, params=params, timed=timed, retimed=retimed) -> float:
+                run = make_runner(params, timed[i])
+                us = bench(run, warmup_ms=WARMUP_MS, reps=REPS).median_ms * 1e3
+                retimed.add(i)
+                return us
 
-        latency = recheck_fastest(
-            [r.latency_us for r in rows],
-            remeasure,
-            also=after_pause,
-            tolerate=(OutOfResources, torch.cuda.OutOfMemoryError),
-        )
-        rows = [
-            replace(r, latency_us=t, timings=2 if i in retimed else 1)
-            for i, (r, t) in enumerate(zip(rows, latency, strict=True))
-        ]
-        written += append(out, rows)
-        done.update(r.pair_key() for r in rows)
-        if bar is not None:
-            bar.n = min(60 * minutes, round(60 * minutes - (deadline - time.monotonic())))
-            bar.set_postfix(samples=written)
-            bar.refresh()
-        torch.cuda.empty_cache()
+            latency = recheck_fastest(
+                [r.latency_us for r in rows],
+                remeasure,
+                also=after_pause,
+                tolerate=(OutOfResources, torch.cuda.OutOfMemoryError),
+            )
+            rows = [
+                replace(r, latency_us=t, timings=2 if i in retimed else 1)
+                for i, (r, t) in enumerate(zip(rows, latency, strict=True))
+            ]
+            written += append(out, rows)
+            done.update(r.pair_key() for r in rows)
+            if bar is not None:
+                bar.n = min(60 * minutes, round(60 * minutes - (deadline - time.monotonic())))
+                bar.set_postfix(samples=written)
+                bar.refresh()
+            torch.cuda.empty_cache()
+    finally:
+        if background is not None:
+            background.shutdown(cancel_futures=True)  # waits for a compile already running
     if bar is not None:
         bar.close()
-    if listed is not None and (left := sum(1 for _ in listed)):
+    if listed is not None and (left := (plan is not None) + sum(1 for _ in listed)):
         print(
             f"{kdef.name}: the time budget ran out with {left} listed shapes not reached (a "
             "rerun with more --minutes resumes: measured pairs are skipped)",
@@ -256,6 +334,7 @@ def collect_all_gpus(
     seed: int,
     max_configs: int | None,
     active: bool = False,
+    compile_ahead: bool = False,
 ) -> int:
     """One worker process per GPU, each appending to its own file `<out>.gpu<N>`."""
     import multiprocessing as mp
@@ -276,6 +355,7 @@ def collect_all_gpus(
                     seed,
                     max_configs,
                     active,
+                    compile_ahead,
                 )  # fmt: skip
                 for i in range(n)
             ],
@@ -291,9 +371,18 @@ def _worker(
     seed: int,
     max_configs: int | None,
     active: bool,
+    compile_ahead: bool = False,
 ) -> int:
     from spio.kernels import KERNELS
 
     return collect(
-        KERNELS[kdef_name], minutes, out, ordinal, seed, max_configs, progress=False, active=active
+        KERNELS[kdef_name],
+        minutes,
+        out,
+        ordinal,
+        seed,
+        max_configs,
+        progress=False,
+        active=active,
+        compile_ahead=compile_ahead,
     )

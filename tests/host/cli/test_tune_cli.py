@@ -142,7 +142,8 @@ def test_collect_shapes_with_configs_measure_only_those(one_gpu, tmp_path, capsy
     ]
     seen = []
 
-    def fake_collect(kdef, minutes, out, ordinal, seed, max_configs, active, shapes):
+    def fake_collect(kdef, minutes, out, ordinal, seed, max_configs, active, shapes, **kw):
+        assert kw == {"compile_ahead": False}
         seen.append([(p, kdef.configs(p, dev)) for p in shapes])
         return 0
 
@@ -168,6 +169,19 @@ def test_collect_shapes_with_configs_measure_only_those(one_gpu, tmp_path, capsy
     bad.write_text(json.dumps([{"params": to_dict(a), "config": []}]))
     msg = _usage_error(["collect", "--kernel", "conv2d_gw8_wgrad", "--shapes", str(bad)], capsys)
     assert "shape 0 of" in msg and '"configs" list' in msg, msg
+
+
+def test_collect_compile_ahead_reaches_every_collector(one_gpu, tmp_path):
+    """--compile-ahead is passed to collect, and to each GPU's worker with --device all."""
+    import spio.tune.collect as col
+
+    got = []
+    one_gpu.setattr(col, "collect", lambda *a, **kw: got.append(kw["compile_ahead"]) or 0)
+    one_gpu.setattr(col, "collect_all_gpus", lambda *a: got.append(a[-1]) or 0)
+    out = str(tmp_path / "o.jsonl")
+    for extra in ([], ["--compile-ahead"], ["--device", "all", "--compile-ahead"]):
+        assert main(["collect", "--kernel", "matmul", "--out", out, *extra]) == 0
+    assert got == [False, True, True]
 
 
 def test_collect_shapes_need_one_family_and_one_gpu(one_gpu, tmp_path, capsys):

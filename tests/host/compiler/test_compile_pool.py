@@ -73,3 +73,25 @@ def test_bad_jobs_and_workers(tiny):
         compile_many([CompileJob(tiny())], workers=0)
     with pytest.raises(ValueError, match="arch="):
         compile_many([CompileJob(tiny(), "sm_1")])  # validated in the parent, before any pool
+
+
+def test_nice_workers(tiny, disk, monkeypatch):
+    """nice=N: the pool's workers start by raising their niceness by N (compiles beside timing
+    yield the CPU); the images are the same; nice=0 leaves the pool as it was."""
+    import spio.compiler.pool as pool
+
+    made = []
+
+    class Recording(pool.ProcessPoolExecutor):
+        def __init__(self, *args, **kwargs):
+            made.append(kwargs)
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(pool, "ProcessPoolExecutor", Recording)
+    jobs = [CompileJob(tiny(("nice", i)), "sm_80") for i in range(2)]
+    images = compile_many(jobs, workers=2, progress=False, cache=None, nice=3)
+    assert made[-1]["initializer"] is pool._niced and made[-1]["initargs"] == (3,)
+    assert images == compile_many(jobs, workers=2, progress=False, cache=None)
+    assert made[-1]["initargs"] == (0,)
+    with pytest.raises(ValueError, match="nice must be a non-negative int"):
+        compile_many(jobs, nice=-1)

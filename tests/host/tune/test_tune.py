@@ -319,6 +319,114 @@ def test_collect_measures_listed_shapes_in_order_then_stops(tmp_path, monkeypatc
     assert "ran out with 3 listed shapes not reached" in capsys.readouterr().err
 
 
+def _ahead_fakes(monkeypatch, bench, precompile):
+    """collect's GPU seams replaced: a 3-config family, the given bench and _precompile."""
+    from dataclasses import replace
+
+    import torch
+
+    import spio.cuda
+    import spio.timing
+    from spio.tune import collect as col
+
+    def sample_params(rng):
+        raise AssertionError("listed shapes: sample_params is not called")
+
+    monkeypatch.setattr(spio.timing, "bench", bench)
+    monkeypatch.setattr(spio.cuda, "device_attributes", lambda ordinal: Dev())
+    monkeypatch.setattr(torch.cuda, "set_device", lambda ordinal: None)
+    monkeypatch.setattr(col, "_precompile", precompile)
+    return col, replace(
+        KDEF,
+        configs=lambda p, dev: [Cfg(j, 1) for j in range(3)],
+        sample_params=sample_params,
+        make_runner=lambda p, cfg: lambda p=p, cfg=cfg: (p.n, cfg.tile),
+    )
+
+
+def test_collect_compile_ahead_compiles_the_next_shape_while_this_one_is_timed(
+    tmp_path, monkeypatch
+):
+    """--compile-ahead: the first shape compiles in the foreground; each later one in the
+    background thread, in _ahead_workers() processes, while the shape before it is timed (the
+    last timing of a shape waits until the next shape's compile has started); the rows are those
+    of a collect without it."""
+    import threading
+
+    from spio.timing import Timing
+
+    events: list[tuple] = []
+    started = {m: threading.Event() for m in (1000, 2000, 3000)}
+
+    def precompile(kdef, params, configs, dev, workers=None):
+        events.append(("compile", params.n, threading.current_thread().name, workers))
+        started[params.n].set()
+
+    def bench(run, **kw):
+        m, tile = run()
+        if kw["reps"] > 1 and tile == 2 and m < 3000:  # the shape's last config
+            assert started[m + 1000].wait(10), "the next shape's compile did not start"
+        events.append(("time", m, tile))
+        return Timing(1e-3, 1e-3, 1e-3, 1)
+
+    col, kdef = _ahead_fakes(monkeypatch, bench, precompile)
+    shapes = [P(1000, 16), P(2000, 16), P(3000, 16)]
+    out = tmp_path / "ahead.jsonl"
+    assert col.collect(kdef, 10.0, out, progress=False, shapes=shapes, compile_ahead=True) == 9
+    compiles = [e[1:] for e in events if e[0] == "compile"]
+    main = threading.main_thread().name
+    ahead = col._ahead_workers()
+    assert compiles == [(1000, main, None), (2000, "spio-compile-ahead_0", ahead),
+                        (3000, "spio-compile-ahead_0", ahead)]  # fmt: skip
+    # Each shape's compile came before its own first timing.
+    first_timed = {
+        m: next(i for i, e in enumerate(events) if e[:2] == ("time", m)) for m in started
+    }
+    for m in started:
+        assert events.index(next(e for e in events if e[:2] == ("compile", m))) < first_timed[m]
+    got = [(from_dict(P, s.params).n, from_dict(Cfg, s.config).tile) for s in read(out)]
+    assert got == [(m, j) for m in (1000, 2000, 3000) for j in range(3)]
+    plain = tmp_path / "plain.jsonl"
+    started = {m: threading.Event() for m in (1000, 2000, 3000)}
+    for e in started.values():  # without compile-ahead nothing runs beside the timing
+        e.set()
+    assert col.collect(kdef, 10.0, plain, progress=False, shapes=shapes) == 9
+    assert [(s.params, s.config) for s in read(plain)] == [(s.params, s.config) for s in read(out)]
+
+
+def test_collect_compile_ahead_raises_a_failed_compile_at_its_shape_and_counts_unreached(
+    tmp_path, monkeypatch, capsys
+):
+    """A compile that failed in the background raises when collect reaches its shape (the rows
+    before it written); a shape compiled ahead but not reached when the time runs out counts as
+    not reached."""
+    import time
+
+    from spio.errors import CompileError
+    from spio.timing import Timing
+
+    def precompile(kdef, params, configs, dev, workers=None):
+        if params.n == 2000:
+            raise CompileError("boom", "int x;", (), "k.cu")
+
+    col, kdef = _ahead_fakes(monkeypatch, lambda run, **kw: Timing(1e-3, 1e-3, 1e-3, 1), precompile)
+    out = tmp_path / "d.jsonl"
+    shapes = [P(1000, 16), P(2000, 16), P(3000, 16)]
+    with pytest.raises(CompileError, match="boom"):
+        col.collect(kdef, 10.0, out, progress=False, shapes=shapes, compile_ahead=True)
+    assert [from_dict(P, s.params).n for s in read(out)] == [1000] * 3
+
+    def slow(run, **kw):
+        time.sleep(0.2)
+        return Timing(1e-3, 1e-3, 1e-3, 1)
+
+    col, kdef = _ahead_fakes(monkeypatch, slow, lambda *a, **kw: None)
+    late = tmp_path / "late.jsonl"
+    assert col.collect(kdef, 0.005, late, progress=False, shapes=shapes, compile_ahead=True) >= 1
+    assert {from_dict(P, s.params).n for s in read(late)} == {1000}
+    assert "ran out with 2 listed shapes not reached" in capsys.readouterr().err
+
+
 def test_dataset_reads_format_1_rows_as_timed_once_and_skips_unknown_formats(tmp_path: Path):
     path = tmp_path / "d.jsonl"
     base = {"kernel": "k", "device": "D", "arch": "sm_90", "params": {"n": 1}, "config": {"t": 2}}
