@@ -337,7 +337,13 @@ def cmd_eval(a: argparse.Namespace) -> int:
                 if a.seeds > 1:
                     print(
                         evaluate_seeds(
-                            KERNELS[k], samples, dev, a.seeds, a.folds, as_selected=a.as_selected
+                            KERNELS[k],
+                            samples,
+                            dev,
+                            a.seeds,
+                            a.folds,
+                            as_selected=a.as_selected,
+                            worst_shapes=a.worst,
                         )
                     )
                 else:
@@ -349,6 +355,7 @@ def cmd_eval(a: argparse.Namespace) -> int:
                             folds=a.folds,
                             model=fixed,
                             as_selected=a.as_selected,
+                            worst_shapes=a.worst,
                         )
                     )
             except ValueError as e:  # too few layers to hold one out
@@ -452,6 +459,14 @@ def build_parser() -> argparse.ArgumentParser:
         default=1,
         help="train the folds' models with seeds 0..N-1 and print each statistic's mean and "
         "range over them (default 1: seed 0, the shipped models' seed)",
+    )
+    e.add_argument(
+        "--worst",
+        type=_number(int, 0),
+        default=0,
+        help="also list the N held-out complete shapes of largest pick regret: their pick's and "
+        "autotune's regret, where the model ranked the best config, the two configs (with "
+        "--seeds: seed 0's)",
     )
     e.set_defaults(func=cmd_eval)
     s = sub.add_parser("select", help="ranked configs for a layer (no GPU needed)")

@@ -72,6 +72,8 @@ class Report:
     # Set when one given model ranked every shape (no folds, nothing trained): where it came from.
     fixed_model: str | None = None
     as_selected: bool = False  # each shape ranked at the op's selection params (select_key)
+    # The complete shapes of largest pick regret, worst first (`evaluate(worst_shapes=N)`).
+    worst: tuple[CompleteShape, ...] = ()
 
     def __str__(self) -> str:
         folds = f"of {self.groups} layers" if self.split == "layer" else "(folded by full params)"
@@ -106,7 +108,24 @@ class Report:
                 f"\n  {_autotune_label(self.as_selected)}: median {med:.3f}x, p90 {p90:.3f}x, "
                 f"max {worst:.3f}x"
             )
-        return text
+        return text + describe_worst(self.worst)
+
+
+def describe_worst(shapes: tuple[CompleteShape, ...]) -> str:
+    """Lines naming each shape of `Report.worst`: its pick's and autotune's regret, where the
+    model ranked the space's best config, and the two configs (empty for none)."""
+    if not shapes:
+        return ""
+    text = "\n  worst complete shapes (pick regret, autotune regret, the best config's rank):"
+    for c in shapes:
+        best = min(range(len(c.times)), key=c.times.__getitem__)
+        text += (
+            f"\n    {c.pick_regret:.3f}x, {c.autotune_regret:.3f}x, best ranked "
+            f"{c.ranked.index(best) + 1} of {len(c.configs)}: {c.shape}"
+            f"\n      best {c.configs[best]} {c.times[best]:.2f} µs; pick "
+            f"{c.configs[c.ranked[0]]} {c.times[c.ranked[0]]:.2f} µs"
+        )
+    return text
 
 
 def _autotune_label(as_selected: bool) -> str:
@@ -391,10 +410,14 @@ def evaluate(
     model: PerfModel | None = None,
     as_selected: bool = False,
     seed: int = 0,
+    worst_shapes: int = 0,
 ) -> Report:
     """Regret of the model's top-1 pick per shape, each fold ranked by a model trained on the
     others (`held_out`; with `model`, that one model ranks every shape; with `as_selected`, at
-    the op's selection params; `seed`, the folds' training seed)."""
+    the op's selection params; `seed`, the folds' training seed); `worst_shapes`: the report
+    also keeps that many complete shapes of largest pick regret (`Report.worst`)."""
+    if worst_shapes < 0:
+        raise ValueError(f"evaluate: worst_shapes must be >= 0, got {worst_shapes}")
     h = held_out(kdef, samples, device, folds, rounds, split, model, as_selected, seed)
     full = [c.pick_regret for c in h.complete]
     tuned = [c.autotune_regret for c in h.complete]
@@ -415,6 +438,7 @@ def evaluate(
         _percentiles(tuned) if tuned else None,
         None if model is None else _provenance(model, samples[0].device),
         as_selected,
+        tuple(sorted(h.complete, key=lambda c: -c.pick_regret)[:worst_shapes]),
     )
 
 
@@ -462,6 +486,8 @@ class SeedSpread:
         if first.autotune_regret is not None:
             text += f"\n  {_autotune_label(first.as_selected)}: "
             text += triple(lambda r: r.autotune_regret)
+        if first.worst:
+            text += "\n  seed 0:" + describe_worst(first.worst).removeprefix("\n ")
         return text
 
 
@@ -472,14 +498,23 @@ def evaluate_seeds(
     seeds: int,
     folds: int = 5,
     as_selected: bool = False,
+    worst_shapes: int = 0,
 ) -> SeedSpread:
     """`evaluate` with the folds' models trained under seeds 0 .. seeds - 1 (seed 0 is the
-    shipped models' and `evaluate`'s default)."""
+    shipped models' and `evaluate`'s default); `worst_shapes` are kept for seed 0's."""
     if seeds < 1:
         raise ValueError(f"evaluate: seeds must be >= 1, got {seeds}")
     return SeedSpread(
         tuple(
-            evaluate(kdef, samples, device, folds, as_selected=as_selected, seed=seed)
+            evaluate(
+                kdef,
+                samples,
+                device,
+                folds,
+                as_selected=as_selected,
+                seed=seed,
+                worst_shapes=worst_shapes if seed == 0 else 0,
+            )
             for seed in range(seeds)
         )
     )

@@ -270,6 +270,7 @@ def test_data_given_as_its_shards_is_read(tmp_path, capsys):
         (["eval", "--kernel", "matmul", "--folds", "1"], "--folds: must be at least 2"),
         (["eval", "--kernel", "matmul", "--folds", "x"], "--folds: invalid int value: 'x'"),
         (["eval", "--kernel", "matmul", "--seeds", "0"], "--seeds: must be at least 1"),
+        (["eval", "--kernel", "matmul", "--worst", "-1"], "--worst: must be at least 0"),
         (["select", "--kernel", "matmul", "--params", "{}", "--top", "0"], "--top: must be at"),
     ],
 )
@@ -340,3 +341,26 @@ def test_eval_over_seeds_prints_the_spread_and_refuses_a_fixed_model(capsys):
     msg = _usage_error(["eval", "--kernel", "layernorm_2d_bwd", "--model", str(bwd), "--seeds",
                         "2"], capsys)  # fmt: skip
     assert msg == "spio tune eval: --seeds trains the folds' models; --model ranks with one model"
+
+
+def test_eval_worst_lists_the_complete_shapes_of_largest_pick_regret(capsys):
+    """--worst N: after the report, the N held-out complete shapes of largest pick regret, worst
+    first (the first is the whole-space max), each with autotune's regret, the best config's
+    rank and the two configs; with --seeds, seed 0's (a negative N: the usage-error test)."""
+    import re
+
+    data = Path(__file__).resolve().parents[3] / "benchmarks/data/tune/layernorm_2d_bwd.jsonl"
+    argv = ["eval", "--kernel", "layernorm_2d_bwd", "--data", str(data), "--folds", "2"]
+    assert main([*argv, "--worst", "3"]) == 0
+    out = capsys.readouterr().out
+    assert "worst complete shapes (pick regret, autotune regret, the best config's rank):" in out
+    picks = [float(m) for m in re.findall(r"^    (\d\.\d+)x, \d\.\d+x, best ranked \d+ of \d+: ",
+                                          out, re.M)]  # fmt: skip
+    assert len(picks) == 3 and picks == sorted(picks, reverse=True), out
+    top = re.search(r"every config measured\): median [\d.]+x, p90 [\d.]+x, max ([\d.]+)x", out)
+    assert top is not None and float(top.group(1)) == picks[0], out
+    assert out.count("\n      best LayerNorm2dConfig(") == 3 and out.count("; pick ") == 3, out
+    assert main([*argv, "--seeds", "2", "--worst", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "seed 0: worst complete shapes" in out and out.count(", best ranked ") == 1, out
+    assert main(argv) == 0 and "worst complete shapes" not in capsys.readouterr().out

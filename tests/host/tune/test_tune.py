@@ -70,6 +70,8 @@ def test_evaluation_splits_by_shape_and_reports_regret(seed):
     assert report.regret_median < 1.1, str(report)
     assert 0.0 <= report.top5_hit_rate <= 1.0
     assert "top-1 regret" in str(report)
+    with pytest.raises(ValueError, match="worst_shapes must be >= 0"):
+        evaluate(KDEF, samples, Dev(), worst_shapes=-1)
 
 
 def test_the_training_seed_reaches_xgboost_and_seed_0_is_the_default(seed):
