@@ -113,12 +113,21 @@ def compile_job(spec: KernelSpec, arch: str) -> Any:
     )
 
 
-def compile_specs(specs: Sequence[KernelSpec], arch: str, progress: bool | None = False) -> list:
+def compile_specs(
+    specs: Sequence[KernelSpec],
+    arch: str,
+    progress: bool | None = False,
+    *,
+    workers: int | None = None,
+    nice: int = 0,
+) -> list:
     """Compiles kernel variants in parallel processes (through the disk cache, so later
-    `load_spec` calls only load); returns the cubins in order."""
+    `load_spec` calls only load); returns the cubins in order. `workers` and `nice` as in
+    `spio.compiler.compile_many`."""
     from spio.compiler import compile_many
 
-    return compile_many([compile_job(s, arch) for s in specs], progress=progress)
+    jobs = [compile_job(s, arch) for s in specs]
+    return compile_many(jobs, workers=workers, progress=progress, nice=nice)
 
 
 def load_spec(spec: KernelSpec, arch: str) -> LoadedKernel:

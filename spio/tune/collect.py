@@ -144,14 +144,10 @@ def _precompile(
 ) -> None:
     """Compiles the configs' variants into the disk cache; with `workers` (compile-ahead: beside
     the timing of another shape) in that many processes, niced by AHEAD_NICE."""
-    from spio.compiler import compile_many
-    from spio.kernels.loader import compile_job
+    from spio.kernels.loader import compile_specs
 
-    jobs = [compile_job(kdef.spec(params, c, dev), dev.arch) for c in configs]
-    if workers is None:
-        compile_many(jobs, progress=False)
-    else:
-        compile_many(jobs, workers=workers, progress=False, nice=AHEAD_NICE)
+    specs = [kdef.spec(params, c, dev) for c in configs]
+    compile_specs(specs, dev.arch, workers=workers, nice=0 if workers is None else AHEAD_NICE)
 
 
 def _ahead_workers() -> int:
