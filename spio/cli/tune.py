@@ -424,9 +424,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     c.add_argument(
         "--compile-ahead",
-        action="store_true",
+        action=argparse.BooleanOptionalAction,
+        default=True,
         help="compile the next shape's kernels while this one's are timed (niced processes, two "
-        "cores left to the timing) instead of before timing them with the GPU idle",
+        "cores left to the timing; the default) instead of before timing them with the GPU idle",
     )
     c.set_defaults(func=cmd_collect)
     t = sub.add_parser("train", help="fit one model per kernel and GPU")

@@ -143,7 +143,7 @@ def test_collect_shapes_with_configs_measure_only_those(one_gpu, tmp_path, capsy
     seen = []
 
     def fake_collect(kdef, minutes, out, ordinal, seed, max_configs, active, shapes, **kw):
-        assert kw == {"compile_ahead": False}
+        assert kw == {"compile_ahead": True}
         seen.append([(p, kdef.configs(p, dev)) for p in shapes])
         return 0
 
@@ -172,16 +172,23 @@ def test_collect_shapes_with_configs_measure_only_those(one_gpu, tmp_path, capsy
 
 
 def test_collect_compile_ahead_reaches_every_collector(one_gpu, tmp_path):
-    """--compile-ahead is passed to collect, and to each GPU's worker with --device all."""
+    """Compile-ahead is on unless --no-compile-ahead, in collect and in each GPU's worker with
+    --device all."""
     import spio.tune.collect as col
 
     got = []
     one_gpu.setattr(col, "collect", lambda *a, **kw: got.append(kw["compile_ahead"]) or 0)
     one_gpu.setattr(col, "collect_all_gpus", lambda *a: got.append(a[-1]) or 0)
     out = str(tmp_path / "o.jsonl")
-    for extra in ([], ["--compile-ahead"], ["--device", "all", "--compile-ahead"]):
+    for extra in (
+        [],
+        ["--no-compile-ahead"],
+        ["--compile-ahead"],
+        ["--device", "all"],
+        ["--device", "all", "--no-compile-ahead"],
+    ):
         assert main(["collect", "--kernel", "matmul", "--out", out, *extra]) == 0
-    assert got == [False, True, True]
+    assert got == [True, False, True, True, False]
 
 
 def test_collect_shapes_need_one_family_and_one_gpu(one_gpu, tmp_path, capsys):

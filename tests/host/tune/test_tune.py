@@ -271,7 +271,7 @@ def test_collect_warms_up_after_pauses_and_retimes_what_followed_them(tmp_path, 
     monkeypatch.setattr(col, "PAUSE_S", 0.2)
     out = tmp_path / "d.jsonl"
     with pytest.raises(_Stop):
-        col.collect(kdef, 10.0, out, progress=False)
+        col.collect(kdef, 10.0, out, progress=False, compile_ahead=False)
 
     warmups = [i for i, c in enumerate(calls) if c[2] == 1]
     assert [calls[i + 1][0] for i in warmups] == [0, 20]  # each right before that config's timing
@@ -349,7 +349,7 @@ def _ahead_fakes(monkeypatch, bench, precompile):
 def test_collect_compile_ahead_compiles_the_next_shape_while_this_one_is_timed(
     tmp_path, monkeypatch
 ):
-    """--compile-ahead: the first shape compiles in the foreground; each later one in the
+    """Compile-ahead: the first shape compiles in the foreground; each later one in the
     background thread, in _ahead_workers() processes, while the shape before it is timed (the
     last timing of a shape waits until the next shape's compile has started); the rows are those
     of a collect without it."""
@@ -392,7 +392,7 @@ def test_collect_compile_ahead_compiles_the_next_shape_while_this_one_is_timed(
     started = {m: threading.Event() for m in (1000, 2000, 3000)}
     for e in started.values():  # without compile-ahead nothing runs beside the timing
         e.set()
-    assert col.collect(kdef, 10.0, plain, progress=False, shapes=shapes) == 9
+    assert col.collect(kdef, 10.0, plain, progress=False, shapes=shapes, compile_ahead=False) == 9
     assert [(s.params, s.config) for s in read(plain)] == [(s.params, s.config) for s in read(out)]
 
 
