@@ -8,9 +8,9 @@ this times, with `spio tune collect`'s method (`spio.tune.collect.collect`: the 
 shape compiled first, each timed as the median of REPS calls, L2 flushed, the fastest re-timed),
 every offered carveout variant whose twin the dataset measured, right after that twin:
 
-    python benchmarks/collect_carveout.py time benchmarks/data/tune/conv2d_gw8_dgrad.jsonl \\
+    python benchmarks/collect_carveout.py time benchmarks/data/tune/conv2d_gw8_dgrad.jsonl.gz \\
         --out /tmp/carveout.jsonl                                       # GPU (the data's kind)
-    python benchmarks/collect_carveout.py merge benchmarks/data/tune/conv2d_gw8_dgrad.jsonl \\
+    python benchmarks/collect_carveout.py merge benchmarks/data/tune/conv2d_gw8_dgrad.jsonl.gz \\
         /tmp/carveout.jsonl                                             # host
 
 `merge` replaces the dataset's rows of the re-timed twins with their new times, appends the

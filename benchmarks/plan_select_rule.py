@@ -70,7 +70,7 @@ def plans(
     if field is None:
         raise SystemExit(f"plan_select_rule: {kernel} has no batch-like field")
     samples = [
-        s for s in read(TUNE / f"{kernel}.jsonl", kernel) if s.device.startswith("NVIDIA H100")
+        s for s in read(TUNE / f"{kernel}.jsonl.gz", kernel) if s.device.startswith("NVIDIA H100")
     ]
     dev = _device_for(samples[0].device, "plan")
     rows = feature_rows(kdef, samples, dev)

@@ -31,7 +31,7 @@ The twenty-third session's H100 timings (5 rounds, every family) and their plan:
 gzipped). The best is the fastest of the shape's re-timed configs in the CSV (those of every
 plan timed into it), not of the whole space: a re-timed regret is a lower bound.
 
-`plan` trains the folds exactly as `spio tune eval --data benchmarks/data/tune/<family>.jsonl`
+`plan` trains the folds exactly as `spio tune eval --data benchmarks/data/tune/<family>.jsonl.gz`
 does (the shipped datasets, same folds and recipe), so its recorded regrets are eval's. Re-time
 on the GPU kind the datasets were measured on (the plan names it; `time` refuses another): the
 best recorded configs are that GPU's.
@@ -51,7 +51,7 @@ from pathlib import Path
 
 TUNE = Path(__file__).resolve().parent / "data" / "tune"
 # Every family with an H100 dataset here (the shipped models' data).
-FAMILIES = tuple(sorted(path.stem for path in TUNE.glob("*.jsonl")))
+FAMILIES = tuple(sorted(path.name.removesuffix(".jsonl.gz") for path in TUNE.glob("*.jsonl.gz")))
 
 
 def plan(
@@ -70,7 +70,7 @@ def plan(
     for name in kernels:
         kdef = KERNELS[name]
         by_device = defaultdict(list)
-        for s in read(TUNE / f"{name}.jsonl", name):
+        for s in read(TUNE / f"{name}.jsonl.gz", name):
             by_device[s.device].append(s)
         for device_name, samples in sorted(by_device.items()):
             dev = _device_for(device_name, "eval")

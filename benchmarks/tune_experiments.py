@@ -47,7 +47,7 @@ def load(kernel: str, split: Split = "layer") -> dict:
     from spio.tune.dataset import read
     from spio.tune.evaluate import feature_rows
 
-    samples = read(DATA / f"{kernel}.jsonl", kernel)
+    samples = read(DATA / f"{kernel}.jsonl.gz", kernel)
     rows = feature_rows(KERNELS[kernel], samples, _device_for(samples[0].device))
     names = list(rows[0])
     return {

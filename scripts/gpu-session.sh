@@ -81,14 +81,14 @@ while [ $# -gt 0 ]; do
       python3 benchmarks/yardstick_conv2d_gw8.py --csv "$OUT/yardstick.csv" 2>&1 | grep layers
       data=()
       for k in conv2d_gw8_fprop conv2d_gw8_dgrad conv2d_gw8_wgrad; do
-        data+=(--data "$OUT/$k.jsonl" --data "benchmarks/data/tune/$k.jsonl")
+        data+=(--data "$OUT/$k.jsonl" --data "benchmarks/data/tune/$k.jsonl.gz")
       done
       python3 benchmarks/yardstick_conv2d_gw8.py --csv "$OUT/yardstick.csv" --loo "${data[@]}" \
           2>&1 | grep layers
-      # To ship (on the host): append $OUT/<family>.jsonl and the sweep's rows
+      # To ship (on the host): append $OUT/<family>.jsonl (gzipped: `spio.tune.dataset.append` or `gzip -c >>`) and the sweep's rows
       # (yardstick_conv2d_gw8.py --csv $OUT/yardstick.csv --export DIR) to
-      # benchmarks/data/tune/<family>.jsonl, `spio tune train --kernel <family> --data
-      # benchmarks/data/tune/<family>.jsonl --ship`, and keep the CSV in benchmarks/data/yardstick.
+      # benchmarks/data/tune/<family>.jsonl.gz, `spio tune train --kernel <family> --data
+      # benchmarks/data/tune/<family>.jsonl.gz --ship`, and keep the CSV in benchmarks/data/yardstick.
       ;;
     select-rules)
       plans=()

@@ -106,7 +106,7 @@ def test_plan_matches_evaluate(retime):
 
     name = "layernorm_2d_bwd"
     entries = retime.plan([name], top=3, folds=5)
-    samples = read(retime.TUNE / f"{name}.jsonl", name)
+    samples = read(retime.TUNE / f"{name}.jsonl.gz", name)
     report = evaluate(KERNELS[name], samples, _device_for(samples[0].device, "eval"), folds=5)
     assert report.complete == len(entries) == 83
     assert report.complete_regret == pytest.approx((1.043, 1.147, 1.228), abs=5e-4)

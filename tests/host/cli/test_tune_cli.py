@@ -325,7 +325,7 @@ def test_eval_with_a_fixed_model_checks_it_names_the_family(tmp_path, capsys):
 def test_eval_as_selected_says_so(capsys):
     """--as-selected ranks as the op selects (here the shipped layernorm_2d_bwd dataset, whose
     backward selects at its rows' bucket) and the report says it, its autotune a lower bound."""
-    data = Path(__file__).resolve().parents[3] / "benchmarks/data/tune/layernorm_2d_bwd.jsonl"
+    data = Path(__file__).resolve().parents[3] / "benchmarks/data/tune/layernorm_2d_bwd.jsonl.gz"
     assert main(["eval", "--kernel", "layernorm_2d_bwd", "--data", str(data), "--folds", "2",
                  "--as-selected"]) == 0  # fmt: skip
     out = capsys.readouterr().out
@@ -335,7 +335,7 @@ def test_eval_as_selected_says_so(capsys):
 def test_eval_over_seeds_prints_the_spread_and_refuses_a_fixed_model(capsys):
     """--seeds N trains the folds' models under N seeds and prints each statistic's mean and
     range; with --model nothing is trained, so the two together are a usage error."""
-    data = Path(__file__).resolve().parents[3] / "benchmarks/data/tune/layernorm_2d_bwd.jsonl"
+    data = Path(__file__).resolve().parents[3] / "benchmarks/data/tune/layernorm_2d_bwd.jsonl.gz"
     assert main(["eval", "--kernel", "layernorm_2d_bwd", "--data", str(data), "--folds", "2",
                  "--seeds", "2"]) == 0  # fmt: skip
     out = capsys.readouterr().out
@@ -356,7 +356,7 @@ def test_eval_worst_lists_the_complete_shapes_of_largest_pick_regret(capsys):
     rank and the two configs; with --seeds, seed 0's (a negative N: the usage-error test)."""
     import re
 
-    data = Path(__file__).resolve().parents[3] / "benchmarks/data/tune/layernorm_2d_bwd.jsonl"
+    data = Path(__file__).resolve().parents[3] / "benchmarks/data/tune/layernorm_2d_bwd.jsonl.gz"
     argv = ["eval", "--kernel", "layernorm_2d_bwd", "--data", str(data), "--folds", "2"]
     assert main([*argv, "--worst", "3"]) == 0
     out = capsys.readouterr().out

@@ -54,7 +54,7 @@ def test_unknown_split_is_refused():
 @pytest.mark.parametrize("kernel", TUNED)
 def test_shipped_datasets_put_each_layer_in_one_fold(kernel):
     kdef = KERNELS[kernel]
-    samples = read(DATA / f"{kernel}.jsonl", kernel)
+    samples = read(DATA / f"{kernel}.jsonl.gz", kernel)
     assert samples, f"no dataset for {kernel} in {DATA}"
     layer_of = {ev.shape_of(kdef, s): ev.group_key(kdef, s) for s in samples}
 

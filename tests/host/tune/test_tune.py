@@ -33,6 +33,37 @@ def test_dataset_round_trip_skips_truncated_line(tmp_path: Path):
     assert read(path, kernel="other") == []
 
 
+def test_gzipped_dataset_appends_members_and_skips_a_cut_short_append(tmp_path: Path):
+    """A `.gz` path: each append adds a gzip member (byte-identical for the same rows: no mtime
+    or name in its header), read returns the rows of every member, an append that wrote
+    nothing leaves no file, and a file cut inside its last member reads as the whole rows
+    before the cut."""
+    import gzip
+
+    rows = _dataset(3, seed=1)
+    path = tmp_path / "d.jsonl.gz"
+    assert append(path, []) == 0 and not path.exists()
+    half = len(rows) // 2
+    assert append(path, rows[:half]) == half
+    assert append(path, rows[half:]) == len(rows) - half
+    assert read(path) == rows
+    plain = tmp_path / "d.jsonl"
+    append(plain, rows[:half])
+    append(plain, rows[half:])
+    assert gzip.decompress(path.read_bytes()) == plain.read_bytes()
+    again = tmp_path / "again.jsonl.gz"
+    append(again, rows[:half])
+    append(again, rows[half:])
+    assert again.read_bytes() == path.read_bytes()
+    data = path.read_bytes()
+    cut = tmp_path / "cut.jsonl.gz"
+    cut.write_bytes(data[:-5])  # the last member's trailer cut: its data is whole
+    assert read(cut) == rows
+    cut.write_bytes(data[:-40])  # cut inside the last member's data
+    got = read(cut)
+    assert half <= len(got) < len(rows) and got == rows[: len(got)]
+
+
 def test_params_and_configs_round_trip_through_json():
     p, cfg = P(10, 32), Cfg(64, 2)
     assert from_dict(P, json.loads(json.dumps(to_dict(p)))) == p
