@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import sys
 import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -45,6 +46,7 @@ def append(path: Path, samples: Iterable[Sample]) -> int:
     if not lines:
         return 0
     if path.suffix == ".gz":
+        _mend_cut_gzip(path)
         with path.open("ab") as raw, gzip.GzipFile("", "wb", fileobj=raw, mtime=0) as f:
             f.write("".join(lines).encode())
     else:
@@ -52,6 +54,27 @@ def append(path: Path, samples: Iterable[Sample]) -> int:
             f.write("".join(lines))
             f.flush()
     return len(lines)
+
+
+def _mend_cut_gzip(path: Path) -> None:
+    """A gzipped dataset cut inside its last member (an interrupted append) is rewritten with the
+    whole rows before the cut: a member appended after the cut would not be read back."""
+    if not path.exists():
+        return
+    try:
+        gzip.decompress(path.read_bytes())
+    except (EOFError, gzip.BadGzipFile, zlib.error):
+        text = "".join(line + "\n" for line in _lines(path) if _whole(line))
+        path.write_bytes(gzip.compress(text.encode(), mtime=0))
+        print(f"spio: {path} was cut short; rewritten with its whole rows", file=sys.stderr)
+
+
+def _whole(line: str) -> bool:
+    try:
+        json.loads(line)
+    except json.JSONDecodeError:
+        return False
+    return True
 
 
 def read(path: Path, kernel: str | None = None, device: str | None = None) -> list[Sample]:

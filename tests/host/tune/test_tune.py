@@ -37,7 +37,7 @@ def test_gzipped_dataset_appends_members_and_skips_a_cut_short_append(tmp_path: 
     """A `.gz` path: each append adds a gzip member (byte-identical for the same rows: no mtime
     or name in its header), read returns the rows of every member, an append that wrote
     nothing leaves no file, and a file cut inside its last member reads as the whole rows
-    before the cut."""
+    before the cut; an append to such a file first rewrites it with those rows."""
     import gzip
 
     rows = _dataset(3, seed=1)
@@ -62,6 +62,8 @@ def test_gzipped_dataset_appends_members_and_skips_a_cut_short_append(tmp_path: 
     cut.write_bytes(data[:-40])  # cut inside the last member's data
     got = read(cut)
     assert half <= len(got) < len(rows) and got == rows[: len(got)]
+    assert append(cut, rows[len(got) :]) == len(rows) - len(got)  # mends the cut, then appends
+    assert read(cut) == rows
 
 
 def test_params_and_configs_round_trip_through_json():
