@@ -58,15 +58,18 @@ def append(path: Path, samples: Iterable[Sample]) -> int:
 
 def _mend_cut_gzip(path: Path) -> None:
     """A gzipped dataset cut inside its last member (an interrupted append) is rewritten with the
-    whole rows before the cut: a member appended after the cut would not be read back."""
+    whole rows before the cut: a member appended after the cut would not be read back. A file
+    that is not gzip at all raises (`_lines`), and is left as it is."""
     if not path.exists():
         return
     try:
         gzip.decompress(path.read_bytes())
-    except (EOFError, gzip.BadGzipFile, zlib.error):
+    except EOFError:
         text = "".join(line + "\n" for line in _lines(path) if _whole(line))
         path.write_bytes(gzip.compress(text.encode(), mtime=0))
         print(f"spio: {path} was cut short; rewritten with its whole rows", file=sys.stderr)
+    except (gzip.BadGzipFile, zlib.error) as e:
+        raise _not_gzip(path, e) from e
 
 
 def _whole(line: str) -> bool:
@@ -107,6 +110,15 @@ def _lines(path: Path) -> list[str]:
         try:
             for line in f:
                 lines.append(line.rstrip("\n"))
-        except (EOFError, gzip.BadGzipFile, zlib.error):
-            pass  # the last, partial line is dropped as undecodable JSON
+        except EOFError:
+            pass  # cut short: the last, partial line is dropped as undecodable JSON
+        except (gzip.BadGzipFile, zlib.error) as e:
+            raise _not_gzip(path, e) from e
     return lines
+
+
+def _not_gzip(path: Path, e: Exception) -> ValueError:
+    return ValueError(
+        f"{path}: a dataset named .gz must be gzip-compressed, and this one is not readable as "
+        f"gzip ({e}); rename a plain-text dataset to .jsonl, or gzip it"
+    )

@@ -37,7 +37,8 @@ def test_gzipped_dataset_appends_members_and_skips_a_cut_short_append(tmp_path: 
     """A `.gz` path: each append adds a gzip member (byte-identical for the same rows: no mtime
     or name in its header), read returns the rows of every member, an append that wrote
     nothing leaves no file, and a file cut inside its last member reads as the whole rows
-    before the cut; an append to such a file first rewrites it with those rows."""
+    before the cut; an append to such a file first rewrites it with those rows. A .gz file that
+    is not gzip is an error, not an empty dataset, and an append leaves it untouched."""
     import gzip
 
     rows = _dataset(3, seed=1)
@@ -64,6 +65,19 @@ def test_gzipped_dataset_appends_members_and_skips_a_cut_short_append(tmp_path: 
     assert half <= len(got) < len(rows) and got == rows[: len(got)]
     assert append(cut, rows[len(got) :]) == len(rows) - len(got)  # mends the cut, then appends
     assert read(cut) == rows
+    head = len(
+        gzip.compress(
+            "".join(gzip.decompress(data).decode().splitlines(True)[:half]).encode(), mtime=0
+        )
+    )
+    cut.write_bytes(data[: head + 3])  # the second member cut inside its header
+    assert read(cut) == rows[:half]
+    plain = tmp_path / "plain.jsonl.gz"  # not gzip: an error naming it, the file untouched
+    plain.write_text("{}\n")
+    for call in (lambda: read(plain), lambda: append(plain, rows)):
+        with pytest.raises(ValueError, match="plain.jsonl.gz.*not readable as gzip"):
+            call()
+    assert plain.read_text() == "{}\n"
 
 
 def test_params_and_configs_round_trip_through_json():
