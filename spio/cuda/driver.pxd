@@ -9,7 +9,6 @@ ctypedef void* CUcontext
 ctypedef void* CUmodule
 ctypedef void* CUfunction
 ctypedef void* CUstream
-ctypedef void* CUevent
 
 # cuda.h's CUlaunchAttribute: an id, 4 bytes of padding, then a 64-byte value union aligned to
 # 8 bytes (the only member spio sets is an int at its start): 72 bytes in all.
@@ -74,10 +73,6 @@ ctypedef struct DriverFns:
     CUresult (*cuTensorMapEncodeTiled)(
         void*, int, unsigned int, void*, const unsigned long long*, const unsigned long long*,
         const unsigned int*, const unsigned int*, int, int, int, int) noexcept nogil
-    CUresult (*cuStreamCreateWithPriority)(CUstream*, unsigned int, int) noexcept nogil
-    CUresult (*cuEventCreate)(CUevent*, unsigned int) noexcept nogil
-    CUresult (*cuEventRecord)(CUevent, CUstream) noexcept nogil
-    CUresult (*cuStreamWaitEvent)(CUstream, CUevent, unsigned int) noexcept nogil
 
 
 # The loaded table; loads libcuda and runs cuInit on first use. Raises LibraryNotFoundError

@@ -32,7 +32,6 @@ _SYMBOLS = (
     b"cuStreamSynchronize", b"cuModuleLoadData", b"cuModuleUnload", b"cuModuleGetFunction",
     b"cuFuncGetAttribute", b"cuFuncSetAttribute", b"cuOccupancyMaxActiveBlocksPerMultiprocessor",
     b"cuLaunchKernel", b"cuLaunchKernelEx", b"cuTensorMapEncodeTiled",
-    b"cuStreamCreateWithPriority", b"cuEventCreate", b"cuEventRecord", b"cuStreamWaitEvent",
 )
 
 # CUresults meaning "no usable GPU here" rather than a failure (spio info reports 0 devices).
@@ -328,57 +327,6 @@ def stream_synchronize(uintptr_t stream):
     with nogil:
         status = f.cuStreamSynchronize(<CUstream>stream)
     check(status, "cuStreamSynchronize")
-
-
-cdef enum:
-    CU_STREAM_NON_BLOCKING = 1
-    CU_EVENT_DISABLE_TIMING = 2
-
-
-def stream_create(int priority=0):
-    """cuStreamCreateWithPriority(CU_STREAM_NON_BLOCKING, priority) in the current context (the
-    caller's, else device 0's primary context): a stream handle that never synchronizes with the
-    legacy default stream. Lower numbers are higher priorities. spio never destroys it."""
-    cdef DriverFns* f = fns()
-    cdef CUstream stream = NULL
-    cdef CUresult status
-    current_context()
-    with nogil:
-        status = f.cuStreamCreateWithPriority(&stream, CU_STREAM_NON_BLOCKING, priority)
-    check(status, f"cuStreamCreateWithPriority(CU_STREAM_NON_BLOCKING, {priority})")
-    return <uintptr_t>stream
-
-
-def event_create():
-    """cuEventCreate(CU_EVENT_DISABLE_TIMING) in the current context (as stream_create): an event
-    handle for ordering streams, not for timing. spio never destroys it."""
-    cdef DriverFns* f = fns()
-    cdef CUevent event = NULL
-    cdef CUresult status
-    current_context()
-    with nogil:
-        status = f.cuEventCreate(&event, CU_EVENT_DISABLE_TIMING)
-    check(status, "cuEventCreate(CU_EVENT_DISABLE_TIMING)")
-    return <uintptr_t>event
-
-
-def stream_wait(uintptr_t waiter, uintptr_t waited, uintptr_t event):
-    """Work queued on stream `waiter` from now on runs after all work queued on `waited` so far:
-    cuEventRecord(event, waited), then cuStreamWaitEvent(waiter, event, 0). The wait binds the
-    record it follows, so the event may be recorded again as soon as this returns. Inside a CUDA
-    graph capture of `waited` this makes `waiter` part of the capture (a fork); the reverse call
-    joins it back. No context check (the launch path's cost): the handles carry theirs."""
-    cdef DriverFns* f = fns()
-    cdef CUresult recorded
-    cdef CUresult status = 0
-    with nogil:
-        recorded = f.cuEventRecord(<CUevent>event, <CUstream>waited)
-        if recorded == 0:
-            status = f.cuStreamWaitEvent(<CUstream>waiter, <CUevent>event, 0)
-    if recorded != 0:
-        check(recorded, f"cuEventRecord(event {event:#x}, stream {waited:#x})")
-    if status != 0:
-        check(status, f"cuStreamWaitEvent(stream {waiter:#x}, event {event:#x})")
 
 
 def tensor_map_encode_tiled(int data_type, uintptr_t address, dims, strides, box,

@@ -51,7 +51,6 @@ from spio.functional._dispatch import (
     untraced,
     use_fallback,
 )
-from spio.functional._side_stream import side_stream
 from spio.kernels.conv2d_gw8 import reference as ref
 from spio.kernels.conv2d_gw8.params import (
     GROUP_WIDTH,
@@ -333,42 +332,20 @@ class _ForwardPlan:
             dy = dy.to(self.dtype)
         stream = raw_stream(self.index)
         dx = dw = db = None
+        if need_x:
+            plan = self._dgrad
+            if plan is None:
+                plan = self._dgrad = _dgrad_plan(self.p, self.dev)
+            dx = plan.run(dy, w, stream)
         with_bias = self.p.has_bias and need_b
         if need_w or with_bias:
             wplan = self._wgrad.get(with_bias)
             if wplan is None:
                 wplan = self._wgrad[with_bias] = _wgrad_plan(self.p, with_bias, self.dev)
-            if need_x:
-                dx, dw, db = _both_gradients(self.dgrad_plan(), wplan, x, dy, w, stream)
-            else:
-                dw, db = wplan.run(x, dy, stream)
+            dw, db = wplan.run(x, dy, stream)
             if not need_w:
                 dw = None
-        elif need_x:
-            dx = self.dgrad_plan().run(dy, w, stream)
         return dx, dw, db
-
-    def dgrad_plan(self) -> _DgradPlan:
-        """The input gradient's plan, made at the first backward that needs it."""
-        plan = self._dgrad
-        if plan is None:
-            plan = self._dgrad = _dgrad_plan(self.p, self.dev)
-        return plan
-
-
-def _both_gradients(dplan, wplan, x, dy, w, stream: int) -> tuple:
-    """(dx, dw, db or None) of prepared operands: the weight gradient's one-wave grid on the
-    side stream, launched first, beside the input gradient on `stream`, so that each fills the
-    SMs the other leaves idle (docs/ops/conv2d_gw8.md, "Thirty-sixth session"). The bits are
-    those of the two plans run one after the other: each kernel sums in its own fixed order."""
-    side = side_stream(dplan.device.index)
-    dw, db, workspace = wplan.start(x, dy, side.fork(stream))
-    try:
-        dx = dplan.run(dy, w, stream)
-    finally:
-        side.join(stream)
-    del workspace  # released only after the join (see spio.functional._side_stream)
-    return dx, dw, db
 
 
 def _selected(kdef, p: Conv2dGw8Params, dev) -> tuple[Any, Any]:
@@ -432,17 +409,11 @@ class _WgradPlan:
 
     def run(self, x, dy, stream: int) -> tuple[torch.Tensor, torch.Tensor | None]:
         """(dw, db or None) for channels_last, 16-byte aligned x and dy."""
-        dw, db, _ = self.start(x, dy, stream)
-        return dw, db
-
-    def start(self, x, dy, stream: int) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
-        """`run`, also returning the partials' workspace: allocated from the current stream's
-        pool, it must outlive the launches when `stream` is another one."""
         dw = _empty_strided(self.w_size, self.w_stride, dtype=self.wdtype, device=self.device)
         db = _empty(self.c, dtype=self.wdtype, device=self.device) if self.with_bias else None
         workspace = _empty(self.workspace, dtype=torch.float32, device=self.device)
         self.launch(dw, db, workspace, x, dy, stream)
-        return dw, db, workspace
+        return dw, db
 
 
 def _dgrad_plan(p: Conv2dGw8Params, dev) -> _DgradPlan:
@@ -508,10 +479,6 @@ _LIB.define(
 _LIB.define(
     "conv2d_gw8_wgrad(Tensor input, Tensor grad_output, int[] kernel_rs, int[] padding, "
     "bool with_bias, bool weight_cl=False, int[] stride=[1, 1]) -> (Tensor, Tensor)"
-)
-_LIB.define(
-    "conv2d_gw8_backward(Tensor grad_output, Tensor input, Tensor weight, int[] padding, "
-    "bool with_bias, bool weight_cl=False, int[] stride=[1, 1]) -> (Tensor, Tensor, Tensor)"
 )
 
 
@@ -579,16 +546,6 @@ def _expect(op: str, what: str, t, shape: tuple[int, ...], dtype) -> None:
 
 
 def _dgrad_op(grad_output, weight, input_hw, padding, stride=(1, 1)):
-    plan = _dgrad_op_plan(grad_output, weight, input_hw, padding, stride)
-    if type(plan) is not _DgradPlan:
-        return plan  # the fallback's or an empty batch's dx
-    dy, w = _dgrad_operands(plan, grad_output, weight)
-    return plan.run(dy, w, raw_stream(grad_output.device.index))
-
-
-def _dgrad_op_plan(grad_output, weight, input_hw, padding, stride) -> Any:
-    """The dgrad op's plan for its arguments, or its result where no kernel runs (the
-    fallback, an empty batch). Raises on invalid arguments."""
     key = (grad_output.shape, grad_output.dtype, grad_output.device, weight.shape,
            weight.stride(), weight.dtype, tuple(input_hw), tuple(padding),
            tuple(stride))  # fmt: skip
@@ -620,20 +577,11 @@ def _dgrad_op_plan(grad_output, weight, input_hw, padding, stride) -> Any:
         _expect("conv2d_gw8_dgrad", "weight", weight, (c, GROUP_WIDTH, p.r, p.s), weight.dtype)
         index = grad_output.device.index
         plan = _DGRAD[key] = _dgrad_plan(p, device_attributes(index))
-    return plan
-
-
-def _dgrad_operands(plan: _DgradPlan, grad_output, weight) -> tuple[Any, Any]:
-    """dy channels_last and 16-byte aligned, the weight in the plan's layout."""
+    dy = grad_output
+    if not dy.is_contiguous(memory_format=_CL) or dy.data_ptr() & 15:
+        dy = dy.clone(memory_format=_CL)
     w = weight if plan.weight_cl == _weight_cl(weight) else weight.contiguous()
-    return _aligned_cl(grad_output), w
-
-
-def _aligned_cl(t):
-    """t, or a channels_last copy where it is not channels_last or not 16-byte aligned."""
-    if not t.is_contiguous(memory_format=_CL) or t.data_ptr() & 15:
-        t = t.clone(memory_format=_CL)
-    return t
+    return plan.run(dy, w, raw_stream(grad_output.device.index))
 
 
 def _dgrad_fake(grad_output, weight, input_hw, padding, stride=(1, 1)):
@@ -649,16 +597,6 @@ def _dgrad_fake(grad_output, weight, input_hw, padding, stride=(1, 1)):
 def _wgrad_op(input, grad_output, kernel_rs, padding, with_bias, weight_cl=False, stride=(1, 1)):
     """(grad_weight (C, 8, R, S), contiguous or channels_last (`weight_cl`: the weight's layout),
     grad_bias (C,) or an empty (0,) tensor when not with_bias)."""
-    plan = _wgrad_op_plan(input, grad_output, kernel_rs, padding, with_bias, weight_cl, stride)
-    if type(plan) is not _WgradPlan:
-        return plan  # the fallback's or an empty batch's (grad_weight, grad_bias)
-    dw, db = plan.run(_aligned_cl(input), _aligned_cl(grad_output), raw_stream(input.device.index))
-    return dw, db if db is not None else input.new_empty((0,))
-
-
-def _wgrad_op_plan(input, grad_output, kernel_rs, padding, with_bias, weight_cl, stride) -> Any:
-    """The wgrad op's plan for its arguments, or its result where no kernel runs (the
-    fallback, an empty batch). Raises on invalid arguments."""
     key = (input.shape, input.dtype, input.device, grad_output.shape, grad_output.dtype,
            tuple(kernel_rs), tuple(padding), bool(with_bias), bool(weight_cl),
            tuple(stride))  # fmt: skip
@@ -682,7 +620,13 @@ def _wgrad_op_plan(input, grad_output, kernel_rs, padding, with_bias, weight_cl,
         p = _layer(input, rs, hw, pads, bool(with_bias), weight_cl=bool(weight_cl), stride=strides)
         _expect("conv2d_gw8_wgrad", "grad_output", grad_output, (p.n, p.c, p.p, p.q), input.dtype)
         plan = _WGRAD[key] = _wgrad_plan(p, bool(with_bias), device_attributes(input.device.index))
-    return plan
+    x, dy = input, grad_output
+    if not x.is_contiguous(memory_format=_CL) or x.data_ptr() & 15:
+        x = x.clone(memory_format=_CL)
+    if not dy.is_contiguous(memory_format=_CL) or dy.data_ptr() & 15:
+        dy = dy.clone(memory_format=_CL)
+    dw, db = plan.run(x, dy, raw_stream(input.device.index))
+    return dw, db if db is not None else input.new_empty((0,))
 
 
 def _wgrad_fake(input, grad_output, kernel_rs, padding, with_bias, weight_cl=False, stride=(1, 1)):
@@ -693,39 +637,10 @@ def _wgrad_fake(input, grad_output, kernel_rs, padding, with_bias, weight_cl=Fal
     return gw, gb
 
 
-def _backward_op(grad_output, input, weight, padding, with_bias, weight_cl=False, stride=(1, 1)):
-    """(grad_input, grad_weight, grad_bias or an empty (0,) tensor): what conv2d_gw8_dgrad and
-    conv2d_gw8_wgrad return, in one call that runs their kernels side by side."""
-    hw, rs = [input.shape[2], input.shape[3]], [weight.shape[2], weight.shape[3]]
-    dplan = _dgrad_op_plan(grad_output, weight, hw, padding, stride)
-    wplan = _wgrad_op_plan(input, grad_output, rs, padding, with_bias, weight_cl, stride)
-    if type(dplan) is _DgradPlan and type(wplan) is _WgradPlan:
-        dy, w = _dgrad_operands(dplan, grad_output, weight)
-        stream = raw_stream(input.device.index)
-        dx, dw, db = _both_gradients(dplan, wplan, _aligned_cl(input), dy, w, stream)
-        return dx, dw, db if db is not None else input.new_empty((0,))
-    # somewhere no kernel runs (the fallback, an empty batch): each op as it would run alone
-    dx = (
-        dplan
-        if type(dplan) is not _DgradPlan
-        else _dgrad_op(grad_output, weight, hw, padding, stride)
-    )
-    if type(wplan) is _WgradPlan:
-        wplan = _wgrad_op(input, grad_output, rs, padding, with_bias, weight_cl, stride)
-    return dx, *wplan
-
-
-def _backward_fake(grad_output, input, weight, padding, with_bias, weight_cl=False, stride=(1, 1)):
-    hw, rs = [input.shape[2], input.shape[3]], [weight.shape[2], weight.shape[3]]
-    gw, gb = _wgrad_fake(input, grad_output, rs, padding, with_bias, weight_cl, stride)
-    return _dgrad_fake(grad_output, weight, hw, padding, stride), gw, gb
-
-
 for _name, _impl, _fake in (
     ("conv2d_gw8", _conv2d_gw8_op, _conv2d_gw8_fake),
     ("conv2d_gw8_dgrad", _dgrad_op, _dgrad_fake),
     ("conv2d_gw8_wgrad", _wgrad_op, _wgrad_fake),
-    ("conv2d_gw8_backward", _backward_op, _backward_fake),
 ):
     _LIB.impl(_name, _impl, "CPU")
     _LIB.impl(_name, _impl, "CUDA")
@@ -745,24 +660,23 @@ def _backward(ctx, grad_output):
     input, weight = ctx.saved_tensors
     grad_output = grad_output.contiguous(memory_format=_CL)
     need_x, need_w, need_b = ctx.needs_input_grad[:3]
-    with_bias = bool(ctx.with_bias and need_b)
-    hw, rs = [input.shape[2], input.shape[3]], [weight.shape[2], weight.shape[3]]
     grad_input = grad_weight = grad_bias = None
-    if need_x and (need_w or with_bias):  # both, side by side
-        grad_input, gw, gb = torch.ops.spio.conv2d_gw8_backward(
-            grad_output, input, weight, ctx.padding, with_bias, ctx.weight_cl, ctx.stride
-        )
-    elif need_x:
+    if need_x:
         grad_input = torch.ops.spio.conv2d_gw8_dgrad(
-            grad_output, weight, hw, ctx.padding, ctx.stride
+            grad_output, weight, [input.shape[2], input.shape[3]], ctx.padding, ctx.stride
         )
-    elif need_w or with_bias:
+    if need_w or (ctx.with_bias and need_b):
         gw, gb = torch.ops.spio.conv2d_gw8_wgrad(
-            input, grad_output, rs, ctx.padding, with_bias, ctx.weight_cl, ctx.stride
+            input,
+            grad_output,
+            [weight.shape[2], weight.shape[3]],
+            ctx.padding,
+            bool(ctx.with_bias and need_b),
+            ctx.weight_cl,
+            ctx.stride,
         )
-    if need_w or with_bias:
         grad_weight = gw if need_w else None
-        grad_bias = gb if with_bias else None
+        grad_bias = gb if ctx.with_bias and need_b else None
     return grad_input, grad_weight, grad_bias, None, None
 
 

@@ -110,77 +110,6 @@ class _Through(torch.utils._python_dispatch.TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
-def _eager_and_ops(x, wt, b, dy, stride=1, path="eager"):
-    """(dx, dw, db) from the autograd of `path` (eager: the forward plan's backward; dispatcher:
-    the registered one, conv2d_gw8_backward; both put the weight gradient on the side stream)
-    and from the gradient ops called one after the other on the current stream."""
-    xs, ws, bs = (t.detach().clone().requires_grad_() for t in (x, wt, b))
-    if path == "eager":
-        conv2d_gw8(xs, ws, bs, 1, stride).backward(dy)
-    else:
-        with _Through():
-            y = conv2d_gw8(xs, ws, bs, 1, stride)
-        y.backward(dy)
-    dx = torch.ops.spio.conv2d_gw8_dgrad(dy, wt, list(x.shape[2:]), [1, 1], [stride, stride])
-    dw, db = torch.ops.spio.conv2d_gw8_wgrad(x, dy, [3, 3], [1, 1], True, False, [stride] * 2)
-    return (xs.grad, ws.grad, bs.grad), (dx, dw, db)
-
-
-@pytest.mark.parametrize("path", ["eager", "dispatcher"])
-@pytest.mark.parametrize("stride", [1, 2])
-def test_backward_on_two_streams_gives_the_ops_bits(stride, path, seed):
-    """The eager backward runs wgrad on a side stream beside dgrad: the same bits as the two
-    ops on one stream, also from a user's stream, with the workspace reused right after (its
-    memory is released only once the current stream has joined the side stream)."""
-    x, wt, b = _inputs(seed, n=32, c=64, h=28, w=28)
-    dy = torch.randn(32, 64, 28 // stride, 28 // stride, device="cuda").half()
-    dy = dy.contiguous(memory_format=CL)
-    eager, ops = _eager_and_ops(x, wt, b, dy, stride, path)
-    for e, o, name in zip(eager, ops, ("dx", "dw", "db"), strict=True):
-        assert torch.equal(e, o), f"{name} seed={seed}"
-    user = torch.cuda.Stream()
-    user.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(user):
-        for _ in range(3):
-            eager2, _ = _eager_and_ops(x, wt, b, dy, stride, path)
-            junk = torch.full((1 << 20,), float("nan"), device="cuda")  # reuses freed blocks
-            del junk
-    torch.cuda.current_stream().wait_stream(user)
-    torch.cuda.synchronize()
-    for e, o, name in zip(eager2, ops, ("dx", "dw", "db"), strict=True):
-        assert torch.equal(e, o), f"{name} on a user's stream seed={seed}"
-
-
-def test_cuda_graph_capture_of_the_eager_backward(seed):
-    """The side stream's fork and join inside a capture: the replay gives the eager bits."""
-    x, wt, b = _inputs(seed, n=16, c=64, h=28, w=28)
-    dy = torch.randn(16, 64, 28, 28, device="cuda").half().contiguous(memory_format=CL)
-    xs, ws, bs = (t.detach().clone().requires_grad_() for t in (x, wt, b))
-
-    def step():
-        for t in (xs, ws, bs):
-            t.grad = None
-        conv2d_gw8(xs, ws, bs).backward(dy)
-        return xs.grad, ws.grad, bs.grad
-
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        step()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        static = step()
-    with torch.no_grad():
-        xs.copy_(torch.randn_like(xs))
-    graph.replay()
-    torch.cuda.synchronize()
-    captured = [t.clone() for t in static]
-    fresh = step()
-    for a, e in zip(captured, fresh, strict=True):
-        assert torch.equal(a, e)
-
-
 @pytest.mark.parametrize("path", ["eager", "dispatcher"])
 @pytest.mark.parametrize("r, s, wdtype", [(3, 3, None), (5, 3, None), (3, 3, torch.float32)])
 def test_channels_last_weight_is_read_and_written_in_place(path, r, s, wdtype, seed):
@@ -231,26 +160,6 @@ def test_opcheck_cuda(seed):
     torch.library.opcheck(
         torch.ops.spio.conv2d_gw8_wgrad.default, (x.detach(), dy, [3, 3], [1, 1], True)
     )
-    torch.library.opcheck(
-        torch.ops.spio.conv2d_gw8_backward.default, (dy, x.detach(), wt.detach(), [1, 1], True)
-    )
-
-
-def test_reduce_overhead_backward_gives_the_eager_bits(seed):
-    """torch.compile(mode="reduce-overhead"): the compiled backward calls conv2d_gw8_backward,
-    whose side-stream fork and join CUDA-graph trees record; the replays give the eager bits."""
-    x, wt, b = _inputs(seed, n=16, c=64, h=28, w=28)
-    dy = torch.randn(16, 64, 28, 28, device="cuda").half().contiguous(memory_format=CL)
-    compiled = torch.compile(lambda x, w, b: conv2d_gw8(x, w, b), mode="reduce-overhead")
-    leaves = [t.detach().clone().requires_grad_() for t in (x, wt, b)]
-    conv2d_gw8(*leaves).backward(dy)
-    want = [t.grad.clone() for t in leaves]
-    for step in range(4):  # warm-up, recording, replays
-        for t in leaves:
-            t.grad = None
-        compiled(*leaves).backward(dy)
-        for t, w_ in zip(leaves, want, strict=True):
-            assert torch.equal(t.grad, w_), f"step {step} seed={seed}"
 
 
 def test_torch_compile_fullgraph(seed):

@@ -17,7 +17,7 @@ typedef int CUdevice;
 typedef void* CUcontext;
 
 enum { OK = 0, INVALID_VALUE = 1, INVALID_DEVICE = 101, INVALID_IMAGE = 200,
-       INVALID_CONTEXT = 201, INVALID_HANDLE = 400, NOT_FOUND = 500 };
+       INVALID_CONTEXT = 201, NOT_FOUND = 500 };
 
 static int init_status = 0;
 static int gil_held_calls = 0;
@@ -78,7 +78,6 @@ CUresult cuGetErrorName(CUresult s, const char** out) {
         case 101: *out = "CUDA_ERROR_INVALID_DEVICE"; return OK;
         case 200: *out = "CUDA_ERROR_INVALID_IMAGE"; return OK;
         case 201: *out = "CUDA_ERROR_INVALID_CONTEXT"; return OK;
-        case 400: *out = "CUDA_ERROR_INVALID_HANDLE"; return OK;
         case 500: *out = "CUDA_ERROR_NOT_FOUND"; return OK;
         default: *out = 0; return INVALID_VALUE;
     }
@@ -272,78 +271,4 @@ CUresult cuTensorMapEncodeTiled(void* map, int dtype, unsigned rank, void* addre
     }
     memcpy(map, q, sizeof q);
     return OK;
-}
-
-/* Streams and events: handles are the addresses of slots in small tables; cuEventRecord and
- * cuStreamWaitEvent append to a log a test reads (fake_stream_log): per entry the op (1 record,
- * 2 wait), the stream handle and the event handle. A handle the fake did not create is
- * INVALID_HANDLE, as is a wait on an event never recorded. fake_reset_streams forgets them. */
-static char streams[8], events[8];
-static int n_streams = 0, n_events = 0, event_recorded[8];
-static int last_stream_flags = -1, last_stream_priority = 0, last_event_flags = -1;
-static unsigned long long stream_log[64][3];
-static int n_log = 0;
-
-static int event_slot(void* e) {
-    long i = (char*)e - events;
-    return i >= 0 && i < n_events ? (int)i : -1;
-}
-static int known_stream(void* s) {
-    long i = (char*)s - streams;
-    return s == 0 || (i >= 0 && i < n_streams);
-}
-static void log_op(int op, void* s, void* e) {
-    if (n_log < 64) {
-        stream_log[n_log][0] = op;
-        stream_log[n_log][1] = (unsigned long long)s;
-        stream_log[n_log][2] = (unsigned long long)e;
-        n_log++;
-    }
-}
-
-CUresult cuStreamCreateWithPriority(void** s, unsigned flags, int priority) {
-    note_gil();
-    if (!current) return INVALID_CONTEXT;
-    if (n_streams == 8) return INVALID_VALUE;
-    last_stream_flags = (int)flags;
-    last_stream_priority = priority;
-    *s = &streams[n_streams++];
-    return OK;
-}
-CUresult cuEventCreate(void** e, unsigned flags) {
-    note_gil();
-    if (!current) return INVALID_CONTEXT;
-    if (n_events == 8) return INVALID_VALUE;
-    last_event_flags = (int)flags;
-    event_recorded[n_events] = 0;
-    *e = &events[n_events++];
-    return OK;
-}
-CUresult cuEventRecord(void* e, void* s) {
-    note_gil();
-    int i = event_slot(e);
-    if (i < 0 || !known_stream(s)) return INVALID_HANDLE;
-    event_recorded[i] = 1;
-    log_op(1, s, e);
-    return OK;
-}
-CUresult cuStreamWaitEvent(void* s, void* e, unsigned flags) {
-    note_gil();
-    int i = event_slot(e);
-    if (i < 0 || !known_stream(s) || flags) return INVALID_HANDLE;
-    if (!event_recorded[i]) return INVALID_HANDLE;
-    log_op(2, s, e);
-    return OK;
-}
-void fake_reset_streams(void) { n_streams = n_events = n_log = 0; }
-void fake_stream_flags(int* stream_flags, int* priority, int* event_flags) {
-    *stream_flags = last_stream_flags; *priority = last_stream_priority;
-    *event_flags = last_event_flags;
-}
-/* Copies the log out (3 values per entry) and clears it; returns the number of entries. */
-int fake_stream_log(unsigned long long* out) {
-    int n = n_log;
-    memcpy(out, stream_log, sizeof(unsigned long long) * 3 * n);
-    n_log = 0;
-    return n;
 }

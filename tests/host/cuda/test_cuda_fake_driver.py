@@ -61,7 +61,6 @@ def fake(fake_paths):
         lib.fake_set_init_status(0)
         lib.fake_set_signature(b"")
         lib.fake_clear_current()  # contexts are per thread and would leak between tests
-        lib.fake_reset_streams()
         try:
             yield lib
         finally:
@@ -235,38 +234,7 @@ def test_gil_is_released_around_every_driver_call(fake):
     f.bind(1, 1)((0, 1))  # pushes and pops the module's context
     _ = (f.num_regs, f.local_bytes, f.max_active_blocks(128))
     driver.synchronize()
-    side, event = driver.stream_create(), driver.event_create()
-    driver.stream_wait(side, 0, event)
     assert fake.fake_gil_held_calls() == 0
-
-
-def _stream_log(lib) -> list[tuple[int, int, int]]:
-    out = (ctypes.c_ulonglong * 192)()
-    n = lib.fake_stream_log(out)
-    return [tuple(out[3 * i : 3 * i + 3]) for i in range(n)]
-
-
-def test_streams_and_events_order_work_across_streams(fake):
-    side = driver.stream_create()
-    ready, done = driver.event_create(), driver.event_create()
-    flags = [ctypes.c_int() for _ in range(3)]
-    fake.fake_stream_flags(*map(ctypes.byref, flags))
-    # a non-blocking stream (it never waits on the legacy stream by itself), priority 0, and an
-    # event without timing
-    assert [f.value for f in flags] == [1, 0, 2]
-    driver.stream_wait(side, 0, ready)  # fork: side waits for the legacy stream's work so far
-    driver.stream_wait(0, side, done)  # join
-    RECORD, WAIT = 1, 2
-    assert _stream_log(fake) == [
-        (RECORD, 0, ready), (WAIT, side, ready), (RECORD, side, done), (WAIT, 0, done)
-    ]  # fmt: skip
-    driver.stream_create(priority=-1)
-    fake.fake_stream_flags(*map(ctypes.byref, flags))
-    assert flags[1].value == -1
-    with pytest.raises(CudaDriverError, match=r"cuEventRecord\(event 0x0, stream 0x0\)"):
-        driver.stream_wait(side, 0, 0)
-    with pytest.raises(CudaDriverError, match=r"cuStreamWaitEvent\(stream 0x3039, .*_HANDLE"):
-        driver.stream_wait(12345, 0, ready)
 
 
 @pytest.mark.parametrize(
