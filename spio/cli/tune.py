@@ -285,6 +285,24 @@ def cmd_train(a: argparse.Namespace) -> int:
         if not by_device:
             print(f"{k}: no samples (run `spio tune collect --kernel {k}` on a GPU first)")
             continue
+        if a.pool_for is not None:
+            from spio.tune.evaluate import pooled_rows
+
+            pool, samples = _pooled(k, by_device, a.pool_for, "train")
+            model = PerfModel.train(
+                k,
+                a.pool_for,
+                pool[a.pool_for].arch,
+                pooled_rows(KERNELS[k], samples, pool),
+                [s.latency_us for s in samples],
+            )
+            path = model_path(out_dir, k, a.pool_for)
+            model.save(path)
+            print(
+                f"{k} on {a.pool_for}: trained on {len(samples)} samples of {len(pool)} GPUs "
+                f"with device features -> {path}"
+            )
+            continue
         for device_name, samples in sorted(by_device.items()):
             dev = _device_for(device_name, "train")
             model = PerfModel.train(
@@ -300,6 +318,26 @@ def cmd_train(a: argparse.Namespace) -> int:
     return 0
 
 
+def _pooled(
+    kernel: str, by_device: dict[str, list], target: str, cmd: str
+) -> tuple[dict[str, DeviceAttributes], list]:
+    """--pool-for: every GPU of the data (name -> attributes) and their samples in one list,
+    ordered by GPU name (a usage error unless `target` and another GPU of its arch are there)."""
+    if target not in by_device or len(by_device) < 2:
+        _usage_error(
+            cmd,
+            f"--pool-for {target!r} needs {kernel} samples of that GPU and of another one in "
+            f"--data; the data has {sorted(by_device)}",
+        )
+    pool = {name: _device_for(name, cmd) for name in sorted(by_device)}
+    archs = {d.arch for d in pool.values()}
+    if len(archs) > 1:
+        _usage_error(
+            cmd, f"--pool-for pools GPUs of one arch (a model serves one); the data has {archs}"
+        )
+    return pool, [s for name in pool for s in by_device[name]]
+
+
 def cmd_eval(a: argparse.Namespace) -> int:
     from spio.kernels import KERNELS
     from spio.tune.evaluate import evaluate, evaluate_seeds
@@ -308,6 +346,8 @@ def cmd_eval(a: argparse.Namespace) -> int:
     fixed = None
     if a.model is not None and a.seeds > 1:
         _usage_error("eval", "--seeds trains the folds' models; --model ranks with one model")
+    if a.model is not None and a.pool_for is not None:
+        _usage_error("eval", "--pool-for trains the folds' models; --model ranks with one model")
     if a.model is not None:
         from spio.tune.model import ModelFormatError, PerfModel
 
@@ -325,7 +365,12 @@ def cmd_eval(a: argparse.Namespace) -> int:
             by_device[s.device].append(s)
         if not by_device:
             print(f"{k}: no samples (run `spio tune collect --kernel {k}` on a GPU first)")
-        for device_name, samples in sorted(by_device.items()):
+        jobs = sorted(by_device.items())
+        pool = None
+        if by_device and a.pool_for is not None:
+            pool, pooled = _pooled(k, by_device, a.pool_for, "eval")
+            jobs = [(a.pool_for, pooled)]
+        for device_name, samples in jobs:
             dev = _device_for(device_name, "eval")
             if fixed is not None and fixed.arch != dev.arch:
                 _usage_error(
@@ -344,6 +389,7 @@ def cmd_eval(a: argparse.Namespace) -> int:
                             a.folds,
                             as_selected=a.as_selected,
                             worst_shapes=a.worst,
+                            pool=pool,
                         )
                     )
                 else:
@@ -356,6 +402,7 @@ def cmd_eval(a: argparse.Namespace) -> int:
                             model=fixed,
                             as_selected=a.as_selected,
                             worst_shapes=a.worst,
+                            pool=pool,
                         )
                     )
             except ValueError as e:  # too few layers to hold one out
@@ -435,6 +482,12 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--data", action="append", default=[], help="dataset file(s)")
     t.add_argument("--out", help="model directory (default: <cache dir>/models)")
     t.add_argument("--ship", action="store_true", help="write into the package (spio/tune/models)")
+    t.add_argument(
+        "--pool-for",
+        metavar="GPU",
+        help="train one model for this GPU (its name as the data has it) on the samples of every "
+        "GPU in --data, with each GPU's memory bandwidth and L2 size as features",
+    )
     t.set_defaults(func=cmd_train)
     e = sub.add_parser("eval", help="regret of the top-1 pick on held-out shapes")
     e.add_argument("--kernel", required=True, help="registry name, or 'all'")
@@ -468,6 +521,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="also list the N held-out complete shapes of largest pick regret: their pick's and "
         "autotune's regret, where the model ranked the best config, the two configs (with "
         "--seeds: seed 0's)",
+    )
+    e.add_argument(
+        "--pool-for",
+        metavar="GPU",
+        help="score this GPU's held-out shapes with folds' models trained as `train --pool-for` "
+        "trains (every GPU's samples in --data, device features; a layer held out on all)",
     )
     e.set_defaults(func=cmd_eval)
     s = sub.add_parser("select", help="ranked configs for a layer (no GPU needed)")

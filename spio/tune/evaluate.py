@@ -34,12 +34,13 @@ import hashlib
 import json
 import statistics
 from collections import defaultdict
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from spio.kernels.kernel_def import KernelDef
 from spio.tune.dataset import Sample
-from spio.tune.features import features, from_dict, to_dict
+from spio.tune.features import DEVICE_FEATURES, device_features, features, from_dict, to_dict
 from spio.tune.model import PerfModel
 from spio.tune.rank import autotune_candidates
 
@@ -74,6 +75,7 @@ class Report:
     as_selected: bool = False  # each shape ranked at the op's selection params (select_key)
     # The complete shapes of largest pick regret, worst first (`evaluate(worst_shapes=N)`).
     worst: tuple[CompleteShape, ...] = ()
+    pooled: tuple[str, ...] = ()  # the GPUs whose samples the folds' models trained on (`pool`)
 
     def __str__(self) -> str:
         folds = f"of {self.groups} layers" if self.split == "layer" else "(folded by full params)"
@@ -87,6 +89,8 @@ class Report:
                 f"{self.kernel} on {self.device}: {self.shapes} held-out shapes {folds}, "
                 f"{self.samples} samples"
             )
+        if self.pooled:
+            head += f" of {', '.join(self.pooled)}, pooled with device features"
         if self.as_selected:
             head += ", ranked as the op selects (select_key)"
         text = (
@@ -214,13 +218,15 @@ def _space_indices(kdef: KernelDef, shape: str, idx: list[int], samples: list[Sa
 
 
 def _rows_as_selected(
-    kdef: KernelDef, samples: list[Sample], idx: list[int], device: Any
+    kdef: KernelDef, samples: list[Sample], idx: list[int], device: Any, device_terms: bool
 ) -> list[dict[str, float]]:
     """Feature rows of one shape's samples idx at the params the op selects the shape's config
     for (`KernelDef.select_key`; the shape itself without one)."""
     chosen = kdef.selection(from_dict(kdef.params_type, samples[idx[0]].params))
+    terms = device_features(device) if device_terms else {}
     return [
-        features(kdef, chosen, from_dict(kdef.config_type, samples[i].config), device) for i in idx
+        features(kdef, chosen, from_dict(kdef.config_type, samples[i].config), device) | terms
+        for i in idx
     ]
 
 
@@ -263,8 +269,28 @@ def fold_of(key: str, folds: int) -> int:
     return int(hashlib.sha256(key.encode()).hexdigest(), 16) % folds
 
 
-def feature_rows(kdef: KernelDef, samples: list[Sample], device: Any) -> list[dict[str, float]]:
-    """Recomputes features from stored params/config with the family's current code."""
+def pooled_rows(
+    kdef: KernelDef, samples: list[Sample], pool: Mapping[str, Any]
+) -> list[dict[str, float]]:
+    """Each sample's features on its own GPU (`pool`: device name -> DeviceAttributes), followed
+    by that GPU's DEVICE_FEATURES: the rows of a model trained on several GPUs' samples."""
+    rows: list[dict[str, float]] = [{}] * len(samples)
+    by_device: dict[str, list[int]] = defaultdict(list)
+    for i, s in enumerate(samples):
+        by_device[s.device].append(i)
+    for name, idx in by_device.items():
+        own = feature_rows(kdef, [samples[i] for i in idx], pool[name], device_terms=True)
+        for i, row in zip(idx, own, strict=True):
+            rows[i] = row
+    return rows
+
+
+def feature_rows(
+    kdef: KernelDef, samples: list[Sample], device: Any, device_terms: bool = False
+) -> list[dict[str, float]]:
+    """Recomputes features from stored params/config with the family's current code; with
+    `device_terms`, the device's DEVICE_FEATURES after them (a pooled model's rows)."""
+    terms = device_features(device) if device_terms else {}
     return [
         features(
             kdef,
@@ -272,6 +298,7 @@ def feature_rows(kdef: KernelDef, samples: list[Sample], device: Any) -> list[di
             from_dict(kdef.config_type, s.config),
             device,
         )
+        | terms
         for s in samples
     ]
 
@@ -333,20 +360,31 @@ def held_out(
     model: PerfModel | None = None,
     as_selected: bool = False,
     seed: int = 0,
+    pool: Mapping[str, Any] | None = None,
 ) -> HeldOut:
     """Ranks every shape with a model that never saw its layer (each fold's, trained on the
     others with training seed `seed`), or with `model` alone (e.g. another GPU's, as
     `find_model` falls back to it: nothing is trained and the samples need not come from its
     GPU); with `as_selected`, at the params the op selects the shape's config for (the module
-    docstring)."""
+    docstring). With `pool` (device name -> DeviceAttributes of every GPU among the samples),
+    the folds' models train on every GPU's samples with DEVICE_FEATURES, as `spio tune train
+    --pool-for` does, a layer held out on all of them, and only `device`'s shapes are scored."""
     if not samples:
         raise ValueError(f"evaluate: no samples for {kdef.name}")
+    if pool is not None and model is not None:
+        raise ValueError("evaluate: pool trains the folds' models; model ranks with one model")
     groups = {group_key(kdef, s, split) for s in samples}
     if len(groups) < 2 and model is None:
         what = "layers" if split == "layer" else "shapes"
         raise ValueError(f"evaluate: {kdef.name} needs samples of at least 2 {what}, got 1")
     folds = 1 if model is not None else min(folds, len(groups))
-    rows = feature_rows(kdef, samples, device)
+    terms = pool is not None or (model is not None and model.feature_names[-1] in DEVICE_FEATURES)
+    if pool is not None:
+        rows = pooled_rows(kdef, samples, pool)
+    elif terms:  # a pooled model ranks one GPU's samples
+        rows = feature_rows(kdef, samples, device, device_terms=True)
+    else:
+        rows = feature_rows(kdef, samples, device)
     by_shape = shape_indices(kdef, samples)
     if model is not None:
         tested = {0: list(by_shape)}
@@ -366,9 +404,13 @@ def held_out(
             continue
         for k in test_shapes:
             idx = by_shape[k]
+            if pool is not None:  # only the scored GPU's samples of the shape
+                idx = [i for i in idx if samples[i].device == device.name]
+                if not idx:
+                    continue
             measured = [samples[i].latency_us for i in idx]
             ranked_rows = (
-                _rows_as_selected(kdef, samples, idx, device)
+                _rows_as_selected(kdef, samples, idx, device, terms)
                 if as_selected
                 else [rows[i] for i in idx]
             )
@@ -380,7 +422,7 @@ def held_out(
             space = _space_indices(kdef, k, idx, samples, device)
             if space is not None:
                 guess = ranker.predict_us(
-                    _rows_as_selected(kdef, samples, space, device)
+                    _rows_as_selected(kdef, samples, space, device, terms)
                     if as_selected
                     else [rows[i] for i in space]
                 )
@@ -411,6 +453,7 @@ def evaluate(
     as_selected: bool = False,
     seed: int = 0,
     worst_shapes: int = 0,
+    pool: Mapping[str, Any] | None = None,
 ) -> Report:
     """Regret of the model's top-1 pick per shape, each fold ranked by a model trained on the
     others (`held_out`; with `model`, that one model ranks every shape; with `as_selected`, at
@@ -418,13 +461,13 @@ def evaluate(
     also keeps that many complete shapes of largest pick regret (`Report.worst`)."""
     if worst_shapes < 0:
         raise ValueError(f"evaluate: worst_shapes must be >= 0, got {worst_shapes}")
-    h = held_out(kdef, samples, device, folds, rounds, split, model, as_selected, seed)
+    h = held_out(kdef, samples, device, folds, rounds, split, model, as_selected, seed, pool)
     full = [c.pick_regret for c in h.complete]
     tuned = [c.autotune_regret for c in h.complete]
     median, p90, worst = _percentiles(list(h.regrets))
     return Report(
         kdef.name,
-        samples[0].device,
+        samples[0].device if pool is None else device.name,
         len(h.regrets),
         h.groups,
         len(samples),
@@ -439,6 +482,7 @@ def evaluate(
         None if model is None else _provenance(model, samples[0].device),
         as_selected,
         tuple(sorted(h.complete, key=lambda c: -c.pick_regret)[:worst_shapes]),
+        () if pool is None else tuple(sorted(pool)),
     )
 
 
@@ -499,6 +543,7 @@ def evaluate_seeds(
     folds: int = 5,
     as_selected: bool = False,
     worst_shapes: int = 0,
+    pool: Mapping[str, Any] | None = None,
 ) -> SeedSpread:
     """`evaluate` with the folds' models trained under seeds 0 .. seeds - 1 (seed 0 is the
     shipped models' and `evaluate`'s default); `worst_shapes` are kept for seed 0's."""
@@ -514,6 +559,7 @@ def evaluate_seeds(
                 as_selected=as_selected,
                 seed=seed,
                 worst_shapes=worst_shapes if seed == 0 else 0,
+                pool=pool,
             )
             for seed in range(seeds)
         )

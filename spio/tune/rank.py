@@ -14,7 +14,7 @@ from typing import Any
 
 from spio.kernels.kernel_def import KernelDef
 from spio.logs import logger
-from spio.tune.features import feature_columns, features
+from spio.tune.features import DEVICE_FEATURES, feature_columns, features
 from spio.tune.model import PerfModel
 from spio.tune.trees import Prediction
 
@@ -76,7 +76,8 @@ def _predict(
     configs = kdef.configs(params, device)
     if not configs:
         raise ValueError(f"{kdef.name}: no valid config for {params} on {device.name}")
-    model.require(features(kdef, params, configs[0], device))  # the family's features changed?
+    # the family's features changed?
+    model.require([*features(kdef, params, configs[0], device), *DEVICE_FEATURES])
     columns = feature_columns(kdef, params, configs, device, model.feature_names)
     return configs, model.trees.predict(columns)
 

@@ -179,6 +179,7 @@ def test_a_fixed_model_ranks_every_shape_and_trains_nothing(monkeypatch):
 
     class Fixed:
         device = "H100"
+        feature_names = ("j",)
 
         def predict_us(self, rows):
             return [{0: 3.0, 1: 1.0, 2: 2.0}[r["j"]] for r in rows]  # picks cfg 1: 5 us slower
