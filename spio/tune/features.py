@@ -61,9 +61,9 @@ def feature_columns(
     names = tuple(names)
     if names and names[-1] in DEVICE_FEATURES:  # a pooled model: constant columns after its own
         own = tuple(n for n in names if n not in DEVICE_FEATURES)
-        columns = dict(zip(own, feature_columns(kdef, params, configs, device, own), strict=True))
+        by_name = dict(zip(own, feature_columns(kdef, params, configs, device, own), strict=True))
         terms = device_features(device)
-        return [columns[n] if n in columns else [terms[n]] * len(configs) for n in names]
+        return [by_name[n] if n in by_name else [terms[n]] * len(configs) for n in names]
     if kdef.feature_columns is not None and configs:
         columns = kdef.feature_columns(params, configs, device)
         missing = [math.nan] * len(configs)
