@@ -135,6 +135,10 @@ def test_eval_and_train_pool_for_from_the_command_line(tmp_path: Path, capsys):
     assert main(["train", *argv, "--out", str(models)]) == 0
     assert path.read_bytes() == first
     capsys.readouterr()
+    # the pooled model ranking the H200's samples alone: eval --model gives it its device terms
+    assert main(["eval", "--kernel", "layernorm_2d_bwd", *data[2:], "--model", str(path)]) == 0
+    assert "ranked by the NVIDIA H200 model" in capsys.readouterr().out
+    capsys.readouterr()
     with pytest.raises(SystemExit) as e:
         main(["train", "--kernel", "layernorm_2d_bwd", *data[:2], "--pool-for", "NVIDIA H200"])
     assert e.value.code == 2
