@@ -1,4 +1,4 @@
-"""`spio.functional.conv2d_gw8` and the ops `torch.ops.spio.conv2d_gw8{,_dgrad,_wgrad}`.
+"""`spio.functional.conv2d_gw8` and the ops `torch.ops.spio.conv2d_gw8{,_dgrad,_wgrad,_backward}`.
 
 Grouped 2-D convolution with group width 8 (groups = C / 8, weight (C, 8, R, S)), stride 1 or 2
 on each axis, any padding, optional bias, fp16/bf16 with fp32 accumulation, on spio's kernels
@@ -15,6 +15,11 @@ on each axis, any padding, optional bias, fp16/bf16 with fp32 accumulation, on s
 - Autograd: the input gradient runs the fprop kernel's dgrad variant on dy, which reads the weights
   transposed within each 8x8 group and rotated 180 degrees (no separate weight op); the weight and
   bias gradients run the deterministic wgrad kernel (per-CTA partials + an ordered reduction pass).
+  Where a backward needs dx and dw (or db) of a stride-1 'same' 3x3 (or smaller) layer whose
+  whole-image tasks fill the GPU (`spio.kernels.conv2d_gw8.wgrad.fused_config`), one kernel
+  writes all of them, reading dy once (the wgrad kernel's FUSE_DGRAD variant; the dispatcher
+  path's `conv2d_gw8_backward` op). Its dx and dw are deterministic, but not the bits of
+  `conv2d_gw8_dgrad` and `conv2d_gw8_wgrad` called one by one: the sums run in another order.
 - Autocast: under CUDA autocast, `conv2d_gw8` computes in the autocast dtype like F.conv2d (an
   fp16-listed op): a float32 input is cast; on the eager path a float32 weight and bias are read
   by the kernels as they are (rounded to the autocast dtype as they load, what autocast's cast
@@ -332,20 +337,40 @@ class _ForwardPlan:
             dy = dy.to(self.dtype)
         stream = raw_stream(self.index)
         dx = dw = db = None
-        if need_x:
-            plan = self._dgrad
-            if plan is None:
-                plan = self._dgrad = _dgrad_plan(self.p, self.dev)
-            dx = plan.run(dy, w, stream)
         with_bias = self.p.has_bias and need_b
         if need_w or with_bias:
             wplan = self._wgrad.get(with_bias)
             if wplan is None:
                 wplan = self._wgrad[with_bias] = _wgrad_plan(self.p, with_bias, self.dev)
-            dw, db = wplan.run(x, dy, stream)
+            if need_x:
+                dx, dw, db = _both_gradients(self.dgrad_plan, wplan, x, dy, w, stream)
+            else:
+                dw, db = wplan.run(x, dy, stream)
             if not need_w:
                 dw = None
+        elif need_x:
+            dx = self.dgrad_plan().run(dy, w, stream)
         return dx, dw, db
+
+    def dgrad_plan(self) -> _DgradPlan:
+        """The input gradient's plan, made at the first backward that needs it."""
+        plan = self._dgrad
+        if plan is None:
+            plan = self._dgrad = _dgrad_plan(self.p, self.dev)
+        return plan
+
+
+def _both_gradients(dgrad_plan, wplan, x, dy, w, stream: int) -> tuple:
+    """(dx, dw, db or None) of prepared operands: one kernel for all of them where the layer
+    fuses them (`_WgradPlan.run_fused`: dy read once), else the dgrad plan (`dgrad_plan()`,
+    made only then) and the wgrad plan one after the other. Either way each gradient's bits
+    depend on the layer alone (the fused kernel sums in its own fixed order)."""
+    fused = wplan.run_fused(x, dy, w, stream)
+    if fused is not None:
+        return fused
+    dx = dgrad_plan().run(dy, w, stream)
+    dw, db = wplan.run(x, dy, stream)
+    return dx, dw, db
 
 
 def _selected(kdef, p: Conv2dGw8Params, dev) -> tuple[Any, Any]:
@@ -384,20 +409,16 @@ class _DgradPlan:
 class _WgradPlan:
     """The weight (and bias) gradient of one layer (batch included) on one GPU: both passes."""
 
-    __slots__ = ("launch", "w_size", "w_stride", "c", "wdtype", "device", "with_bias", "workspace")
+    __slots__ = ("launch", "w_size", "w_stride", "c", "wdtype", "device", "with_bias", "workspace",
+                 "p", "dev", "cfg", "_fused")  # fmt: skip
 
     def __init__(self, p: Conv2dGw8Params, dev) -> None:
         from spio.kernels.conv2d_gw8 import wgrad as wg
-        from spio.kernels.conv2d_gw8 import wgrad_reduce as rd
-        from spio.kernels.loader import default_function_cache
 
         cfg, kernel = _selected(wg.WGRAD, p, dev)
-        rcfg = rd.reduce_config(p, cfg, dev)
-        with torch.cuda.device(dev.ordinal):
-            reduce_kernel = default_function_cache().get(
-                rd.WGRAD_REDUCE, rd.WGRAD_REDUCE.compiled(p), rcfg, dev
-            )
-        self.launch = wg.WgradLaunch(kernel, reduce_kernel, p, cfg, dev)
+        self.launch = wg.WgradLaunch(kernel, _reduce_kernel(p, cfg, dev), p, cfg, dev)
+        self.p, self.dev, self.cfg = p, dev, cfg
+        self._fused: Any = False  # the fused launch, made at the first run_fused
         self.w_size = (p.c, GROUP_WIDTH, p.r, p.s)
         # dw in the weight's layout, so autograd accumulates it without a copy
         self.w_stride = _cl_stride(self.w_size, _CL if p.weight_cl else torch.contiguous_format)
@@ -414,6 +435,54 @@ class _WgradPlan:
         workspace = _empty(self.workspace, dtype=torch.float32, device=self.device)
         self.launch(dw, db, workspace, x, dy, stream)
         return dw, db
+
+    def run_fused(self, x, dy, w, stream: int) -> tuple | None:
+        """(dx, dw, db or None) from the kernel that writes all of them (`wgrad.fused_config`:
+        stride 1, 'same' padding, whole-image tasks that fill the GPU), for channels_last,
+        16-byte aligned x and dy and the weight `w`; None where the layer does not fuse, or w
+        is not of the plan's weight dtype and layout (the kernel reads it as compiled)."""
+        fused = self._fused
+        if fused is False:
+            fused = self._fused = self._fused_launch()
+        if fused is None or w.dtype != self.wdtype or _weight_cl(w) is None:
+            return None
+        if self.p.r * self.p.s > 1 and bool(_weight_cl(w)) != self.p.weight_cl:
+            return None
+        p = self.p
+        dx = _empty_strided(
+            (p.n, p.c, p.h, p.w), _cl_stride((p.n, p.c, p.h, p.w)), dtype=getattr(torch, p.dtype),
+            device=self.device,
+        )  # fmt: skip
+        dw = _empty_strided(self.w_size, self.w_stride, dtype=self.wdtype, device=self.device)
+        db = _empty(self.c, dtype=self.wdtype, device=self.device) if self.with_bias else None
+        workspace = _empty(fused.workspace_floats, dtype=torch.float32, device=self.device)
+        fused(dw, db, workspace, x, dy, stream, dx, w)
+        return dx, dw, db
+
+    def _fused_launch(self) -> Any:
+        from spio.kernels.conv2d_gw8 import wgrad as wg
+        from spio.kernels.loader import default_function_cache
+
+        p, dev = self.p, self.dev
+        cfg = wg.fused_config(p, self.cfg, dev)
+        if cfg is None:
+            return None
+        with torch.cuda.device(dev.ordinal):
+            kernel = default_function_cache().get(
+                wg.WGRAD_DGRAD, wg.WGRAD_DGRAD.compiled(p), cfg, dev
+            )
+        return wg.WgradLaunch(kernel, _reduce_kernel(p, cfg, dev), p, cfg, dev)
+
+
+def _reduce_kernel(p: Conv2dGw8Params, cfg, dev) -> Any:
+    """The loaded reduction of the wgrad config `cfg` (fused or not) of layer p."""
+    from spio.kernels.conv2d_gw8 import wgrad_reduce as rd
+    from spio.kernels.loader import default_function_cache
+
+    with torch.cuda.device(dev.ordinal):
+        return default_function_cache().get(
+            rd.WGRAD_REDUCE, rd.WGRAD_REDUCE.compiled(p), rd.reduce_config(p, cfg, dev), dev
+        )
 
 
 def _dgrad_plan(p: Conv2dGw8Params, dev) -> _DgradPlan:
@@ -479,6 +548,10 @@ _LIB.define(
 _LIB.define(
     "conv2d_gw8_wgrad(Tensor input, Tensor grad_output, int[] kernel_rs, int[] padding, "
     "bool with_bias, bool weight_cl=False, int[] stride=[1, 1]) -> (Tensor, Tensor)"
+)
+_LIB.define(
+    "conv2d_gw8_backward(Tensor grad_output, Tensor input, Tensor weight, int[] padding, "
+    "bool with_bias, bool weight_cl=False, int[] stride=[1, 1]) -> (Tensor, Tensor, Tensor)"
 )
 
 
@@ -546,6 +619,16 @@ def _expect(op: str, what: str, t, shape: tuple[int, ...], dtype) -> None:
 
 
 def _dgrad_op(grad_output, weight, input_hw, padding, stride=(1, 1)):
+    plan = _dgrad_op_plan(grad_output, weight, input_hw, padding, stride)
+    if type(plan) is not _DgradPlan:
+        return plan  # the fallback's or an empty batch's dx
+    dy, w = _dgrad_operands(plan, grad_output, weight)
+    return plan.run(dy, w, raw_stream(grad_output.device.index))
+
+
+def _dgrad_op_plan(grad_output, weight, input_hw, padding, stride) -> Any:
+    """The dgrad op's plan for its arguments, or its result where no kernel runs (the
+    fallback, an empty batch). Raises on invalid arguments."""
     key = (grad_output.shape, grad_output.dtype, grad_output.device, weight.shape,
            weight.stride(), weight.dtype, tuple(input_hw), tuple(padding),
            tuple(stride))  # fmt: skip
@@ -577,11 +660,20 @@ def _dgrad_op(grad_output, weight, input_hw, padding, stride=(1, 1)):
         _expect("conv2d_gw8_dgrad", "weight", weight, (c, GROUP_WIDTH, p.r, p.s), weight.dtype)
         index = grad_output.device.index
         plan = _DGRAD[key] = _dgrad_plan(p, device_attributes(index))
-    dy = grad_output
-    if not dy.is_contiguous(memory_format=_CL) or dy.data_ptr() & 15:
-        dy = dy.clone(memory_format=_CL)
+    return plan
+
+
+def _dgrad_operands(plan: _DgradPlan, grad_output, weight) -> tuple[Any, Any]:
+    """dy channels_last and 16-byte aligned, the weight in the plan's layout."""
     w = weight if plan.weight_cl == _weight_cl(weight) else weight.contiguous()
-    return plan.run(dy, w, raw_stream(grad_output.device.index))
+    return _aligned_cl(grad_output), w
+
+
+def _aligned_cl(t):
+    """t, or a channels_last copy where it is not channels_last or not 16-byte aligned."""
+    if not t.is_contiguous(memory_format=_CL) or t.data_ptr() & 15:
+        t = t.clone(memory_format=_CL)
+    return t
 
 
 def _dgrad_fake(grad_output, weight, input_hw, padding, stride=(1, 1)):
@@ -597,6 +689,16 @@ def _dgrad_fake(grad_output, weight, input_hw, padding, stride=(1, 1)):
 def _wgrad_op(input, grad_output, kernel_rs, padding, with_bias, weight_cl=False, stride=(1, 1)):
     """(grad_weight (C, 8, R, S), contiguous or channels_last (`weight_cl`: the weight's layout),
     grad_bias (C,) or an empty (0,) tensor when not with_bias)."""
+    plan = _wgrad_op_plan(input, grad_output, kernel_rs, padding, with_bias, weight_cl, stride)
+    if type(plan) is not _WgradPlan:
+        return plan  # the fallback's or an empty batch's (grad_weight, grad_bias)
+    dw, db = plan.run(_aligned_cl(input), _aligned_cl(grad_output), raw_stream(input.device.index))
+    return dw, db if db is not None else input.new_empty((0,))
+
+
+def _wgrad_op_plan(input, grad_output, kernel_rs, padding, with_bias, weight_cl, stride) -> Any:
+    """The wgrad op's plan for its arguments, or its result where no kernel runs (the
+    fallback, an empty batch). Raises on invalid arguments."""
     key = (input.shape, input.dtype, input.device, grad_output.shape, grad_output.dtype,
            tuple(kernel_rs), tuple(padding), bool(with_bias), bool(weight_cl),
            tuple(stride))  # fmt: skip
@@ -620,13 +722,7 @@ def _wgrad_op(input, grad_output, kernel_rs, padding, with_bias, weight_cl=False
         p = _layer(input, rs, hw, pads, bool(with_bias), weight_cl=bool(weight_cl), stride=strides)
         _expect("conv2d_gw8_wgrad", "grad_output", grad_output, (p.n, p.c, p.p, p.q), input.dtype)
         plan = _WGRAD[key] = _wgrad_plan(p, bool(with_bias), device_attributes(input.device.index))
-    x, dy = input, grad_output
-    if not x.is_contiguous(memory_format=_CL) or x.data_ptr() & 15:
-        x = x.clone(memory_format=_CL)
-    if not dy.is_contiguous(memory_format=_CL) or dy.data_ptr() & 15:
-        dy = dy.clone(memory_format=_CL)
-    dw, db = plan.run(x, dy, raw_stream(input.device.index))
-    return dw, db if db is not None else input.new_empty((0,))
+    return plan
 
 
 def _wgrad_fake(input, grad_output, kernel_rs, padding, with_bias, weight_cl=False, stride=(1, 1)):
@@ -637,10 +733,40 @@ def _wgrad_fake(input, grad_output, kernel_rs, padding, with_bias, weight_cl=Fal
     return gw, gb
 
 
+def _backward_op(grad_output, input, weight, padding, with_bias, weight_cl=False, stride=(1, 1)):
+    """(grad_input, grad_weight, grad_bias or an empty (0,) tensor): what conv2d_gw8_dgrad and
+    conv2d_gw8_wgrad return, in one call, by one kernel where the layer fuses them
+    (`_both_gradients`)."""
+    hw, rs = [input.shape[2], input.shape[3]], [weight.shape[2], weight.shape[3]]
+    dplan = _dgrad_op_plan(grad_output, weight, hw, padding, stride)
+    wplan = _wgrad_op_plan(input, grad_output, rs, padding, with_bias, weight_cl, stride)
+    if type(dplan) is _DgradPlan and type(wplan) is _WgradPlan:
+        dy, w = _dgrad_operands(dplan, grad_output, weight)
+        stream = raw_stream(input.device.index)
+        dx, dw, db = _both_gradients(lambda: dplan, wplan, _aligned_cl(input), dy, w, stream)
+        return dx, dw, db if db is not None else input.new_empty((0,))
+    # somewhere no kernel runs (the fallback, an empty batch): each op as it would run alone
+    dx = (
+        dplan
+        if type(dplan) is not _DgradPlan
+        else _dgrad_op(grad_output, weight, hw, padding, stride)
+    )
+    if type(wplan) is _WgradPlan:
+        wplan = _wgrad_op(input, grad_output, rs, padding, with_bias, weight_cl, stride)
+    return dx, *wplan
+
+
+def _backward_fake(grad_output, input, weight, padding, with_bias, weight_cl=False, stride=(1, 1)):
+    hw, rs = [input.shape[2], input.shape[3]], [weight.shape[2], weight.shape[3]]
+    gw, gb = _wgrad_fake(input, grad_output, rs, padding, with_bias, weight_cl, stride)
+    return _dgrad_fake(grad_output, weight, hw, padding, stride), gw, gb
+
+
 for _name, _impl, _fake in (
     ("conv2d_gw8", _conv2d_gw8_op, _conv2d_gw8_fake),
     ("conv2d_gw8_dgrad", _dgrad_op, _dgrad_fake),
     ("conv2d_gw8_wgrad", _wgrad_op, _wgrad_fake),
+    ("conv2d_gw8_backward", _backward_op, _backward_fake),
 ):
     _LIB.impl(_name, _impl, "CPU")
     _LIB.impl(_name, _impl, "CUDA")
@@ -660,23 +786,24 @@ def _backward(ctx, grad_output):
     input, weight = ctx.saved_tensors
     grad_output = grad_output.contiguous(memory_format=_CL)
     need_x, need_w, need_b = ctx.needs_input_grad[:3]
+    with_bias = bool(ctx.with_bias and need_b)
+    hw, rs = [input.shape[2], input.shape[3]], [weight.shape[2], weight.shape[3]]
     grad_input = grad_weight = grad_bias = None
-    if need_x:
+    if need_x and (need_w or with_bias):  # both: one kernel where the layer fuses them
+        grad_input, gw, gb = torch.ops.spio.conv2d_gw8_backward(
+            grad_output, input, weight, ctx.padding, with_bias, ctx.weight_cl, ctx.stride
+        )
+    elif need_x:
         grad_input = torch.ops.spio.conv2d_gw8_dgrad(
-            grad_output, weight, [input.shape[2], input.shape[3]], ctx.padding, ctx.stride
+            grad_output, weight, hw, ctx.padding, ctx.stride
         )
-    if need_w or (ctx.with_bias and need_b):
+    elif need_w or with_bias:
         gw, gb = torch.ops.spio.conv2d_gw8_wgrad(
-            input,
-            grad_output,
-            [weight.shape[2], weight.shape[3]],
-            ctx.padding,
-            bool(ctx.with_bias and need_b),
-            ctx.weight_cl,
-            ctx.stride,
+            input, grad_output, rs, ctx.padding, with_bias, ctx.weight_cl, ctx.stride
         )
+    if need_w or with_bias:
         grad_weight = gw if need_w else None
-        grad_bias = gb if ctx.with_bias and need_b else None
+        grad_bias = gb if with_bias else None
     return grad_input, grad_weight, grad_bias, None, None
 
 

@@ -80,6 +80,7 @@
 #include "spio/mbarrier.h"
 #include "spio/mma.h"
 #include "spio/tma.h"
+#include "spio/vector.h"
 
 #if TMA_ROWS && !SPIO_TMA
 #error "conv2d_gw8_wgrad.cu: TMA_ROWS needs sm_90 or later"
@@ -125,6 +126,10 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
                      ,
                      const __grid_constant__ spio::tma::Descriptor in_map,
                      const __grid_constant__ spio::tma::Descriptor grad_map
+#endif
+#if FUSE_DGRAD
+                     ,
+                     uint4* __restrict__ dx_ptr, const WElem* __restrict__ weight_ptr
 #endif
     ) {
     // PDL trigger (sm_90+): the reduction may be scheduled now; its griddepcontrol.wait holds it
@@ -381,6 +386,58 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
         return (u - r) % STRIDE_H == 0 && (u >= r || i >= r) &&
                dy_row_inside(task, (i - r) / STRIDE_H);
     };
+#if FUSE_DGRAD
+    // ---- FUSE_DGRAD: the input gradient from the dy rows in the ring -------------------------
+    //   dx[n, h, w, g8+c] = sum_{k,r,s} dy[n, h+PAD_H-r, w+PAD_W-s, g8+k] w[g8+k, c, r, s]
+    // At stride 1 with 'same' padding, task row i's dy rows (i - r in ds[r], tap_live) are
+    // exactly those dx row h0 + i needs through filter row r: dx row i is computed where x row
+    // i is multiplied, from what the weight gradient already holds (dy read once for both).
+    // Whole-image tasks (P_CHUNKS 1) and one column tile (Q_TILES 1) leave no dy halo outside the
+    // ring. MMA mapping: M = 16 dx columns w, N = 8 input channels c, K = 16 = taps (s, s+1) x 8
+    // output channels k (the last tap of an odd S by m16n8k8). A = dy pixels w + PAD_W - s by
+    // ldmatrix (rows = pixels, not transposed); a column outside 0..OUT_Q-1 wraps (mod BLOCK_Q,
+    // BLOCK_Q >= OUT_Q + PAD_W) onto a zero-filled column past OUT_Q. B = the weights, one
+    // register per tap, loaded once. Columns past OUT_Q of the last 16 are computed, not stored.
+    static_assert(STRIDE_H == 1 && STRIDE_W == 1, "FUSE_DGRAD: stride 1 only");
+    static_assert(IN_H == OUT_P && IN_W == OUT_Q, "FUSE_DGRAD: 'same' padding only");
+    static_assert(P_CHUNKS == 1 && Q_TILES == 1, "FUSE_DGRAD: whole-image tasks, one column tile");
+    static_assert(BLOCK_Q >= OUT_Q + PAD_W && (BLOCK_Q & (BLOCK_Q - 1)) == 0,
+                  "FUSE_DGRAD: the column tile must leave a zero column for the halo");
+    constexpr int DX_CHUNKS = (OUT_Q + 15) / 16;
+    // B[kk][c] = w[g8 + k, c, r, s] (kk = 8 h + k for tap s = 2j + h): lane holds k = 2(l%4),
+    // 2(l%4)+1 of column c = l/4. A float32 weight (autocast) is rounded to Elem here.
+    unsigned dx_weight[KERNEL_R][S_PAIRS][2];
+    {
+        const Weight weight(const_cast<WElem*>(weight_ptr));
+#pragma unroll
+        for (int r = 0; r < KERNEL_R; ++r)
+#pragma unroll
+            for (int j = 0; j < S_PAIRS; ++j)
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    const int s = 2 * j + h;
+                    dx_weight[r][j][h] = 0;
+                    if (s < KERNEL_S && warp_live) {
+                        const auto tap = weight[group][CI(lane / 4)][R(r)][S(s)];
+                        dx_weight[r][j][h] =
+                            spio::pack2<Elem>(static_cast<Elem>(*tap[KO(2 * (lane % 4))]),
+                                              static_cast<Elem>(*tap[KO(2 * (lane % 4) + 1)]));
+                    }
+                }
+    }
+    // ldmatrix rows: lane l gives row l % 8 of matrix l / 8: pixel 8 (l / 8 % 2) + l % 8 of the
+    // 16, tap 2j + l / 16. Its dy column in chunk c16 is dx_col[j] + 16 c16 (mod BLOCK_Q); the
+    // swizzle (TMA_ROWS) repeats every 8 pixels, so an address is that of the column mod 8 plus
+    // whole 8-pixel steps.
+    int dx_col[S_PAIRS];
+    unsigned dx_lane[S_PAIRS];
+#pragma unroll
+    for (int j = 0; j < S_PAIRS; ++j) {
+        dx_col[j] = 8 * (lane / 8 % 2) + lane % 8 + PAD_W - (2 * j + lane / 16);
+        dx_lane[j] = spio::smem_address(smem_grad[warp_group][Q(dx_col[j] & 7)].get());
+    }
+    const unsigned pix8 = smem_bytes(smem_grad[Q(8)].get(), smem_grad.get());
+#endif
     auto multiply_row = [&](const Task& task, int i, int u, unsigned xs,
                             const unsigned (&ds)[KERNEL_R + 1]) {
         if (!warp_live) return;  // warp-uniform
@@ -442,6 +499,42 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
                 }
             }
         }
+#if FUSE_DGRAD
+        {  // dx row h0 + i (an x row inside the image: those computed nowhere else)
+        // dx row h0 + i of the image, in uint4 from dx_ptr (as x's row i)
+        const unsigned row = TMA_ROWS ? (task.x + static_cast<unsigned>(i)) * x_row
+                                      : task.x + static_cast<unsigned>(i) * x_row;
+        unsigned* const out = reinterpret_cast<unsigned*>(dx_ptr + (row + group.get())) + lane % 4;
+#pragma unroll 1
+        for (int c16 = 0; c16 < DX_CHUNKS; ++c16) {
+            float acc[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+            for (int r = 0; r < KERNEL_R; ++r) {
+                if (!tap_live(task, i, u, r)) continue;
+#pragma unroll
+                for (int j = 0; j < S_PAIRS; ++j) {
+                    const int q = (dx_col[j] + 16 * c16) & (BLOCK_Q - 1);
+                    const unsigned a_row = dx_lane[j] + static_cast<unsigned>(q >> 3) * pix8 + ds[r];
+                    if (2 * j + 1 < KERNEL_S) {
+                        unsigned a[4];
+                        spio::ldmatrix_x4(a, a_row);
+                        spio::mma_m16n8k16<Elem>(acc, a, dx_weight[r][j]);
+                    } else {
+                        unsigned a[2];
+                        spio::ldmatrix_x2(a, a_row);
+                        spio::mma_m16n8k8<Elem>(acc, a, dx_weight[r][j][0]);
+                    }
+                }
+            }
+            // c0, c1: column 16 c16 + l / 4, channels 2(l%4), +1; c2, c3: that column + 8
+            const int w0 = 16 * c16 + lane / 4;
+            if (w0 < OUT_Q) out[w0 * GROUPS * 4] = spio::round_pack2<Elem>(acc[0], acc[1]);
+            if (w0 + 8 < OUT_Q) {
+                out[(w0 + 8) * GROUPS * 4] = spio::round_pack2<Elem>(acc[2], acc[3]);
+            }
+        }
+        }
+#endif
     };
 
     // ---- main loop: every row of this split's tasks, STAGES - 1 rows ahead ----------------------

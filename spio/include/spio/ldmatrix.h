@@ -61,6 +61,18 @@ SPIO_DEVICE void ldmatrix_x4_trans(unsigned (&r)[4], const void* smem_row_ptr) {
 
 /// The same loads from a row address already in the shared window (`smem_address`): a
 /// kernel that walks its rings as 32-bit offsets adds them to one precomputed address.
+SPIO_DEVICE void ldmatrix_x2(unsigned (&r)[2], unsigned smem_row) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];\n"
+                 : "=r"(r[0]), "=r"(r[1])
+                 : "r"(smem_row));
+}
+
+SPIO_DEVICE void ldmatrix_x4(unsigned (&r)[4], unsigned smem_row) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(smem_row));
+}
+
 SPIO_DEVICE void ldmatrix_x1_trans(unsigned (&r)[1], unsigned smem_row) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x1.trans.shared.b16 {%0}, [%1];\n"
                  : "=r"(r[0])

@@ -277,8 +277,65 @@ def _deep_enough(
     return chosen
 
 
-def spec(p: Conv2dGw8Params, cfg: Conv2dGw8WgradConfig, dev: Any = None) -> KernelSpec:
-    """The compile-and-launch description of one wgrad variant (no batch size in it)."""
+def fusable(p: Conv2dGw8Params, cfg: Conv2dGw8WgradConfig) -> bool:
+    """Whether the wgrad variant of `cfg` can also write the input gradient (FUSE_DGRAD):
+    stride 1, 'same' padding, whole-image tasks, one column tile with a zero column past Q."""
+    return (
+        p.stride_h == p.stride_w == 1
+        and (p.h, p.w) == (p.p, p.q)
+        and p_chunks(p, cfg) == 1
+        and cfg.block_q >= p.q + p.pad_w
+    )
+
+
+# The backward fuses dgrad into wgrad (`fused_config`) where the whole-image tasks still fill the
+# GPU: at most FUSE_MAX_ROWS output rows, or at least FUSE_MIN_TASKS_PER_SM tasks per SM. On an
+# H200 (thirty-seventh session, dgrad + wgrad + reduction vs the fused kernel and reduction, the
+# op's wgrad config with block_p = P) the fused kernel was 1.10-1.44x faster at the RegNet
+# layers of P <= 28 and at C24 56^2 N256 / C48 56^2 N128 (768 / 384 tasks), 0.93x at C64 56^2
+# N128 (128 tasks: long serial image tasks on half the SMs) and 0.44x at N32.
+FUSE_MAX_ROWS = 28
+FUSE_MIN_TASKS_PER_SM = 2
+# Measured at 3x3 only; the kernel takes 5x5 (150-174 registers on sm_90), not timed.
+FUSE_MAX_TAPS = 9
+
+
+def fused_config(
+    p: Conv2dGw8Params, cfg: Conv2dGw8WgradConfig, dev: Any
+) -> Conv2dGw8WgradConfig | None:
+    """The config of the kernel that writes dx, dw (and db) in one pass for the layer p (batch
+    included), from the wgrad config `cfg` the op selected: the same column tile, warps, stages
+    and splits with whole-image tasks (block_p = P). None where that cannot run (`fusable`, the
+    shared memory) or the rule above expects the two kernels to be faster."""
+    whole = replace(cfg, block_p=p.p)
+    if (
+        p.r * p.s > FUSE_MAX_TAPS
+        or not fusable(p, whole)
+        or smem_bytes(p, whole, dev) > dev.max_smem_per_block_optin
+    ):
+        return None
+    tasks = p.n * group_blocks(p, whole)
+    if p.p > FUSE_MAX_ROWS and tasks < FUSE_MIN_TASKS_PER_SM * dev.sm_count:
+        return None
+    return whole
+
+
+def fused_configs(p: Conv2dGw8Params, dev: Any) -> list[Conv2dGw8WgradConfig]:
+    """The configs that also write dx (`fusable`): the default space's column tiles, warps,
+    stages and splits with whole-image tasks (block_p = P); empty where the layer cannot fuse."""
+    out: dict[Conv2dGw8WgradConfig, None] = {}
+    for c in configs(p, dev):
+        whole = replace(c, block_p=p.p)
+        if fusable(p, whole) and smem_bytes(p, whole, dev) <= dev.max_smem_per_block_optin:
+            out[whole] = None
+    return list(out)
+
+
+def spec(
+    p: Conv2dGw8Params, cfg: Conv2dGw8WgradConfig, dev: Any = None, fuse_dgrad: bool = False
+) -> KernelSpec:
+    """The compile-and-launch description of one wgrad variant (no batch size in it);
+    `fuse_dgrad` (`fusable` layers) also writes dx, reading the weight (of p.wdtype)."""
     from spio.generators.compound_index import CompoundIndex
     from spio.generators.constant import Constant
     from spio.generators.dim import Dim
@@ -290,6 +347,9 @@ def spec(p: Conv2dGw8Params, cfg: Conv2dGw8WgradConfig, dev: Any = None) -> Kern
     from spio.generators.type_alias import Type
 
     elem = half if p.dtype == "float16" else bfloat16
+    welem = f32 if p.wdtype == "float32" else elem
+    if fuse_dgrad and not fusable(p, cfg):
+        raise ValueError(f"conv2d_gw8 wgrad: {p} {cfg} cannot fuse the input gradient")
     H, W, P, Q, C = Dim(), Dim(), Dim(), Dim(), Dim()
     R, S, KO, CI, STAGE, DYROW = Dim(), Dim(), Dim(), Dim(), Dim(), Dim()
     C8 = C / GROUP_WIDTH
@@ -330,7 +390,9 @@ def spec(p: Conv2dGw8Params, cfg: Conv2dGw8WgradConfig, dev: Any = None) -> Kern
         "GB": GB,
         "QB": QB,
         "Elem": Type(elem),
+        "WElem": Type(welem),
         "Input": Tensor((H(p.h), W(p.w), C8(g)), uint4),
+        "Weight": Tensor(p.weight_dims(C8(g), KO(8), CI(8), R(p.r), S(p.s)), welem),
         "Grad": Tensor((P(p.p), Q(p.q), C8(g)), uint4),
         # The partials in the weight's layout: the reduction sums them flat into dw.
         "Partial": Tensor(p.weight_dims(C8(g), KO(8), CI(8), R(p.r), S(p.s)), f32),
@@ -366,6 +428,7 @@ def spec(p: Conv2dGw8Params, cfg: Conv2dGw8WgradConfig, dev: Any = None) -> Kern
         # Rows by TMA (a macro: it adds the kernel's two tensor-map parameters), the boxes' bytes
         # and the rings' shared-memory alignment.
         "TMA_ROWS": Macro(tma),
+        "FUSE_DGRAD": Macro(fuse_dgrad),
         "X_BOX_BYTES": Constant(cfg.warps * 16 * tile_w(p, cfg)),
         "DY_BOX_BYTES": Constant(cfg.warps * 16 * cfg.block_q),
         "ROW_ALIGN": Constant(row_align(p, cfg, dev)),
@@ -373,9 +436,9 @@ def spec(p: Conv2dGw8Params, cfg: Conv2dGw8WgradConfig, dev: Any = None) -> Kern
     return KernelSpec(
         source=SOURCE,
         entry="conv2d_gw8_wgrad",
-        signature="ppppiitt" if tma else "ppppii",
+        signature=("ppppiitt" if tma else "ppppii") + ("pp" if fuse_dgrad else ""),
         specs=specs,
-        title=f"conv2d_gw8_wgrad {p.with_batch(1)} {cfg}",
+        title=f"conv2d_gw8_wgrad{'+dgrad' if fuse_dgrad else ''} {p.with_batch(1)} {cfg}",
         block=(32 * cfg.warps, 1, 1),
         smem=smem_bytes(p, cfg, dev),
     )
@@ -553,7 +616,7 @@ def row_maps(kernel: Any, p: Conv2dGw8Params, cfg: Conv2dGw8WgradConfig) -> Any:
     copied in boxes of one row x TILE_W pixels x the CTA's WARPS x 8 channels, dy (N x P rows, Q,
     C) in boxes of one row x BLOCK_Q pixels x the same channels; out of the tensor: zeros (the
     padding columns, dy's columns past Q, a ragged last group block's channels)."""
-    if not getattr(getattr(kernel, "spec", None), "signature", "").endswith("t"):
+    if "t" not in getattr(getattr(kernel, "spec", None), "signature", ""):
         return None
     from spio.kernels.map_cache import MapCache
 
@@ -615,23 +678,26 @@ class WgradLaunch:
         self.workspace_floats = weight_floats + (self.slices * p.c if p.has_bias else 0)
 
     def partials(
-        self, partial: Any, bias_partial: Any, x: Any, grad_output: Any, stream: int
-    ) -> None:
+        self, partial: Any, bias_partial: Any, x: Any, grad_output: Any, stream: int,
+        dx: Any = None, weight: Any = None,
+    ) -> None:  # fmt: skip
         """The first pass alone: the fp32 partials of each split into `partial` and (with a
-        bias) `bias_partial`."""
+        bias) `bias_partial`; a FUSE_DGRAD variant also writes `dx` from `weight`."""
         args: tuple[Any, ...] = (partial, bias_partial, x, grad_output, self._tasks, self._tps)
         if self._maps is not None:
             x_maps, dy_maps = self._maps
             args += (x_maps.get(x.data_ptr()), dy_maps.get(grad_output.data_ptr()))
+        if dx is not None:
+            args += (dx, weight)
         self._main(args, stream)
 
     def __call__(
         self, grad_weight: Any, grad_bias: Any, workspace: Any, x: Any, grad_output: Any,
-        stream: int,
+        stream: int, dx: Any = None, weight: Any = None,
     ) -> None:  # fmt: skip
         partial = workspace.data_ptr()
         bias_partial = partial + self._bias_offset if grad_bias is not None else partial
-        self.partials(partial, bias_partial, x, grad_output, stream)
+        self.partials(partial, bias_partial, x, grad_output, stream, dx, weight)
         self._reduce(
             (grad_weight, grad_weight if grad_bias is None else grad_bias, partial, bias_partial,
              self.slices),
@@ -675,6 +741,32 @@ def examples() -> list[Conv2dGw8Params]:
     return fprop_examples()
 
 
+def fused_spec(p: Conv2dGw8Params, cfg: Conv2dGw8WgradConfig, dev: Any = None) -> KernelSpec:
+    """`spec` of the variant that also writes dx (FUSE_DGRAD)."""
+    return spec(p, cfg, dev, fuse_dgrad=True)
+
+
+def fused_stats(p: Conv2dGw8Params) -> KernelStats:
+    """x and dy read once, dx written once, the weight read; dw (and db) written."""
+    st = stats(p)
+    return KernelStats(bytes_moved=st.bytes_moved + p.n * p.c * p.h * p.w * 2, flops=2 * st.flops)
+
+
+def fused_examples() -> list[Conv2dGw8Params]:
+    """The examples the backward fuses: stride 1, 'same' padding, at most FUSE_MAX_TAPS taps."""
+    return [
+        p
+        for p in examples()
+        if p.stride == (1, 1) and (p.h, p.w) == (p.p, p.q) and p.r * p.s <= FUSE_MAX_TAPS
+    ]
+
+
+def fused_variant(p: Conv2dGw8Params) -> Conv2dGw8Params:
+    """What a compiled fused kernel depends on: the layer without its batch (the weight's dtype
+    stays: the kernel reads the weight)."""
+    return replace(p, n=1)
+
+
 WGRAD = KernelDef(
     name="conv2d_gw8_wgrad",
     params_type=Conv2dGw8Params,
@@ -694,4 +786,22 @@ WGRAD = KernelDef(
     # depend on the shape alone, never on which batch a process ran first. At the real batch the
     # launch splits the (image, row chunk) tasks over the config's CTAs (`split_plan`).
     select_key=select_at_batch_bucket,
+)
+
+
+# The weight gradient's kernel that also writes the input gradient, where the backward fuses
+# them (`fused_config`: derived from the wgrad config the op selected, never selected alone).
+# Not in `spio.kernels.KERNELS` (yet): it has no features, samples or model of its own, which the
+# registry's tuning tools expect of a family; the op loads it through the function cache.
+WGRAD_DGRAD = KernelDef(
+    name="conv2d_gw8_wgrad_dgrad",
+    params_type=Conv2dGw8Params,
+    config_type=Conv2dGw8WgradConfig,
+    configs=fused_configs,
+    spec=fused_spec,
+    heuristic=lambda p, dev: fused_config(p, heuristic(p, dev), dev),
+    stats=fused_stats,
+    examples=fused_examples,
+    compiled_params=fused_variant,
+    derived_from="conv2d_gw8_wgrad",  # fused_config(p, the wgrad config, dev)
 )

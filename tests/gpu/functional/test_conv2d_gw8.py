@@ -110,6 +110,81 @@ class _Through(torch.utils._python_dispatch.TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
+def _path_and_ops(x, wt, b, dy, stride=1, path="eager"):
+    """(dx, dw, db) from the autograd of `path` (eager: the forward plan's backward; dispatcher:
+    the registered one, conv2d_gw8_backward) and from the gradient ops called one by one."""
+    xs, ws, bs = (t.detach().clone().requires_grad_() for t in (x, wt, b))
+    if path == "eager":
+        conv2d_gw8(xs, ws, bs, 1, stride).backward(dy)
+    else:
+        with _Through():
+            y = conv2d_gw8(xs, ws, bs, 1, stride)
+        y.backward(dy)
+    dx = torch.ops.spio.conv2d_gw8_dgrad(dy, wt, list(x.shape[2:]), [1, 1], [stride, stride])
+    dw, db = torch.ops.spio.conv2d_gw8_wgrad(x, dy, [3, 3], [1, 1], True, False, [stride] * 2)
+    return (xs.grad, ws.grad, bs.grad), (dx, dw, db)
+
+
+@pytest.mark.parametrize("stride", [1, 2])
+def test_backward_fuses_where_the_rule_says(stride, seed):
+    """C64 28x28 N32 at stride 1 fuses (P <= wgrad.FUSE_MAX_ROWS): one kernel writes dx, dw and
+    db, the same bits on the eager and the dispatcher path and from run to run, close to the
+    gradient ops' (which sum in another order) and to fp64. At stride 2 nothing fuses: the
+    backward gives the ops' bits."""
+    import importlib
+
+    m = importlib.import_module("spio.functional.conv2d_gw8")
+    x, wt, b = _inputs(seed, n=32, c=64, h=28, w=28)
+    dy = torch.randn(32, 64, 28 // stride, 28 // stride, device="cuda").half()
+    dy = dy.contiguous(memory_format=CL)
+    eager, ops = _path_and_ops(x, wt, b, dy, stride, "eager")
+    again, _ = _path_and_ops(x, wt, b, dy, stride, "eager")
+    traced, _ = _path_and_ops(x, wt, b, dy, stride, "dispatcher")
+    fused = [plan for plan in m._WGRAD.values() if getattr(plan, "_fused", None)]
+    assert bool(fused) == (stride == 1), f"fused plans: {fused}"
+    xd, wd, bd = (t.detach().double() for t in (x, wt, b))
+    want = torch.autograd.grad(F.conv2d(xd.requires_grad_(), wd.requires_grad_(),
+                                        bd.requires_grad_(), stride=stride, padding=1, groups=8),
+                               (xd, wd, bd), dy.double())  # fmt: skip
+    depth = {"dx": 8 * 9, "dw": 32 * 28 * 28 // stride**2, "db": 32 * 28 * 28 // stride**2}
+    for e, a, t, o, r, name in zip(eager, again, traced, ops, want, depth, strict=True):
+        assert torch.equal(e, a), f"{name}: differs from run to run, seed={seed}"
+        assert torch.equal(e, t), f"{name}: eager and dispatcher differ, seed={seed}"
+        assert_close(e, r, tolerance(torch.float16, depth=depth[name]), f"{name} seed={seed}")
+        if stride == 2:
+            assert torch.equal(e, o), f"{name}: not the ops' bits, seed={seed}"
+
+
+def test_cuda_graph_capture_of_the_eager_backward(seed):
+    """The fused backward (C64 28x28 N16) captured: the replay gives the eager bits."""
+    x, wt, b = _inputs(seed, n=16, c=64, h=28, w=28)
+    dy = torch.randn(16, 64, 28, 28, device="cuda").half().contiguous(memory_format=CL)
+    xs, ws, bs = (t.detach().clone().requires_grad_() for t in (x, wt, b))
+
+    def step():
+        for t in (xs, ws, bs):
+            t.grad = None
+        conv2d_gw8(xs, ws, bs).backward(dy)
+        return xs.grad, ws.grad, bs.grad
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        step()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        static = step()
+    with torch.no_grad():
+        xs.copy_(torch.randn_like(xs))
+    graph.replay()
+    torch.cuda.synchronize()
+    captured = [t.clone() for t in static]
+    fresh = step()
+    for a, e in zip(captured, fresh, strict=True):
+        assert torch.equal(a, e)
+
+
 @pytest.mark.parametrize("path", ["eager", "dispatcher"])
 @pytest.mark.parametrize("r, s, wdtype", [(3, 3, None), (5, 3, None), (3, 3, torch.float32)])
 def test_channels_last_weight_is_read_and_written_in_place(path, r, s, wdtype, seed):
@@ -160,6 +235,26 @@ def test_opcheck_cuda(seed):
     torch.library.opcheck(
         torch.ops.spio.conv2d_gw8_wgrad.default, (x.detach(), dy, [3, 3], [1, 1], True)
     )
+    torch.library.opcheck(
+        torch.ops.spio.conv2d_gw8_backward.default, (dy, x.detach(), wt.detach(), [1, 1], True)
+    )
+
+
+def test_reduce_overhead_backward_gives_the_eager_bits(seed):
+    """torch.compile(mode="reduce-overhead"): the compiled backward calls conv2d_gw8_backward,
+    whose fused kernel CUDA-graph trees record; the replays give the eager bits."""
+    x, wt, b = _inputs(seed, n=16, c=64, h=28, w=28)
+    dy = torch.randn(16, 64, 28, 28, device="cuda").half().contiguous(memory_format=CL)
+    compiled = torch.compile(lambda x, w, b: conv2d_gw8(x, w, b), mode="reduce-overhead")
+    leaves = [t.detach().clone().requires_grad_() for t in (x, wt, b)]
+    conv2d_gw8(*leaves).backward(dy)
+    want = [t.grad.clone() for t in leaves]
+    for step in range(4):  # warm-up, recording, replays
+        for t in leaves:
+            t.grad = None
+        compiled(*leaves).backward(dy)
+        for t, w_ in zip(leaves, want, strict=True):
+            assert torch.equal(t.grad, w_), f"step {step} seed={seed}"
 
 
 def test_torch_compile_fullgraph(seed):

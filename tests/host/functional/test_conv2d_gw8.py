@@ -144,6 +144,63 @@ def test_opcheck(seed):
             torch.ops.spio.conv2d_gw8_wgrad.default,
             (x.detach(), dy, [3, 3], [1, 1], with_bias),
         )
+        torch.library.opcheck(
+            torch.ops.spio.conv2d_gw8_backward.default,
+            (dy, x.detach(), wt.detach(), [1, 1], with_bias),
+        )
+
+
+@pytest.mark.parametrize("stride", [1, 2])
+def test_backward_op_is_the_two_gradient_ops(stride, seed):
+    x, wt, b = _inputs(seed, n=2, c=16, h=9, w=7)
+    x = x.to(memory_format=CL)
+    dy = torch.randn(conv2d_gw8(x, wt, b, 1, stride).shape).to(memory_format=CL)
+    dx, gw, gb = torch.ops.spio.conv2d_gw8_backward(dy, x, wt, [1, 1], True, False, [stride] * 2)
+    assert torch.equal(dx, torch.ops.spio.conv2d_gw8_dgrad(dy, wt, [9, 7], [1, 1], [stride] * 2))
+    want_w, want_b = torch.ops.spio.conv2d_gw8_wgrad(
+        x, dy, [3, 3], [1, 1], True, False, [stride] * 2
+    )
+    assert torch.equal(gw, want_w) and torch.equal(gb, want_b)
+    *_, gb = torch.ops.spio.conv2d_gw8_backward(dy, x, wt, [1, 1], False, False, [stride] * 2)
+    assert gb.shape == (0,)
+
+
+class _OpLog(torch.utils._python_dispatch.TorchDispatchMode):
+    """Records the spio ops called under it (the dispatcher path, as torch.compile takes)."""
+
+    def __init__(self):
+        super().__init__()
+        self.ops = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func.namespace == "spio":
+            self.ops.append(func.__name__.split(".")[0])
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize(
+    "grads, ops",
+    [("xwb", ["conv2d_gw8_backward"]), ("xw", ["conv2d_gw8_backward"]),
+     ("xb", ["conv2d_gw8_backward"]), ("x", ["conv2d_gw8_dgrad"]),
+     ("wb", ["conv2d_gw8_wgrad"]), ("b", ["conv2d_gw8_wgrad"])],
+)  # fmt: skip
+def test_registered_backward_runs_both_gradients_in_one_op(grads, ops, seed):
+    """The autograd the dispatcher path registers: the combined op where the input gradient
+    and a weight or bias gradient are both needed (on a GPU one fused kernel where the layer
+    allows), else the one gradient op; the gradients as F.conv2d's."""
+    x, wt, b = _inputs(seed, n=2, c=16, h=6, w=5, dtype=torch.float64)
+    args = [t.clone().requires_grad_(k in grads) for t, k in zip((x, wt, b), "xwb", strict=True)]
+    ref = [t.clone().requires_grad_(k in grads) for t, k in zip((x, wt, b), "xwb", strict=True)]
+    g = torch.randn(2, 16, 6, 5, dtype=torch.float64)
+    with _OpLog() as log:  # on the CPU the backward runs on this thread, under the mode
+        torch.ops.spio.conv2d_gw8(*args, [1, 1]).backward(g)
+    assert log.ops == ["conv2d_gw8", *ops]
+    F.conv2d(*ref, padding=1, groups=2).backward(g)
+    for t, r, k in zip(args, ref, "xwb", strict=True):
+        if k in grads:
+            assert_close(t.grad, r.grad, tolerance(torch.float64, depth=60), where=k)
+        else:
+            assert t.grad is None
 
 
 def test_autograd_matches_conv2d(seed):
@@ -354,6 +411,10 @@ def test_empty_batch_kernel_path_agrees_with_the_fake(seed, monkeypatch):
     for with_bias in (True, False):
         torch.library.opcheck(
             torch.ops.spio.conv2d_gw8_wgrad.default, (x.detach(), dy, [3, 3], [1, 1], with_bias)
+        )
+        torch.library.opcheck(
+            torch.ops.spio.conv2d_gw8_backward.default,
+            (dy, x.detach(), wt.detach(), [1, 1], with_bias),
         )
 
 

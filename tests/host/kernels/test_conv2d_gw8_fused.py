@@ -1,0 +1,93 @@
+"""The backward's fused kernel (the wgrad kernel's FUSE_DGRAD variant, `wgrad.WGRAD_DGRAD`): when
+a layer can and should fuse (`fusable`, `fused_config`), its spec, and that it compiles (sampled
+configs, both archs, no local memory). Its results are checked on a GPU
+(tests/gpu/kernels/test_conv2d_gw8_fused.py)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from spio.cuda import known_device
+from spio.kernels.conv2d_gw8 import wgrad as wg
+from spio.kernels.conv2d_gw8.params import Conv2dGw8Params, Conv2dGw8WgradConfig
+from spio.testing import sample
+
+
+def _layer(n, c, hw, k=3, pad=1, stride=1, **kw):
+    return Conv2dGw8Params(
+        n=n, c=c, h=hw, w=hw, r=k, s=k, pad_h=pad, pad_w=pad, stride_h=stride,
+        stride_w=stride, **kw,
+    )  # fmt: skip
+
+
+def test_fusable_needs_stride_1_same_padding_whole_images_and_a_zero_column():
+    p = _layer(8, 64, 28)
+    assert wg.fusable(p, Conv2dGw8WgradConfig(28, 32, 4, 3, 2))
+    assert not wg.fusable(p, Conv2dGw8WgradConfig(14, 32, 4, 3, 2))  # two row chunks
+    assert not wg.fusable(p, Conv2dGw8WgradConfig(28, 16, 4, 3, 2))  # two column tiles
+    assert not wg.fusable(_layer(8, 64, 32), Conv2dGw8WgradConfig(32, 32, 4, 3, 2))  # no zero col
+    assert not wg.fusable(_layer(8, 64, 28, pad=0), Conv2dGw8WgradConfig(26, 32, 4, 3, 2))
+    strided = _layer(8, 64, 28, stride=2)
+    assert not wg.fusable(strided, Conv2dGw8WgradConfig(14, 16, 4, 3, 2))
+    with pytest.raises(ValueError, match="cannot fuse"):
+        wg.spec(p, Conv2dGw8WgradConfig(14, 32, 4, 3, 2), known_device("H100"), fuse_dgrad=True)
+
+
+def test_fused_config_follows_the_measured_rule():
+    dev = known_device("H100")
+    cfg = Conv2dGw8WgradConfig(4, 32, 4, 3, 2)
+    # P <= FUSE_MAX_ROWS: fused, the selected config with whole-image tasks
+    assert wg.fused_config(_layer(128, 104, 28), cfg, dev) == replace(cfg, block_p=28)
+    wide = Conv2dGw8WgradConfig(14, 64, 4, 3, 2)
+    # P = 56: only where the tasks give every SM FUSE_MIN_TASKS_PER_SM
+    assert wg.fused_config(_layer(128, 64, 56), wide, dev) is None  # 256 tasks < 264
+    assert wg.fused_config(_layer(256, 64, 56), wide, dev) == replace(wide, block_p=56)
+    assert wg.fused_config(_layer(32, 64, 56), wide, dev) is None
+    # only 3x3 and smaller were timed
+    five = Conv2dGw8WgradConfig(4, 32, 4, 3, 2)
+    assert wg.fusable(_layer(8, 64, 28, k=5, pad=2), replace(five, block_p=28))
+    assert wg.fused_config(_layer(8, 64, 28, k=5, pad=2), five, dev) is None
+    assert wg.fused_config(_layer(128, 104, 28, stride=2), cfg, dev) is None
+
+
+def test_fused_spec_passes_dx_and_the_weight():
+    dev = known_device("H100")
+    p = _layer(1, 64, 28, wdtype="float32", weight_cl=True)
+    cfg = Conv2dGw8WgradConfig(28, 32, 4, 3, 2)
+    plain, fused = wg.spec(p, cfg, dev), wg.fused_spec(p, cfg, dev)
+    assert fused.signature == plain.signature + "pp"
+    assert fused.specs["FUSE_DGRAD"].value and not plain.specs["FUSE_DGRAD"].value
+    assert wg.WGRAD_DGRAD.compiled(p.with_batch(64)) == p  # the weight's dtype stays
+    assert wg.WGRAD_DGRAD.derived_from == "conv2d_gw8_wgrad"
+
+
+FUSED_LAYERS = [
+    *wg.fused_examples(),
+    _layer(2, 24, 56),  # RegNet-like: 3 groups, 1-warp CTAs
+    _layer(2, 104, 28, has_bias=True, dtype="bfloat16"),  # 13 groups: idle warps
+    _layer(2, 440, 7, wdtype="float32", weight_cl=True),
+    Conv2dGw8Params(n=2, c=16, h=6, w=6, r=1, s=1, pad_h=0, pad_w=0),
+    Conv2dGw8Params(n=2, c=32, h=11, w=10, r=3, s=1, pad_h=1, pad_w=0),
+]
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+@pytest.mark.parametrize("p", FUSED_LAYERS, ids=str)
+def test_sampled_fused_configs_compile_without_local_memory(p, arch):
+    from spio.compiler import kernel_resources
+    from spio.kernels.loader import compile_spec
+
+    dev = known_device(arch)
+    cfgs = wg.fused_configs(p, dev)
+    assert cfgs, f"{p}: no fused config"
+    assert all(wg.fusable(p, c) for c in cfgs)
+    for cfg in sample(cfgs, 2, seed=p.c):
+        image = compile_spec(wg.fused_spec(wg.fused_variant(p), cfg, dev), arch)
+        # Whole-image tasks of more than MAX_TASK_ROWS rows run the chunked row loop, where
+        # ptxas keeps a few scalars on the stack (32 B at C104 28^2, 8 warps, sm_90: that kernel
+        # was among those timed 1.33x faster than dgrad + wgrad); unrolled tasks keep none.
+        allowed = 0 if wg.task_rows(p, cfg) <= wg.MAX_TASK_ROWS else 64
+        for name, res in kernel_resources(image).items():
+            assert res.local_bytes <= allowed, f"{name} {p} {cfg} {arch}: {res.local_bytes} B"
