@@ -116,6 +116,24 @@ constexpr int CHUNKED_ROWS =
 static_assert(STEP_ROWS % STRIDE_H == 0, "tap parities must stay compile-time constants");
 static_assert(CHUNKED_ROWS + STAGES - 1 <= TILE_H, "a chunked row's copy ahead leaves the task");
 
+/// FUSE_DGRAD: whether filter column s feeds dx columns of phase phi (w % STRIDE_W), that is
+/// whether STRIDE_W divides phi + PAD_W - s; the phase's number of taps, and its idx-th (-1 past
+/// the last).
+SPIO_DEVICE constexpr bool phase_tap(int phi, int s) {
+    return ((phi + PAD_W - s) % STRIDE_W + STRIDE_W) % STRIDE_W == 0;
+}
+SPIO_DEVICE constexpr int phase_taps(int phi) {
+    int n = 0;
+    for (int s = 0; s < KERNEL_S; ++s) n += phase_tap(phi, s) ? 1 : 0;
+    return n;
+}
+SPIO_DEVICE constexpr int phase_tap_at(int phi, int idx) {
+    for (int s = 0; s < KERNEL_S; ++s) {
+        if (phase_tap(phi, s) && idx-- == 0) return s;
+    }
+    return -1;
+}
+
 }  // namespace
 
 extern "C" __global__ void __launch_bounds__(WARPS * 32)
@@ -388,54 +406,61 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
     };
 #if FUSE_DGRAD
     // ---- FUSE_DGRAD: the input gradient from the dy rows in the ring -------------------------
-    //   dx[n, h, w, g8+c] = sum_{k,r,s} dy[n, h+PAD_H-r, w+PAD_W-s, g8+k] w[g8+k, c, r, s]
-    // At stride 1 with 'same' padding, task row i's dy rows (i - r in ds[r], tap_live) are
-    // exactly those dx row h0 + i needs through filter row r: dx row i is computed where x row
-    // i is multiplied, from what the weight gradient already holds (dy read once for both).
-    // Whole-image tasks (P_CHUNKS 1) and one column tile (Q_TILES 1) leave no dy halo outside the
-    // ring. MMA mapping: M = 16 dx columns w, N = 8 input channels c, K = 16 = taps (s, s+1) x 8
-    // output channels k (the last tap of an odd S by m16n8k8). A = dy pixels w + PAD_W - s by
-    // ldmatrix (rows = pixels, not transposed); a column outside 0..OUT_Q-1 wraps (mod BLOCK_Q,
-    // BLOCK_Q >= OUT_Q + PAD_W) onto a zero-filled column past OUT_Q. B = the weights, one
-    // register per tap, loaded once. Columns past OUT_Q of the last 16 are computed, not stored.
-    static_assert(STRIDE_H == 1 && STRIDE_W == 1, "FUSE_DGRAD: stride 1 only");
-    static_assert(IN_H == OUT_P && IN_W == OUT_Q, "FUSE_DGRAD: 'same' padding only");
+    //   dx[n, h, w, g8+c] = sum_{k,r,s} dy[n, (h+PAD_H-r)/SH, (w+PAD_W-s)/SW, g8+k] w[g8+k, c, r, s]
+    // (terms whose division is not exact are absent). Task row i's live taps (`tap_live`: dy
+    // row (i - r) / SH in ds[r]) are exactly those dx row h0 + i needs through filter row r, so
+    // dx row i is computed where x row i is multiplied, from the dy rows the weight gradient
+    // already holds (dy read once for both). Whole-image tasks (P_CHUNKS 1) and one column tile
+    // (Q_TILES 1) leave no dy halo outside the ring; the host (`wgrad.fusable`) checks that the
+    // stream reaches the last input row. Columns: dx column w = SW m + phi (phase phi < SW)
+    // takes the taps s of its phase ((phi + PAD_W - s) % SW == 0), from dy column m + (phi +
+    // PAD_W - s) / SW. MMA mapping, per phase: M = 16 dx columns of the phase, N = 8 input
+    // channels c, K = 16 = two of the phase's taps x 8 output channels k (an odd last tap by
+    // m16n8k8). A = dy pixels by ldmatrix (rows = pixels, not transposed); a column outside
+    // 0..OUT_Q-1 wraps (mod BLOCK_Q) onto a zero-filled column past OUT_Q. B = the weights, one
+    // register per tap, loaded once. Columns past the phase's last of the last 16 are computed,
+    // not stored.
     static_assert(P_CHUNKS == 1 && Q_TILES == 1, "FUSE_DGRAD: whole-image tasks, one column tile");
-    static_assert(BLOCK_Q >= OUT_Q + PAD_W && (BLOCK_Q & (BLOCK_Q - 1)) == 0,
-                  "FUSE_DGRAD: the column tile must leave a zero column for the halo");
-    constexpr int DX_CHUNKS = (OUT_Q + 15) / 16;
-    // B[kk][c] = w[g8 + k, c, r, s] (kk = 8 h + k for tap s = 2j + h): lane holds k = 2(l%4),
-    // 2(l%4)+1 of column c = l/4. A float32 weight (autocast) is rounded to Elem here.
-    unsigned dx_weight[KERNEL_R][S_PAIRS][2];
+    static_assert((BLOCK_Q & (BLOCK_Q - 1)) == 0, "FUSE_DGRAD: the column wrap needs 2^k");
+    // B[kk][c] = w[g8 + k, c, r, s] (kk = 8 h + k for the phase's tap 2j + h): lane holds
+    // k = 2(l%4), 2(l%4)+1 of column c = l/4. A float32 weight (autocast) is rounded to Elem.
+    unsigned dx_weight[KERNEL_R][STRIDE_W][S_PAIRS][2];
     {
         const Weight weight(const_cast<WElem*>(weight_ptr));
 #pragma unroll
         for (int r = 0; r < KERNEL_R; ++r)
 #pragma unroll
-            for (int j = 0; j < S_PAIRS; ++j)
+            for (int phi = 0; phi < STRIDE_W; ++phi)
 #pragma unroll
-                for (int h = 0; h < 2; ++h) {
-                    const int s = 2 * j + h;
-                    dx_weight[r][j][h] = 0;
-                    if (s < KERNEL_S && warp_live) {
-                        const auto tap = weight[group][CI(lane / 4)][R(r)][S(s)];
-                        dx_weight[r][j][h] =
-                            spio::pack2<Elem>(static_cast<Elem>(*tap[KO(2 * (lane % 4))]),
-                                              static_cast<Elem>(*tap[KO(2 * (lane % 4) + 1)]));
+                for (int j = 0; j < S_PAIRS; ++j)
+#pragma unroll
+                    for (int h = 0; h < 2; ++h) {
+                        const int s = phase_tap_at(phi, 2 * j + h);
+                        dx_weight[r][phi][j][h] = 0;
+                        if (s >= 0 && warp_live) {
+                            const auto tap = weight[group][CI(lane / 4)][R(r)][S(s)];
+                            dx_weight[r][phi][j][h] = spio::pack2<Elem>(
+                                static_cast<Elem>(*tap[KO(2 * (lane % 4))]),
+                                static_cast<Elem>(*tap[KO(2 * (lane % 4) + 1)]));
+                        }
                     }
-                }
     }
     // ldmatrix rows: lane l gives row l % 8 of matrix l / 8: pixel 8 (l / 8 % 2) + l % 8 of the
-    // 16, tap 2j + l / 16. Its dy column in chunk c16 is dx_col[j] + 16 c16 (mod BLOCK_Q); the
-    // swizzle (TMA_ROWS) repeats every 8 pixels, so an address is that of the column mod 8 plus
-    // whole 8-pixel steps.
-    int dx_col[S_PAIRS];
-    unsigned dx_lane[S_PAIRS];
+    // 16, the phase's tap 2j + l / 16. Its dy column in chunk c16 is dx_col + 16 c16 (mod
+    // BLOCK_Q); the swizzle (TMA_ROWS) repeats every 8 pixels, so an address is that of the
+    // column mod 8 plus whole 8-pixel steps.
+    int dx_col[STRIDE_W][S_PAIRS];
+    unsigned dx_lane[STRIDE_W][S_PAIRS];
 #pragma unroll
-    for (int j = 0; j < S_PAIRS; ++j) {
-        dx_col[j] = 8 * (lane / 8 % 2) + lane % 8 + PAD_W - (2 * j + lane / 16);
-        dx_lane[j] = spio::smem_address(smem_grad[warp_group][Q(dx_col[j] & 7)].get());
-    }
+    for (int phi = 0; phi < STRIDE_W; ++phi)
+#pragma unroll
+        for (int j = 0; j < S_PAIRS; ++j) {
+            const int a = phase_tap_at(phi, 2 * j + lane / 16);
+            const int s = a >= 0 ? a : max(phase_tap_at(phi, 2 * j), 0);  // x2: lanes 16+ unused
+            dx_col[phi][j] = 8 * (lane / 8 % 2) + lane % 8 + (phi + PAD_W - s) / STRIDE_W;
+            dx_lane[phi][j] =
+                spio::smem_address(smem_grad[warp_group][Q(dx_col[phi][j] & 7)].get());
+        }
     const unsigned pix8 = smem_bytes(smem_grad[Q(8)].get(), smem_grad.get());
 #endif
     auto multiply_row = [&](const Task& task, int i, int u, unsigned xs,
@@ -500,39 +525,50 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
             }
         }
 #if FUSE_DGRAD
-        {  // dx row h0 + i (an x row inside the image: those computed nowhere else)
-        // dx row h0 + i of the image, in uint4 from dx_ptr (as x's row i)
-        const unsigned row = TMA_ROWS ? (task.x + static_cast<unsigned>(i)) * x_row
-                                      : task.x + static_cast<unsigned>(i) * x_row;
-        unsigned* const out = reinterpret_cast<unsigned*>(dx_ptr + (row + group.get())) + lane % 4;
+        // dx row h0 + i (an x row inside the image), in uint4 from dx_ptr (as x's row i)
+        const unsigned dx_row = TMA_ROWS ? (task.x + static_cast<unsigned>(i)) * x_row
+                                         : task.x + static_cast<unsigned>(i) * x_row;
+        unsigned* const dx_out =
+            reinterpret_cast<unsigned*>(dx_ptr + (dx_row + group.get())) + lane % 4;
+#pragma unroll
+        for (int phi = 0; phi < STRIDE_W; ++phi) {
+            const int taps = phase_taps(phi);
+            const int cols = (IN_W - phi + STRIDE_W - 1) / STRIDE_W;  // dx columns of the phase
 #pragma unroll 1
-        for (int c16 = 0; c16 < DX_CHUNKS; ++c16) {
-            float acc[4] = {0.f, 0.f, 0.f, 0.f};
+            for (int c16 = 0; c16 < (cols + 15) / 16; ++c16) {
+                float acc[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
-            for (int r = 0; r < KERNEL_R; ++r) {
-                if (!tap_live(task, i, u, r)) continue;
+                for (int r = 0; r < KERNEL_R; ++r) {
+                    if (!tap_live(task, i, u, r)) continue;
 #pragma unroll
-                for (int j = 0; j < S_PAIRS; ++j) {
-                    const int q = (dx_col[j] + 16 * c16) & (BLOCK_Q - 1);
-                    const unsigned a_row = dx_lane[j] + static_cast<unsigned>(q >> 3) * pix8 + ds[r];
-                    if (2 * j + 1 < KERNEL_S) {
-                        unsigned a[4];
-                        spio::ldmatrix_x4(a, a_row);
-                        spio::mma_m16n8k16<Elem>(acc, a, dx_weight[r][j]);
-                    } else {
-                        unsigned a[2];
-                        spio::ldmatrix_x2(a, a_row);
-                        spio::mma_m16n8k8<Elem>(acc, a, dx_weight[r][j][0]);
+                    for (int j = 0; j < S_PAIRS; ++j) {
+                        if (2 * j >= taps) break;
+                        const int q = (dx_col[phi][j] + 16 * c16) & (BLOCK_Q - 1);
+                        const unsigned a_row =
+                            dx_lane[phi][j] + static_cast<unsigned>(q >> 3) * pix8 + ds[r];
+                        if (2 * j + 1 < taps) {
+                            unsigned a[4];
+                            spio::ldmatrix_x4(a, a_row);
+                            spio::mma_m16n8k16<Elem>(acc, a, dx_weight[r][phi][j]);
+                        } else {
+                            unsigned a[2];
+                            spio::ldmatrix_x2(a, a_row);
+                            spio::mma_m16n8k8<Elem>(acc, a, dx_weight[r][phi][j][0]);
+                        }
                     }
                 }
+                // c0, c1: the phase's column m = 16 c16 + l / 4, channels 2(l%4), +1; c2, c3:
+                // m + 8. A phase without taps stores zeros.
+                const int m = 16 * c16 + lane / 4;
+                if (m < cols) {
+                    dx_out[(STRIDE_W * m + phi) * GROUPS * 4] =
+                        spio::round_pack2<Elem>(acc[0], acc[1]);
+                }
+                if (m + 8 < cols) {
+                    dx_out[(STRIDE_W * (m + 8) + phi) * GROUPS * 4] =
+                        spio::round_pack2<Elem>(acc[2], acc[3]);
+                }
             }
-            // c0, c1: column 16 c16 + l / 4, channels 2(l%4), +1; c2, c3: that column + 8
-            const int w0 = 16 * c16 + lane / 4;
-            if (w0 < OUT_Q) out[w0 * GROUPS * 4] = spio::round_pack2<Elem>(acc[0], acc[1]);
-            if (w0 + 8 < OUT_Q) {
-                out[(w0 + 8) * GROUPS * 4] = spio::round_pack2<Elem>(acc[2], acc[3]);
-            }
-        }
         }
 #endif
     };

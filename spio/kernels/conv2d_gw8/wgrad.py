@@ -278,13 +278,19 @@ def _deep_enough(
 
 
 def fusable(p: Conv2dGw8Params, cfg: Conv2dGw8WgradConfig) -> bool:
-    """Whether the wgrad variant of `cfg` can also write the input gradient (FUSE_DGRAD):
-    stride 1, 'same' padding, whole-image tasks, one column tile with a zero column past Q."""
+    """Whether the wgrad variant of `cfg` can also write the input gradient (FUSE_DGRAD): one
+    task per image (block_p = P) whose row stream reaches the last input row, and one column
+    tile (a power of two) whose zero-filled columns past Q take the dy columns outside the
+    image, left of it (wrapped) and right of it (the kernel's column wrap, mod block_q)."""
+    bq = cfg.block_q
+    left = max(0, -(-(p.s - 1 - p.pad_w) // p.stride_w))  # dy columns below 0
+    right = (p.w - 1 + p.pad_w) // p.stride_w  # the last dy column a dx column reads
     return (
-        p.stride_h == p.stride_w == 1
-        and (p.h, p.w) == (p.p, p.q)
-        and p_chunks(p, cfg) == 1
-        and cfg.block_q >= p.q + p.pad_w
+        p_chunks(p, cfg) == 1
+        and task_rows(p, cfg) - p.pad_h >= p.h
+        and bq & (bq - 1) == 0
+        and bq - left >= p.q
+        and right < bq
     )
 
 
@@ -298,6 +304,13 @@ FUSE_MAX_ROWS = 28
 FUSE_MIN_TASKS_PER_SM = 2
 # Measured at 3x3 only; the kernel takes 5x5 (150-174 registers on sm_90), not timed.
 FUSE_MAX_TAPS = 9
+# The kernel takes stride 2 (two column phases), but with the op's wgrad config (block_p = P)
+# it lost at 6 of the 8 RegNet stride-2 layers on an H200 (e.g. C56 56^2 s2 N256: 146 µs
+# against 109 for dgrad + wgrad), while the best fused config won at the six of P <= 28 by
+# 1.07-1.41x and lost at 112^2 (x C24: 241 against 233; y C48: 169 against 138). No rule for
+# the stride-2 config was found that wins everywhere (docs/ops/conv2d_gw8.md, "Thirty-seventh
+# session"), so the backward fuses stride 1 only.
+FUSE_STRIDES = ((1, 1),)
 
 
 def fused_config(
@@ -310,6 +323,7 @@ def fused_config(
     whole = replace(cfg, block_p=p.p)
     if (
         p.r * p.s > FUSE_MAX_TAPS
+        or p.stride not in FUSE_STRIDES
         or not fusable(p, whole)
         or smem_bytes(p, whole, dev) > dev.max_smem_per_block_optin
     ):
@@ -742,7 +756,7 @@ def examples() -> list[Conv2dGw8Params]:
 
 
 def fused_spec(p: Conv2dGw8Params, cfg: Conv2dGw8WgradConfig, dev: Any = None) -> KernelSpec:
-    """`spec` of the variant that also writes dx (FUSE_DGRAD)."""
+    """`spec` of the variant that also writes dx (FUSE_DGRAD, `fusable` layers)."""
     return spec(p, cfg, dev, fuse_dgrad=True)
 
 
@@ -753,12 +767,8 @@ def fused_stats(p: Conv2dGw8Params) -> KernelStats:
 
 
 def fused_examples() -> list[Conv2dGw8Params]:
-    """The examples the backward fuses: stride 1, 'same' padding, at most FUSE_MAX_TAPS taps."""
-    return [
-        p
-        for p in examples()
-        if p.stride == (1, 1) and (p.h, p.w) == (p.p, p.q) and p.r * p.s <= FUSE_MAX_TAPS
-    ]
+    """The examples with at most FUSE_MAX_TAPS taps (those the backward may fuse)."""
+    return [p for p in examples() if p.r * p.s <= FUSE_MAX_TAPS]
 
 
 def fused_variant(p: Conv2dGw8Params) -> Conv2dGw8Params:

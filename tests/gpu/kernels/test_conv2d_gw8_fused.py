@@ -1,7 +1,8 @@
 """The backward's fused kernel (the wgrad kernel's FUSE_DGRAD variant) on a GPU: dx, dw and db
-against fp64 from the same quantized inputs, sampled fused configs of stride-1 'same' layers
-(fp16/bf16, float32 and channels_last weights, idle warps, 1x1, 3x1, 5x5, N = 1, C = 8, odd
-sizes), dx NaN-poisoned (every element written), partials NaN-poisoned, two runs bitwise equal."""
+against fp64 from the same quantized inputs, sampled fused configs (stride 1 and 2, 'same' and
+'valid' padding, fp16/bf16, float32 and channels_last weights, idle warps, 1x1, 3x1, 5x5, N = 1,
+C = 8, odd sizes), dx NaN-poisoned (every element written), partials NaN-poisoned, two runs
+bitwise equal."""
 
 from __future__ import annotations
 
@@ -38,6 +39,12 @@ SHAPES = [
     _p(2, 32, 11, 10, 3, 1, 1, 0),
     _p(17, 48, 14, 14),  # several images per split
     _p(2, 56, 28, 28, weight_cl=True),
+    _p(2, 32, 12, 12, pad_h=0, pad_w=0),  # 'valid': dx rows and columns the dy edge reaches
+    _p(3, 24, 15, 17, stride_h=2, stride_w=2),  # stride 2, odd sizes: two column phases
+    _p(2, 64, 28, 28, stride_h=2, stride_w=2, has_bias=True, wdtype="float32"),
+    _p(2, 104, 14, 14, stride_h=2, stride_w=2, dtype="bfloat16"),
+    _p(2, 16, 9, 11, 1, 1, 0, 0, stride_h=2, stride_w=2),  # 1x1 stride 2: odd columns get zeros
+    _p(2, 32, 10, 13, 3, 3, 1, 1, stride_h=1, stride_w=2),
 ]
 
 

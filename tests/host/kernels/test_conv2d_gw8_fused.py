@@ -22,15 +22,21 @@ def _layer(n, c, hw, k=3, pad=1, stride=1, **kw):
     )  # fmt: skip
 
 
-def test_fusable_needs_stride_1_same_padding_whole_images_and_a_zero_column():
+def test_fusable_needs_whole_images_and_zero_columns_for_the_halo():
     p = _layer(8, 64, 28)
     assert wg.fusable(p, Conv2dGw8WgradConfig(28, 32, 4, 3, 2))
     assert not wg.fusable(p, Conv2dGw8WgradConfig(14, 32, 4, 3, 2))  # two row chunks
     assert not wg.fusable(p, Conv2dGw8WgradConfig(28, 16, 4, 3, 2))  # two column tiles
     assert not wg.fusable(_layer(8, 64, 32), Conv2dGw8WgradConfig(32, 32, 4, 3, 2))  # no zero col
-    assert not wg.fusable(_layer(8, 64, 28, pad=0), Conv2dGw8WgradConfig(26, 32, 4, 3, 2))
+    # 'valid' padding: Q = 26, dy columns -2..27 read, 2 wrap onto 30, 31
+    assert wg.fusable(_layer(8, 64, 28, pad=0), Conv2dGw8WgradConfig(26, 32, 4, 3, 2))
+    assert not wg.fusable(_layer(8, 64, 33, pad=0), Conv2dGw8WgradConfig(31, 32, 4, 3, 2))
+    # stride 2: Q = 14, dy columns -1..14 read
     strided = _layer(8, 64, 28, stride=2)
-    assert not wg.fusable(strided, Conv2dGw8WgradConfig(14, 16, 4, 3, 2))
+    assert wg.fusable(strided, Conv2dGw8WgradConfig(14, 16, 4, 3, 2))
+    assert not wg.fusable(_layer(8, 64, 32, stride=2), Conv2dGw8WgradConfig(16, 16, 4, 3, 2))
+    # a stream that stops before the last input row (stride 2, no padding, even H): not fused
+    assert not wg.fusable(_layer(8, 64, 28, pad=0, stride=2), Conv2dGw8WgradConfig(13, 16, 4, 3, 2))
     with pytest.raises(ValueError, match="cannot fuse"):
         wg.spec(p, Conv2dGw8WgradConfig(14, 32, 4, 3, 2), known_device("H100"), fuse_dgrad=True)
 
@@ -49,7 +55,9 @@ def test_fused_config_follows_the_measured_rule():
     five = Conv2dGw8WgradConfig(4, 32, 4, 3, 2)
     assert wg.fusable(_layer(8, 64, 28, k=5, pad=2), replace(five, block_p=28))
     assert wg.fused_config(_layer(8, 64, 28, k=5, pad=2), five, dev) is None
-    assert wg.fused_config(_layer(128, 104, 28, stride=2), cfg, dev) is None
+    # the kernel takes stride 2, the rule does not (FUSE_STRIDES)
+    assert wg.fusable(_layer(128, 104, 56, stride=2), replace(cfg, block_p=28))
+    assert wg.fused_config(_layer(128, 104, 56, stride=2), cfg, dev) is None
 
 
 def test_fused_spec_passes_dx_and_the_weight():
@@ -70,6 +78,9 @@ FUSED_LAYERS = [
     _layer(2, 440, 7, wdtype="float32", weight_cl=True),
     Conv2dGw8Params(n=2, c=16, h=6, w=6, r=1, s=1, pad_h=0, pad_w=0),
     Conv2dGw8Params(n=2, c=32, h=11, w=10, r=3, s=1, pad_h=1, pad_w=0),
+    _layer(2, 24, 112, stride=2),
+    _layer(2, 440, 14, stride=2, has_bias=True),
+    Conv2dGw8Params(n=2, c=16, h=9, w=11, r=1, s=1, pad_h=0, pad_w=0, stride_h=2, stride_w=2),
 ]
 
 
