@@ -70,6 +70,9 @@
 ///   = 128 * WARPS bytes).
 /// Launch: triggers its dependents at entry (sm_90+), so the reduction, launched with PDL, is
 ///   scheduled while this grid runs and waits in griddepcontrol.wait for its completion.
+/// FUSE_DGRAD (the backward's fused kernel, `wgrad.WGRAD_DGRAD`): the same kernel also writes
+///   dx from the dy rows it holds, with whole-image tasks and one column tile (see the
+///   FUSE_DGRAD section below; the host's `wgrad.fusable` says where it applies).
 /// Assumes: NHWC x and dy, C % 8 == 0, 16-byte aligned pointers (partial included); partials laid
 ///   out like the weight (C, 8, R, S), contiguous or channels_last, in fp32, one slice per
 ///   (split, column tile).
