@@ -363,8 +363,9 @@ class _ForwardPlan:
 def _both_gradients(dgrad_plan, wplan, x, dy, w, stream: int) -> tuple:
     """(dx, dw, db or None) of prepared operands: one kernel for all of them where the layer
     fuses them (`_WgradPlan.run_fused`: dy read once), else the dgrad plan (`dgrad_plan()`,
-    made only then) and the wgrad plan one after the other. Either way each gradient's bits
-    depend on the layer alone (the fused kernel sums in its own fixed order)."""
+    made only then) and the wgrad plan one after the other. Which runs is fixed by the layer
+    (its batch included) and the weight's dtype and layout, so the bits repeat from call to call;
+    a backward that needs only dx (a frozen weight) runs dgrad alone, whose bits differ."""
     fused = wplan.run_fused(x, dy, w, stream)
     if fused is not None:
         return fused
@@ -444,22 +445,22 @@ class _WgradPlan:
         fused = self._fused
         if fused is False:
             fused = self._fused = self._fused_launch()
-        if fused is None or w.dtype != self.wdtype or _weight_cl(w) is None:
+        if fused is None or w.dtype != self.wdtype:
             return None
-        if self.p.r * self.p.s > 1 and bool(_weight_cl(w)) != self.p.weight_cl:
+        layout = _weight_cl(w)  # None: neither layout; at 1x1 both are one memory order
+        if layout is None or (self.p.r * self.p.s > 1 and layout != self.p.weight_cl):
             return None
-        p = self.p
-        dx = _empty_strided(
-            (p.n, p.c, p.h, p.w), _cl_stride((p.n, p.c, p.h, p.w)), dtype=getattr(torch, p.dtype),
-            device=self.device,
-        )  # fmt: skip
+        launch, dx_size, dx_stride, dx_dtype = fused
+        dx = _empty_strided(dx_size, dx_stride, dtype=dx_dtype, device=self.device)
         dw = _empty_strided(self.w_size, self.w_stride, dtype=self.wdtype, device=self.device)
         db = _empty(self.c, dtype=self.wdtype, device=self.device) if self.with_bias else None
-        workspace = _empty(fused.workspace_floats, dtype=torch.float32, device=self.device)
-        fused(dw, db, workspace, x, dy, stream, dx, w)
+        workspace = _empty(launch.workspace_floats, dtype=torch.float32, device=self.device)
+        launch(dw, db, workspace, x, dy, stream, dx, w)
         return dx, dw, db
 
-    def _fused_launch(self) -> Any:
+    def _fused_launch(self) -> tuple | None:
+        """(the fused launch, dx's size, strides and dtype), or None where the layer does not
+        fuse."""
         from spio.kernels.conv2d_gw8 import wgrad as wg
         from spio.kernels.loader import default_function_cache
 
@@ -471,7 +472,9 @@ class _WgradPlan:
             kernel = default_function_cache().get(
                 wg.WGRAD_DGRAD, wg.WGRAD_DGRAD.compiled(p), cfg, dev
             )
-        return wg.WgradLaunch(kernel, _reduce_kernel(p, cfg, dev), p, cfg, dev)
+        launch = wg.WgradLaunch(kernel, _reduce_kernel(p, cfg, dev), p, cfg, dev)
+        size = (p.n, p.c, p.h, p.w)
+        return launch, size, _cl_stride(size), getattr(torch, p.dtype)
 
 
 def _reduce_kernel(p: Conv2dGw8Params, cfg, dev) -> Any:

@@ -422,7 +422,8 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
     // m16n8k8). A = dy pixels by ldmatrix (rows = pixels, not transposed); a column outside
     // 0..OUT_Q-1 wraps (mod BLOCK_Q) onto a zero-filled column past OUT_Q. B = the weights, one
     // register per tap, loaded once. Columns past the phase's last of the last 16 are computed,
-    // not stored.
+    // not stored (at BLOCK_Q 8, fragment rows 8-15 alias rows 0-7 through the wrap: `fusable`
+    // then leaves at most 8 columns per phase, so those rows are never stored).
     static_assert(P_CHUNKS == 1 && Q_TILES == 1, "FUSE_DGRAD: whole-image tasks, one column tile");
     static_assert((BLOCK_Q & (BLOCK_Q - 1)) == 0, "FUSE_DGRAD: the column wrap needs 2^k");
     // B[kk][c] = w[g8 + k, c, r, s] (kk = 8 h + k for the phase's tap 2j + h): lane holds

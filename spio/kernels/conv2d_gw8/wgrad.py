@@ -302,8 +302,9 @@ def fusable(p: Conv2dGw8Params, cfg: Conv2dGw8WgradConfig) -> bool:
 # N128 (128 tasks: long serial image tasks on half the SMs) and 0.44x at N32.
 FUSE_MAX_ROWS = 28
 FUSE_MIN_TASKS_PER_SM = 2
-# Measured at 3x3 only; the kernel takes 5x5 (150-174 registers on sm_90), not timed.
-FUSE_MAX_TAPS = 9
+# Measured at 3x3 only: kernels of at most this many rows and columns fuse (the kernel takes
+# 5x5, 150-174 registers on sm_90, and 1x5 or 7x1 too, none of them timed).
+FUSE_MAX_KERNEL = 3
 # The kernel takes stride 2 (two column phases), but with the op's wgrad config (block_p = P)
 # it lost at 6 of the 8 RegNet stride-2 layers on an H200 (e.g. C56 56^2 s2 N256: 146 µs
 # against 109 for dgrad + wgrad), while the best fused config won at the six of P <= 28 by
@@ -322,7 +323,7 @@ def fused_config(
     shared memory) or the rule above expects the two kernels to be faster."""
     whole = replace(cfg, block_p=p.p)
     if (
-        p.r * p.s > FUSE_MAX_TAPS
+        max(p.r, p.s) > FUSE_MAX_KERNEL
         or p.stride not in FUSE_STRIDES
         or not fusable(p, whole)
         or smem_bytes(p, whole, dev) > dev.max_smem_per_block_optin
@@ -767,8 +768,8 @@ def fused_stats(p: Conv2dGw8Params) -> KernelStats:
 
 
 def fused_examples() -> list[Conv2dGw8Params]:
-    """The examples with at most FUSE_MAX_TAPS taps (those the backward may fuse)."""
-    return [p for p in examples() if p.r * p.s <= FUSE_MAX_TAPS]
+    """The examples of at most FUSE_MAX_KERNEL rows and columns (those the backward may fuse)."""
+    return [p for p in examples() if max(p.r, p.s) <= FUSE_MAX_KERNEL]
 
 
 def fused_variant(p: Conv2dGw8Params) -> Conv2dGw8Params:

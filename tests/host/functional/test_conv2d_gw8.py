@@ -482,3 +482,51 @@ def test_gradient_ops_check_dtypes_dims_and_devices(seed, monkeypatch):
         torch.ops.spio.conv2d_gw8_dgrad(dy.float(), wt, [9, 7], [1, 1])
     with pytest.raises(TypeError, match=r"wgrad: expected a 4-D float16 or bfloat16 tensor"):
         torch.ops.spio.conv2d_gw8_wgrad(dy[0], dy, [3, 3], [1, 1], True)
+
+
+class _RecordingLaunch:
+    """Stands in for the fused WgradLaunch: records the buffers a call passes."""
+
+    workspace_floats = 12
+
+    def __init__(self):
+        self.calls = []
+
+    def __call__(self, dw, db, workspace, x, dy, stream, dx, w):
+        self.calls.append((dw, db, workspace, x, dy, stream, dx, w))
+
+
+@pytest.mark.parametrize("weight_cl", [False, True])
+def test_run_fused_passes_dx_and_only_a_weight_of_the_plans_dtype_and_layout(weight_cl):
+    """`_WgradPlan.run_fused` (the backward's fused kernel, GPU-tested in
+    tests/gpu/functional/test_conv2d_gw8.py) on the host with a recording launch: dx, dw and db
+    of the plan's shapes, dtypes and layouts go to the launch; a weight of another dtype or
+    layout, or a layer that does not fuse, gets None (the caller runs dgrad and wgrad)."""
+    import importlib
+
+    from spio.kernels.conv2d_gw8.params import Conv2dGw8Params
+
+    m = importlib.import_module("spio.functional.conv2d_gw8")
+    p = Conv2dGw8Params(n=2, c=16, h=6, w=5, has_bias=True, weight_cl=weight_cl)
+    plan = object.__new__(m._WgradPlan)
+    launch = _RecordingLaunch()
+    size = (p.n, p.c, p.h, p.w)
+    plan.p, plan.c, plan.with_bias, plan.device = p, p.c, True, torch.device("cpu")
+    plan.wdtype, plan.w_size = torch.float16, (p.c, 8, 3, 3)
+    plan.w_stride = m._cl_stride(plan.w_size, CL if weight_cl else torch.contiguous_format)
+    plan._fused = (launch, size, m._cl_stride(size), torch.float16)
+    w = torch.zeros(p.c, 8, 3, 3, dtype=torch.float16)
+    w = w.contiguous(memory_format=CL if weight_cl else torch.contiguous_format)
+    x = dy = torch.zeros(size, dtype=torch.float16)
+    dx, dw, db = plan.run_fused(x, dy, w, 7)
+    ((cdw, cdb, ws, cx, cdy, stream, cdx, cw),) = launch.calls
+    assert (cdw, cdb, cdx, cw, stream) == (dw, db, dx, w, 7) and ws.numel() == 12
+    assert dx.shape == size and dx.is_contiguous(memory_format=CL) and dx.dtype == torch.float16
+    assert dw.shape == (p.c, 8, 3, 3) and db.shape == (p.c,)
+    assert dw.is_contiguous(memory_format=CL if weight_cl else torch.contiguous_format)
+    other = w.contiguous(memory_format=torch.contiguous_format if weight_cl else CL)
+    assert plan.run_fused(x, dy, other, 7) is None  # the other layout
+    assert plan.run_fused(x, dy, w.float(), 7) is None  # the other dtype
+    plan._fused = None
+    assert plan.run_fused(x, dy, w, 7) is None  # a layer that does not fuse
+    assert len(launch.calls) == 1

@@ -55,6 +55,9 @@ def test_fused_config_follows_the_measured_rule():
     five = Conv2dGw8WgradConfig(4, 32, 4, 3, 2)
     assert wg.fusable(_layer(8, 64, 28, k=5, pad=2), replace(five, block_p=28))
     assert wg.fused_config(_layer(8, 64, 28, k=5, pad=2), five, dev) is None
+    one_by_five = Conv2dGw8Params(n=128, c=104, h=28, w=28, r=1, s=5, pad_h=0, pad_w=2)
+    assert wg.fusable(one_by_five, replace(cfg, block_p=28))
+    assert wg.fused_config(one_by_five, cfg, dev) is None
     # the kernel takes stride 2, the rule does not (FUSE_STRIDES)
     assert wg.fusable(_layer(128, 104, 56, stride=2), replace(cfg, block_p=28))
     assert wg.fused_config(_layer(128, 104, 56, stride=2), cfg, dev) is None
