@@ -748,15 +748,19 @@ def _backward_op(grad_output, input, weight, padding, with_bias, weight_cl=False
         stream = raw_stream(input.device.index)
         dx, dw, db = _both_gradients(lambda: dplan, wplan, _aligned_cl(input), dy, w, stream)
         return dx, dw, db if db is not None else input.new_empty((0,))
-    # somewhere no kernel runs (the fallback, an empty batch): each op as it would run alone
+    # where no kernel runs (the fallback, an empty batch) a "plan" is already its op's result;
+    # the other gradient runs as its op would alone
     dx = (
         dplan
         if type(dplan) is not _DgradPlan
         else _dgrad_op(grad_output, weight, hw, padding, stride)
     )
-    if type(wplan) is _WgradPlan:
-        wplan = _wgrad_op(input, grad_output, rs, padding, with_bias, weight_cl, stride)
-    return dx, *wplan
+    grads = (
+        wplan
+        if type(wplan) is not _WgradPlan
+        else _wgrad_op(input, grad_output, rs, padding, with_bias, weight_cl, stride)
+    )
+    return dx, *grads
 
 
 def _backward_fake(grad_output, input, weight, padding, with_bias, weight_cl=False, stride=(1, 1)):
