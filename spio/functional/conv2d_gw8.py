@@ -16,7 +16,7 @@ on each axis, any padding, optional bias, fp16/bf16 with fp32 accumulation, on s
   transposed within each 8x8 group and rotated 180 degrees (no separate weight op); the weight and
   bias gradients run the deterministic wgrad kernel (per-CTA partials + an ordered reduction pass).
   Where a backward needs dx and dw (or db) of a stride-1 3x3 (or smaller) layer whose
-  whole-image tasks fill the GPU (`spio.kernels.conv2d_gw8.wgrad.fused_config`), one kernel
+  whole-image tasks fill the GPU (`spio.kernels.conv2d_gw8.wgrad.fuses`), one kernel
   writes all of them, reading dy once (the wgrad kernel's FUSE_DGRAD variant; the dispatcher
   path's `conv2d_gw8_backward` op). Its dx and dw are deterministic, but not the bits of
   `conv2d_gw8_dgrad` and `conv2d_gw8_wgrad` called one by one: the sums run in another order.
@@ -411,14 +411,14 @@ class _WgradPlan:
     """The weight (and bias) gradient of one layer (batch included) on one GPU: both passes."""
 
     __slots__ = ("launch", "w_size", "w_stride", "c", "wdtype", "device", "with_bias", "workspace",
-                 "p", "dev", "cfg", "_fused")  # fmt: skip
+                 "p", "dev", "_fused")  # fmt: skip
 
     def __init__(self, p: Conv2dGw8Params, dev) -> None:
         from spio.kernels.conv2d_gw8 import wgrad as wg
 
         cfg, kernel = _selected(wg.WGRAD, p, dev)
         self.launch = wg.WgradLaunch(kernel, _reduce_kernel(p, cfg, dev), p, cfg, dev)
-        self.p, self.dev, self.cfg = p, dev, cfg
+        self.p, self.dev = p, dev
         self._fused: Any = False  # the fused launch, made at the first run_fused
         self.w_size = (p.c, GROUP_WIDTH, p.r, p.s)
         # dw in the weight's layout, so autograd accumulates it without a copy
@@ -438,8 +438,8 @@ class _WgradPlan:
         return dw, db
 
     def run_fused(self, x, dy, w, stream: int) -> tuple | None:
-        """(dx, dw, db or None) from the kernel that writes all of them (`wgrad.fused_config`:
-        stride 1, at most 3x3, whole-image tasks that fill the GPU), for channels_last,
+        """(dx, dw, db or None) from the kernel that writes all of them (`wgrad.may_fuse`,
+        `wgrad.fuses`: at most 3x3, whole-image tasks that fill the GPU), for channels_last,
         16-byte aligned x and dy and the weight `w`; None where the layer does not fuse, or w
         is not of the plan's weight dtype and layout (the kernel reads it as compiled)."""
         fused = self._fused
@@ -464,11 +464,15 @@ class _WgradPlan:
         from spio.kernels.conv2d_gw8 import wgrad as wg
         from spio.kernels.loader import default_function_cache
 
+        from spio.select import op_config
+
         p, dev = self.p, self.dev
-        cfg = wg.fused_config(p, self.cfg, dev)
-        if cfg is None:
+        if not wg.may_fuse(p, dev):
             return None
-        with torch.cuda.device(dev.ordinal):
+        with torch.cuda.device(dev.ordinal):  # an autotune measures on the plan's GPU
+            cfg = op_config(wg.WGRAD_DGRAD, p, dev)
+            if not wg.fuses(p, cfg, dev):
+                return None
             kernel = default_function_cache().get(
                 wg.WGRAD_DGRAD, wg.WGRAD_DGRAD.compiled(p), cfg, dev
             )

@@ -17,6 +17,7 @@ KERNELS: dict[str, KernelDef] = {
     "conv2d_gw8_dgrad": _conv2d_gw8_fprop.DGRAD,
     "conv2d_gw8_wgrad": _conv2d_gw8_wgrad.WGRAD,
     "conv2d_gw8_wgrad_reduce": _conv2d_gw8_wgrad_reduce.WGRAD_REDUCE,
+    "conv2d_gw8_wgrad_dgrad": _conv2d_gw8_wgrad.WGRAD_DGRAD,
 }
 
 __all__ = ["KERNELS", "KernelDef", "KernelSpec", "KernelStats"]

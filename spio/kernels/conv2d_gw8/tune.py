@@ -3,6 +3,7 @@
 `sample_params(rng)` draws layer shapes from the 81 real networks' layers shipped in
 `spio/kernels/data/conv2d_gw8_layer_shapes.csv` (with a random batch and dtype) or random ones,
 stride 1 or 2 (`STRIDE2_PROB`);
+`sample_fused_params(rng)` those of them the backward may fuse (the fused kernel's family);
 `make_*_runner(p, cfg)` returns a zero-argument launch of one variant on fresh random tensors on
 the current GPU (the kernel is compiled and loaded when the runner is made).
 """
@@ -75,6 +76,33 @@ def sample_params(rng: Any) -> Conv2dGw8Params:
                            stride_w=st)  # fmt: skip
 
 
+# The fused backward's layers (`sample_fused_params`): P at most FUSED_SHORT_ROWS at any batch
+# (`wgrad.FUSE_MAX_ROWS`: where the op fuses at any batch), else up to FUSED_MAX_ROWS at
+# FUSED_TALL_MIN_BATCH images or more (where whole-image tasks may still fill the GPU).
+FUSED_SHORT_ROWS = 28
+FUSED_MAX_ROWS = 64
+FUSED_TALL_MIN_BATCH = 64
+
+
+def sample_fused_params(rng: Any) -> Conv2dGw8Params:
+    """One layer the backward may fuse, drawn as `sample_params` draws (stride 1 or 2): a kernel
+    of at most `wgrad.FUSE_MAX_KERNEL` rows and columns, P as FUSED_* above, and a column tile
+    of the wgrad space (the widest, `wgrad.configs`) that can fuse (`wgrad.fusable`: a Q that is
+    a power of two leaves no zero column at 'same' padding)."""
+    from spio.kernels.conv2d_gw8.params import Conv2dGw8WgradConfig
+    from spio.kernels.conv2d_gw8.wgrad import BLOCK_Q_CHOICES, FUSE_MAX_KERNEL, fusable
+
+    while True:
+        p = sample_params(rng)
+        if max(p.r, p.s) > FUSE_MAX_KERNEL:
+            continue
+        if p.p > FUSED_SHORT_ROWS and (p.p > FUSED_MAX_ROWS or p.n < FUSED_TALL_MIN_BATCH):
+            continue
+        widest = next((bq for bq in BLOCK_Q_CHOICES if bq >= p.q), BLOCK_Q_CHOICES[-1])
+        if fusable(p, Conv2dGw8WgradConfig(p.p, widest, 1, 3, 4)):
+            return p
+
+
 def _tensors(p: Conv2dGw8Params):
     import torch
 
@@ -136,3 +164,22 @@ def make_wgrad_runner(p: Conv2dGw8Params, cfg: Any):
     workspace = torch.empty(run.workspace_floats, device=x.device)
     db = b if p.has_bias else None
     return lambda: run(w, db, workspace, x, dy, stream)
+
+
+def make_fused_runner(p: Conv2dGw8Params, cfg: Any):
+    """Times what the op runs for a fused backward (`_WgradPlan.run_fused`): the kernel that
+    writes dx and the fp32 partials of dw (and db), and their ordered reduction."""
+    import torch
+
+    from spio.kernels.conv2d_gw8 import wgrad as wg
+    from spio.kernels.conv2d_gw8 import wgrad_reduce as rd
+
+    x, dy, w, b, stream = _tensors(p)
+    dev, kernel = _loaded(wg.WGRAD_DGRAD, p, cfg)
+    _, reduce_kernel = _loaded(rd.WGRAD_REDUCE, p, rd.reduce_config(p, cfg, dev))
+    run = wg.WgradLaunch(kernel, reduce_kernel, p, cfg, dev)
+    workspace = torch.empty(run.workspace_floats, device=x.device)
+    dw = w.clone()
+    dx = x.clone()
+    db = b if p.has_bias else None
+    return lambda: run(dw, db, workspace, x, dy, stream, dx, w)

@@ -294,12 +294,13 @@ def fusable(p: Conv2dGw8Params, cfg: Conv2dGw8WgradConfig) -> bool:
     )
 
 
-# The backward fuses dgrad into wgrad (`fused_config`) where the whole-image tasks still fill the
-# GPU: at most FUSE_MAX_ROWS output rows, or at least FUSE_MIN_TASKS_PER_SM tasks per SM. On an
-# H200 (thirty-seventh session, dgrad + wgrad + reduction vs the fused kernel and reduction, the
-# op's wgrad config with block_p = P) the fused kernel was 1.10-1.44x faster at the RegNet
-# layers of P <= 28 and at C24 56^2 N256 / C48 56^2 N128 (768 / 384 tasks), 0.93x at C64 56^2
-# N128 (128 tasks: long serial image tasks on half the SMs) and 0.44x at N32.
+# Whether the backward fuses dgrad into wgrad (`may_fuse`, then `fuses` with the config selected
+# for WGRAD_DGRAD): where the whole-image tasks still fill the GPU, at most FUSE_MAX_ROWS output
+# rows, or at stride 1 at least FUSE_MIN_TASKS_PER_SM tasks per SM. On an H200 (thirty-seventh
+# session, dgrad + wgrad + reduction vs the fused kernel and reduction, the op's wgrad config
+# with block_p = P) the fused kernel was 1.10-1.44x faster at the RegNet layers of P <= 28 and
+# at C24 56^2 N256 / C48 56^2 N128 (768 / 384 tasks), 0.93x at C64 56^2 N128 (128 tasks: long
+# serial image tasks on half the SMs) and 0.44x at N32.
 FUSE_MAX_ROWS = 28
 FUSE_MIN_TASKS_PER_SM = 2
 # Measured at 3x3 only: kernels of at most this many rows and columns fuse (the kernel takes
@@ -314,25 +315,25 @@ FUSE_MAX_KERNEL = 3
 FUSE_STRIDES = ((1, 1),)
 
 
-def fused_config(
-    p: Conv2dGw8Params, cfg: Conv2dGw8WgradConfig, dev: Any
-) -> Conv2dGw8WgradConfig | None:
-    """The config of the kernel that writes dx, dw (and db) in one pass for the layer p (batch
-    included), from the wgrad config `cfg` the op selected: the same column tile, warps, stages
-    and splits with whole-image tasks (block_p = P). None where that cannot run (`fusable`, the
-    shared memory) or the rule above expects the two kernels to be faster."""
-    whole = replace(cfg, block_p=p.p)
-    if (
-        max(p.r, p.s) > FUSE_MAX_KERNEL
-        or p.stride not in FUSE_STRIDES
-        or not fusable(p, whole)
-        or smem_bytes(p, whole, dev) > dev.max_smem_per_block_optin
-    ):
-        return None
-    tasks = p.n * group_blocks(p, whole)
-    if p.p > FUSE_MAX_ROWS and tasks < FUSE_MIN_TASKS_PER_SM * dev.sm_count:
-        return None
-    return whole
+def may_fuse(p: Conv2dGw8Params, dev: Any) -> bool:
+    """Whether the backward of layer p (batch included) may run the fused kernel, before its
+    config is selected: a kernel of at most FUSE_MAX_KERNEL rows and columns, a stride of
+    FUSE_STRIDES, a config that can fuse (`fused_configs`), and P <= FUSE_MAX_ROWS or enough
+    images for FUSE_MIN_TASKS_PER_SM tasks per SM at one warp per CTA (`fuses` decides with
+    the selected config's warps)."""
+    if max(p.r, p.s) > FUSE_MAX_KERNEL or p.stride not in FUSE_STRIDES:
+        return False
+    if p.p > FUSE_MAX_ROWS and p.n * p.groups < FUSE_MIN_TASKS_PER_SM * dev.sm_count:
+        return False
+    return bool(fused_configs(p, dev))
+
+
+def fuses(p: Conv2dGw8Params, cfg: Conv2dGw8WgradConfig, dev: Any) -> bool:
+    """Whether the backward of layer p runs the fused kernel of config `cfg` (a fused config,
+    selected for WGRAD_DGRAD where `may_fuse` holds): P <= FUSE_MAX_ROWS, or the whole-image
+    tasks give every SM FUSE_MIN_TASKS_PER_SM."""
+    tasks = p.n * group_blocks(p, cfg)
+    return p.p <= FUSE_MAX_ROWS or tasks >= FUSE_MIN_TASKS_PER_SM * dev.sm_count
 
 
 def fused_configs(p: Conv2dGw8Params, dev: Any) -> list[Conv2dGw8WgradConfig]:
@@ -344,6 +345,26 @@ def fused_configs(p: Conv2dGw8Params, dev: Any) -> list[Conv2dGw8WgradConfig]:
         if fusable(p, whole) and smem_bytes(p, whole, dev) <= dev.max_smem_per_block_optin:
             out[whole] = None
     return list(out)
+
+
+def fused_heuristic(p: Conv2dGw8Params, dev: Any) -> Conv2dGw8WgradConfig:
+    """The fused config used until a performance model of WGRAD_DGRAD exists: `heuristic`'s
+    wgrad config with whole-image tasks, or the fused config nearest it (warps, column tile,
+    stages, splits per SM, in that order)."""
+    valid = fused_configs(p, dev)
+    if not valid:
+        raise ValueError(f"conv2d_gw8 wgrad_dgrad: no fused config for {p} on {dev.name}")
+    base = replace(heuristic(p, dev), block_p=p.p)
+
+    def distance(c: Conv2dGw8WgradConfig) -> tuple:
+        return (
+            abs(c.warps - base.warps),
+            abs(math.log2(c.block_q / base.block_q)),
+            abs(c.stages - base.stages),
+            abs(math.log2(c.splits_per_sm / base.splits_per_sm)),
+        )
+
+    return min(valid, key=distance)
 
 
 def spec(
@@ -801,18 +822,23 @@ WGRAD = KernelDef(
 
 
 # The weight gradient's kernel that also writes the input gradient, where the backward fuses
-# them (`fused_config`: derived from the wgrad config the op selected, never selected alone).
-# Not in `spio.kernels.KERNELS` (yet): it has no features, samples or model of its own, which the
-# registry's tuning tools expect of a family; the op loads it through the function cache.
+# them (`may_fuse`, `fuses`): a family of its own, selected and tuned as the others are (its
+# model ranks the whole-image configs, `fused_configs`), at the batch's bucket as WGRAD is.
 WGRAD_DGRAD = KernelDef(
     name="conv2d_gw8_wgrad_dgrad",
     params_type=Conv2dGw8Params,
     config_type=Conv2dGw8WgradConfig,
     configs=fused_configs,
     spec=fused_spec,
-    heuristic=lambda p, dev: fused_config(p, heuristic(p, dev), dev),
+    heuristic=fused_heuristic,
     stats=fused_stats,
+    # WGRAD's features: a fused config is a wgrad config (block_p = P), and the family's own
+    # model learns what writing dx adds.
+    features=features,
+    feature_columns=feature_columns,
     examples=fused_examples,
+    sample_params=_tune.sample_fused_params,
+    make_runner=_tune.make_fused_runner,
     compiled_params=fused_variant,
-    derived_from="conv2d_gw8_wgrad",  # fused_config(p, the wgrad config, dev)
+    select_key=select_at_batch_bucket,
 )

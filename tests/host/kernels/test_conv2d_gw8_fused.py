@@ -1,5 +1,5 @@
 """The backward's fused kernel (the wgrad kernel's FUSE_DGRAD variant, `wgrad.WGRAD_DGRAD`): when
-a layer can and should fuse (`fusable`, `fused_config`), its spec, and that it compiles (sampled
+a layer can and should fuse (`fusable`, `may_fuse`, `fuses`), its heuristic, its spec, and that it compiles (sampled
 configs, both archs, no local memory). Its results are checked on a GPU
 (tests/gpu/kernels/test_conv2d_gw8_fused.py)."""
 
@@ -41,26 +41,54 @@ def test_fusable_needs_whole_images_and_zero_columns_for_the_halo():
         wg.spec(p, Conv2dGw8WgradConfig(14, 32, 4, 3, 2), known_device("H100"), fuse_dgrad=True)
 
 
-def test_fused_config_follows_the_measured_rule():
+def test_the_backward_fuses_where_the_measured_rule_says():
     dev = known_device("H100")
-    cfg = Conv2dGw8WgradConfig(4, 32, 4, 3, 2)
-    # P <= FUSE_MAX_ROWS: fused, the selected config with whole-image tasks
-    assert wg.fused_config(_layer(128, 104, 28), cfg, dev) == replace(cfg, block_p=28)
-    wide = Conv2dGw8WgradConfig(14, 64, 4, 3, 2)
-    # P = 56: only where the tasks give every SM FUSE_MIN_TASKS_PER_SM
-    assert wg.fused_config(_layer(128, 64, 56), wide, dev) is None  # 256 tasks < 264
-    assert wg.fused_config(_layer(256, 64, 56), wide, dev) == replace(wide, block_p=56)
-    assert wg.fused_config(_layer(32, 64, 56), wide, dev) is None
+    # P <= FUSE_MAX_ROWS: fused at any batch
+    assert wg.may_fuse(_layer(1, 104, 28), dev)
+    assert wg.fuses(_layer(1, 104, 28), Conv2dGw8WgradConfig(28, 32, 1, 3, 4), dev)
+    # P = 56: only where the whole-image tasks give every SM FUSE_MIN_TASKS_PER_SM (132 SMs)
+    wide = Conv2dGw8WgradConfig(56, 64, 4, 3, 2)
+    assert wg.may_fuse(_layer(128, 64, 56), dev)  # 1-warp CTAs would give 1024 tasks
+    assert not wg.fuses(_layer(128, 64, 56), wide, dev)  # 256 tasks < 264
+    assert wg.fuses(_layer(256, 64, 56), wide, dev)
+    assert wg.fuses(_layer(128, 64, 56), replace(wide, warps=2), dev)
+    assert not wg.may_fuse(_layer(32, 64, 56), dev)  # 256 tasks at most
     # only 3x3 and smaller were timed
-    five = Conv2dGw8WgradConfig(4, 32, 4, 3, 2)
-    assert wg.fusable(_layer(8, 64, 28, k=5, pad=2), replace(five, block_p=28))
-    assert wg.fused_config(_layer(8, 64, 28, k=5, pad=2), five, dev) is None
+    assert wg.fusable(_layer(8, 64, 28, k=5, pad=2), Conv2dGw8WgradConfig(28, 32, 4, 3, 2))
+    assert not wg.may_fuse(_layer(8, 64, 28, k=5, pad=2), dev)
     one_by_five = Conv2dGw8Params(n=128, c=104, h=28, w=28, r=1, s=5, pad_h=0, pad_w=2)
-    assert wg.fusable(one_by_five, replace(cfg, block_p=28))
-    assert wg.fused_config(one_by_five, cfg, dev) is None
-    # the kernel takes stride 2, the rule does not (FUSE_STRIDES)
-    assert wg.fusable(_layer(128, 104, 56, stride=2), replace(cfg, block_p=28))
-    assert wg.fused_config(_layer(128, 104, 56, stride=2), cfg, dev) is None
+    assert wg.fusable(one_by_five, Conv2dGw8WgradConfig(28, 32, 1, 3, 4))
+    assert not wg.may_fuse(one_by_five, dev)
+    # a layer no config can fuse: two column tiles at least (Q = 130 > 128)
+    assert not wg.fused_configs(_layer(256, 64, 130, pad=0), dev)
+    assert not wg.may_fuse(_layer(256, 64, 130, pad=0), dev)
+
+
+def test_the_kernel_takes_stride_2_where_the_rule_lets_it():
+    dev = known_device("H100")
+    strided = _layer(128, 104, 56, stride=2)
+    assert wg.fused_configs(strided, dev)
+    assert wg.may_fuse(strided, dev) == ((2, 2) in wg.FUSE_STRIDES)
+
+
+@pytest.mark.parametrize("p", [
+    _layer(128, 104, 28), _layer(256, 24, 56), _layer(128, 440, 7), _layer(256, 56, 56, stride=2),
+    _layer(1, 8, 5), Conv2dGw8Params(n=4, c=32, h=11, w=10, r=3, s=1, pad_h=1, pad_w=0),
+], ids=str)  # fmt: skip
+def test_fused_heuristic_is_a_fused_config_near_the_wgrad_heuristic(p):
+    for arch in ("H100", "sm_80"):
+        dev = known_device(arch)
+        cfg = wg.fused_heuristic(p, dev)
+        assert cfg in wg.fused_configs(p, dev) and cfg.block_p == p.p
+        base = replace(wg.heuristic(p, dev), block_p=p.p)
+        if base in wg.fused_configs(p, dev):
+            assert cfg == base
+        assert wg.WGRAD_DGRAD.heuristic(p, dev) == cfg
+
+
+def test_fused_heuristic_names_a_layer_that_cannot_fuse():
+    with pytest.raises(ValueError, match="no fused config"):
+        wg.fused_heuristic(_layer(256, 64, 130, pad=0), known_device("H100"))
 
 
 def test_fused_spec_passes_dx_and_the_weight():
@@ -71,7 +99,8 @@ def test_fused_spec_passes_dx_and_the_weight():
     assert fused.signature == plain.signature + "pp"
     assert fused.specs["FUSE_DGRAD"].value and not plain.specs["FUSE_DGRAD"].value
     assert wg.WGRAD_DGRAD.compiled(p.with_batch(64)) == p  # the weight's dtype stays
-    assert wg.WGRAD_DGRAD.derived_from == "conv2d_gw8_wgrad"
+    assert wg.WGRAD_DGRAD.derived_from is None  # selected and tuned as a family of its own
+    assert wg.WGRAD_DGRAD.selection(p.with_batch(100)) == wg.WGRAD.selection(p.with_batch(100))
 
 
 FUSED_LAYERS = [
