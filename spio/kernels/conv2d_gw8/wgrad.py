@@ -295,45 +295,47 @@ def fusable(p: Conv2dGw8Params, cfg: Conv2dGw8WgradConfig) -> bool:
 
 
 # Whether the backward fuses dgrad into wgrad (`may_fuse`, then `fuses` with the config selected
-# for WGRAD_DGRAD): where the whole-image tasks still fill the GPU, at most FUSE_MAX_ROWS output
-# rows, or at stride 1 at least FUSE_MIN_TASKS_PER_SM tasks per SM. On an H200 (thirty-seventh
-# session, dgrad + wgrad + reduction vs the fused kernel and reduction, the op's wgrad config
-# with block_p = P) the fused kernel was 1.10-1.44x faster at the RegNet layers of P <= 28 and
-# at C24 56^2 N256 / C48 56^2 N128 (768 / 384 tasks), 0.93x at C64 56^2 N128 (128 tasks: long
-# serial image tasks on half the SMs) and 0.44x at N32.
-FUSE_MAX_ROWS = 28
+# for WGRAD_DGRAD): where the whole-image tasks, each streaming its image's H input rows, still
+# fill the GPU. Measured on an H200 (thirty-eighth session, benchmarks/fused_backward_rule.py:
+# 36 RegNet layers at their training batch and at 32 images, the fused kernel of the model's
+# held-out pick against the op's dgrad + wgrad): every layer of H <= 28 won at stride 1 (1.03-
+# 1.79x) and at stride 2 (1.02-1.51x); at H = 56 the layers won whose tasks gave every SM two or
+# more (C24 N256 1.49x, C48 N128 1.20x, stride-2 C56 N256 1.06x) and lost below (0.41-0.91x at
+# 0.7-1.9 tasks per SM; C64 N128 stride 1, 1.9 per SM, 1.07x, is left out); every H = 112
+# layer (stride 2) lost (0.33-0.93x).
+FUSE_MAX_ROWS = 28  # input rows: fused at any batch
+FUSE_MAX_TALL_ROWS = 56  # input rows: fused with FUSE_MIN_TASKS_PER_SM
 FUSE_MIN_TASKS_PER_SM = 2
 # Measured at 3x3 only: kernels of at most this many rows and columns fuse (the kernel takes
 # 5x5, 150-174 registers on sm_90, and 1x5 or 7x1 too, none of them timed).
 FUSE_MAX_KERNEL = 3
-# The kernel takes stride 2 (two column phases), but with the op's wgrad config (block_p = P)
-# it lost at 6 of the 8 RegNet stride-2 layers on an H200 (e.g. C56 56^2 s2 N256: 146 µs
-# against 109 for dgrad + wgrad), while the best fused config won at the six of P <= 28 by
-# 1.07-1.41x and lost at 112^2 (x C24: 241 against 233; y C48: 169 against 138). No rule for
-# the stride-2 config was found that wins everywhere (docs/ops/conv2d_gw8.md, "Thirty-seventh
-# session"), so the backward fuses stride 1 only.
-FUSE_STRIDES = ((1, 1),)
+# The kernel also takes strides (1, 2) and (2, 1), never timed.
+FUSE_STRIDES = ((1, 1), (2, 2))
 
 
 def may_fuse(p: Conv2dGw8Params, dev: Any) -> bool:
     """Whether the backward of layer p (batch included) may run the fused kernel, before its
     config is selected: a kernel of at most FUSE_MAX_KERNEL rows and columns, a stride of
-    FUSE_STRIDES, a config that can fuse (`fused_configs`), and P <= FUSE_MAX_ROWS or enough
-    images for FUSE_MIN_TASKS_PER_SM tasks per SM at one warp per CTA (`fuses` decides with
-    the selected config's warps)."""
+    FUSE_STRIDES, at most FUSE_MAX_ROWS input rows or FUSE_MAX_TALL_ROWS with enough images for
+    FUSE_MIN_TASKS_PER_SM tasks per SM at one warp per CTA (`fuses` decides with the selected
+    config's warps), and a config that can fuse (`fused_configs`)."""
     if max(p.r, p.s) > FUSE_MAX_KERNEL or p.stride not in FUSE_STRIDES:
         return False
-    if p.p > FUSE_MAX_ROWS and p.n * p.groups < FUSE_MIN_TASKS_PER_SM * dev.sm_count:
+    if p.h > FUSE_MAX_ROWS and (
+        p.h > FUSE_MAX_TALL_ROWS or p.n * p.groups < FUSE_MIN_TASKS_PER_SM * dev.sm_count
+    ):
         return False
     return bool(fused_configs(p, dev))
 
 
 def fuses(p: Conv2dGw8Params, cfg: Conv2dGw8WgradConfig, dev: Any) -> bool:
     """Whether the backward of layer p runs the fused kernel of config `cfg` (a fused config,
-    selected for WGRAD_DGRAD where `may_fuse` holds): P <= FUSE_MAX_ROWS, or the whole-image
-    tasks give every SM FUSE_MIN_TASKS_PER_SM."""
+    selected for WGRAD_DGRAD where `may_fuse` holds): at most FUSE_MAX_ROWS input rows, or at
+    most FUSE_MAX_TALL_ROWS where the whole-image tasks give every SM FUSE_MIN_TASKS_PER_SM."""
+    if p.h <= FUSE_MAX_ROWS:
+        return True
     tasks = p.n * group_blocks(p, cfg)
-    return p.p <= FUSE_MAX_ROWS or tasks >= FUSE_MIN_TASKS_PER_SM * dev.sm_count
+    return p.h <= FUSE_MAX_TALL_ROWS and tasks >= FUSE_MIN_TASKS_PER_SM * dev.sm_count
 
 
 def fused_configs(p: Conv2dGw8Params, dev: Any) -> list[Conv2dGw8WgradConfig]:

@@ -125,12 +125,14 @@ def _path_and_ops(x, wt, b, dy, stride=1, path="eager"):
     return (xs.grad, ws.grad, bs.grad), (dx, dw, db)
 
 
-@pytest.mark.parametrize("hw, stride, fuses", [(28, 1, True), (28, 2, False), (56, 1, False)])
+@pytest.mark.parametrize(
+    "hw, stride, fuses", [(28, 1, True), (28, 2, True), (56, 1, False), (56, 2, False)]
+)
 def test_backward_fuses_where_the_rule_says(hw, stride, fuses, seed):
-    """C64 N32: at 28x28 stride 1 (P <= wgrad.FUSE_MAX_ROWS) one kernel writes dx, dw and db,
-    the same bits on the eager and the dispatcher path and from run to run, close to the
-    gradient ops' (which sum in another order) and to fp64. At stride 2 (wgrad.FUSE_STRIDES) and
-    at 56x56, where the 32 whole-image tasks would leave the GPU idle, nothing fuses, and the
+    """C64 N32: at 28x28 input rows (wgrad.FUSE_MAX_ROWS), stride 1 or 2, one kernel writes dx,
+    dw and db, the same bits on the eager and the dispatcher path and from run to run, close to
+    the gradient ops' (which sum in another order) and to fp64. At 56x56, where the 32
+    whole-image tasks (256 CTAs at most) would leave the GPU idle, nothing fuses, and the
     backward gives the ops' bits."""
     import importlib
 

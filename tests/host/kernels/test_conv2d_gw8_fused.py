@@ -43,32 +43,33 @@ def test_fusable_needs_whole_images_and_zero_columns_for_the_halo():
 
 def test_the_backward_fuses_where_the_measured_rule_says():
     dev = known_device("H100")
-    # P <= FUSE_MAX_ROWS: fused at any batch
-    assert wg.may_fuse(_layer(1, 104, 28), dev)
-    assert wg.fuses(_layer(1, 104, 28), Conv2dGw8WgradConfig(28, 32, 1, 3, 4), dev)
-    # P = 56: only where the whole-image tasks give every SM FUSE_MIN_TASKS_PER_SM (132 SMs)
-    wide = Conv2dGw8WgradConfig(56, 64, 4, 3, 2)
-    assert wg.may_fuse(_layer(128, 64, 56), dev)  # 1-warp CTAs would give 1024 tasks
-    assert not wg.fuses(_layer(128, 64, 56), wide, dev)  # 256 tasks < 264
-    assert wg.fuses(_layer(256, 64, 56), wide, dev)
-    assert wg.fuses(_layer(128, 64, 56), replace(wide, warps=2), dev)
-    assert not wg.may_fuse(_layer(32, 64, 56), dev)  # 256 tasks at most
+    # at most FUSE_MAX_ROWS input rows: fused at any batch, stride 1 or 2
+    for p in (_layer(1, 104, 28), _layer(1, 104, 28, stride=2)):
+        assert wg.may_fuse(p, dev)
+        assert wg.fuses(p, Conv2dGw8WgradConfig(p.p, 32 // p.stride_w, 1, 3, 4), dev)
+    # 56 rows: only where the whole-image tasks give every SM FUSE_MIN_TASKS_PER_SM (132 SMs)
+    for stride in (1, 2):
+        wide = Conv2dGw8WgradConfig(56 // stride, 64 // stride, 4, 3, 2)
+        assert wg.may_fuse(_layer(128, 64, 56, stride=stride), dev)  # 1024 1-warp tasks
+        assert not wg.fuses(_layer(128, 64, 56, stride=stride), wide, dev)  # 256 tasks < 264
+        assert wg.fuses(_layer(256, 64, 56, stride=stride), wide, dev)
+        assert wg.fuses(_layer(128, 64, 56, stride=stride), replace(wide, warps=2), dev)
+        assert not wg.may_fuse(_layer(32, 64, 56, stride=stride), dev)  # 256 tasks at most
+    # more than FUSE_MAX_TALL_ROWS: never (every 112^2 stride-2 RegNet layer lost)
+    assert wg.fused_configs(_layer(256, 64, 112, stride=2), dev)
+    assert not wg.may_fuse(_layer(256, 64, 112, stride=2), dev)
     # only 3x3 and smaller were timed
     assert wg.fusable(_layer(8, 64, 28, k=5, pad=2), Conv2dGw8WgradConfig(28, 32, 4, 3, 2))
     assert not wg.may_fuse(_layer(8, 64, 28, k=5, pad=2), dev)
     one_by_five = Conv2dGw8Params(n=128, c=104, h=28, w=28, r=1, s=5, pad_h=0, pad_w=2)
     assert wg.fusable(one_by_five, Conv2dGw8WgradConfig(28, 32, 1, 3, 4))
     assert not wg.may_fuse(one_by_five, dev)
+    # strides (1, 2) and (2, 1): the kernel takes them, untimed
+    wide_only = Conv2dGw8Params(n=8, c=64, h=28, w=28, r=3, s=3, pad_h=1, pad_w=1, stride_w=2)
+    assert wg.fused_configs(wide_only, dev) and not wg.may_fuse(wide_only, dev)
     # a layer no config can fuse: two column tiles at least (Q = 130 > 128)
     assert not wg.fused_configs(_layer(256, 64, 130, pad=0), dev)
     assert not wg.may_fuse(_layer(256, 64, 130, pad=0), dev)
-
-
-def test_the_kernel_takes_stride_2_where_the_rule_lets_it():
-    dev = known_device("H100")
-    strided = _layer(128, 104, 56, stride=2)
-    assert wg.fused_configs(strided, dev)
-    assert wg.may_fuse(strided, dev) == ((2, 2) in wg.FUSE_STRIDES)
 
 
 @pytest.mark.parametrize("p", [
