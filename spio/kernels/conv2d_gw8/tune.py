@@ -76,9 +76,9 @@ def sample_params(rng: Any) -> Conv2dGw8Params:
                            stride_w=st)  # fmt: skip
 
 
-# The fused backward's layers (`sample_fused_params`): P at most FUSED_SHORT_ROWS at any batch
-# (`wgrad.FUSE_MAX_ROWS`: where the op fuses at any batch), else up to FUSED_MAX_ROWS at
-# FUSED_TALL_MIN_BATCH images or more (where whole-image tasks may still fill the GPU).
+# The fused backward's layers (`sample_fused_params`): P at most FUSED_SHORT_ROWS at any batch,
+# else up to FUSED_MAX_ROWS at FUSED_TALL_MIN_BATCH images or more (where whole-image tasks may
+# still fill the GPU); a region around the one the backward fuses (`wgrad.may_fuse`).
 FUSED_SHORT_ROWS = 28
 FUSED_MAX_ROWS = 64
 FUSED_TALL_MIN_BATCH = 64

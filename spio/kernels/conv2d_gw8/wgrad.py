@@ -297,14 +297,15 @@ def fusable(p: Conv2dGw8Params, cfg: Conv2dGw8WgradConfig) -> bool:
 # Whether the backward fuses dgrad into wgrad (`may_fuse`, then `fuses` with the config selected
 # for WGRAD_DGRAD): where the whole-image tasks, each streaming its image's H input rows, still
 # fill the GPU. Measured on an H200 (thirty-eighth session, benchmarks/fused_backward_rule.py:
-# 36 RegNet layers at their training batch and at 32 images, the fused kernel of the model's
-# held-out pick against the op's dgrad + wgrad): every layer of H <= 28 won at stride 1 (1.03-
-# 1.79x) and at stride 2 (1.02-1.51x); at H = 56 the layers won whose tasks gave every SM two or
-# more (C24 N256 1.49x, C48 N128 1.20x, stride-2 C56 N256 1.06x) and lost below (0.41-0.91x at
-# 0.7-1.9 tasks per SM; C64 N128 stride 1, 1.9 per SM, 1.07x, is left out); every H = 112
-# layer (stride 2) lost (0.33-0.93x).
-FUSE_MAX_ROWS = 28  # input rows: fused at any batch
-FUSE_MAX_TALL_ROWS = 56  # input rows: fused with FUSE_MIN_TASKS_PER_SM
+# 348 layers, 36 of them RegNet's, each fused at the model's held-out pick against the op's
+# dgrad + wgrad; docs/ops/conv2d_gw8.md): at P <= 14 output rows the fused kernel won at 221
+# of 230 layers, stride 1 or 2, any batch; at more rows and H <= 56 at 55 of the 63 layers
+# whose tasks gave every SM two or more, and at 14 of the 42 below; at H > 56 at 3 of 13 (every
+# 112^2 stride-2 RegNet layer lost). Over the 348 layers this rule sums to 25.06 ms against
+# 27.76 for dgrad + wgrad everywhere and 24.71 for the faster of the two per layer. The
+# thresholds were chosen on these layers.
+FUSE_SHORT_ROWS = 14  # output rows P: fused at any batch
+FUSE_MAX_ROWS = 56  # input rows H: never fused above
 FUSE_MIN_TASKS_PER_SM = 2
 # Measured at 3x3 only: kernels of at most this many rows and columns fuse (the kernel takes
 # 5x5, 150-174 registers on sm_90, and 1x5 or 7x1 too, none of them timed).
@@ -316,26 +317,25 @@ FUSE_STRIDES = ((1, 1), (2, 2))
 def may_fuse(p: Conv2dGw8Params, dev: Any) -> bool:
     """Whether the backward of layer p (batch included) may run the fused kernel, before its
     config is selected: a kernel of at most FUSE_MAX_KERNEL rows and columns, a stride of
-    FUSE_STRIDES, at most FUSE_MAX_ROWS input rows or FUSE_MAX_TALL_ROWS with enough images for
-    FUSE_MIN_TASKS_PER_SM tasks per SM at one warp per CTA (`fuses` decides with the selected
-    config's warps), and a config that can fuse (`fused_configs`)."""
-    if max(p.r, p.s) > FUSE_MAX_KERNEL or p.stride not in FUSE_STRIDES:
+    FUSE_STRIDES, at most FUSE_MAX_ROWS input rows, at most FUSE_SHORT_ROWS output rows or
+    images enough for FUSE_MIN_TASKS_PER_SM tasks per SM at one warp per CTA (`fuses` decides
+    with the selected config's warps), and a config that can fuse (`fused_configs`)."""
+    if max(p.r, p.s) > FUSE_MAX_KERNEL or p.stride not in FUSE_STRIDES or p.h > FUSE_MAX_ROWS:
         return False
-    if p.h > FUSE_MAX_ROWS and (
-        p.h > FUSE_MAX_TALL_ROWS or p.n * p.groups < FUSE_MIN_TASKS_PER_SM * dev.sm_count
-    ):
+    if p.p > FUSE_SHORT_ROWS and p.n * p.groups < FUSE_MIN_TASKS_PER_SM * dev.sm_count:
         return False
     return bool(fused_configs(p, dev))
 
 
 def fuses(p: Conv2dGw8Params, cfg: Conv2dGw8WgradConfig, dev: Any) -> bool:
     """Whether the backward of layer p runs the fused kernel of config `cfg` (a fused config,
-    selected for WGRAD_DGRAD where `may_fuse` holds): at most FUSE_MAX_ROWS input rows, or at
-    most FUSE_MAX_TALL_ROWS where the whole-image tasks give every SM FUSE_MIN_TASKS_PER_SM."""
-    if p.h <= FUSE_MAX_ROWS:
-        return True
+    selected for WGRAD_DGRAD where `may_fuse` holds): at most FUSE_MAX_ROWS input rows, and at
+    most FUSE_SHORT_ROWS output rows or whole-image tasks that give every SM
+    FUSE_MIN_TASKS_PER_SM."""
+    if p.h > FUSE_MAX_ROWS:
+        return False
     tasks = p.n * group_blocks(p, cfg)
-    return p.h <= FUSE_MAX_TALL_ROWS and tasks >= FUSE_MIN_TASKS_PER_SM * dev.sm_count
+    return p.p <= FUSE_SHORT_ROWS or tasks >= FUSE_MIN_TASKS_PER_SM * dev.sm_count
 
 
 def fused_configs(p: Conv2dGw8Params, dev: Any) -> list[Conv2dGw8WgradConfig]:

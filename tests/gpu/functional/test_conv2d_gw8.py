@@ -126,12 +126,12 @@ def _path_and_ops(x, wt, b, dy, stride=1, path="eager"):
 
 
 @pytest.mark.parametrize(
-    "hw, stride, fuses", [(28, 1, True), (28, 2, True), (56, 1, False), (56, 2, False)]
+    "hw, stride, fuses", [(14, 1, True), (28, 2, True), (28, 1, False), (56, 2, False)]
 )
 def test_backward_fuses_where_the_rule_says(hw, stride, fuses, seed):
-    """C64 N32: at 28x28 input rows (wgrad.FUSE_MAX_ROWS), stride 1 or 2, one kernel writes dx,
+    """C64 N32: at 14 output rows (wgrad.FUSE_SHORT_ROWS), stride 1 or 2, one kernel writes dx,
     dw and db, the same bits on the eager and the dispatcher path and from run to run, close to
-    the gradient ops' (which sum in another order) and to fp64. At 56x56, where the 32
+    the gradient ops' (which sum in another order) and to fp64. At 28 output rows, where the 32
     whole-image tasks (256 CTAs at most) would leave the GPU idle, nothing fuses, and the
     backward gives the ops' bits."""
     import importlib
@@ -163,9 +163,9 @@ def test_backward_fuses_where_the_rule_says(hw, stride, fuses, seed):
 
 
 def test_cuda_graph_capture_of_the_eager_backward(seed):
-    """The fused backward (C64 28x28 N16) captured: the replay gives the eager bits."""
-    x, wt, b = _inputs(seed, n=16, c=64, h=28, w=28)
-    dy = torch.randn(16, 64, 28, 28, device="cuda").half().contiguous(memory_format=CL)
+    """The fused backward (C64 14x14 N16) captured: the replay gives the eager bits."""
+    x, wt, b = _inputs(seed, n=16, c=64, h=14, w=14)
+    dy = torch.randn(16, 64, 14, 14, device="cuda").half().contiguous(memory_format=CL)
     xs, ws, bs = (t.detach().clone().requires_grad_() for t in (x, wt, b))
 
     def step():
@@ -249,9 +249,10 @@ def test_opcheck_cuda(seed):
 
 def test_reduce_overhead_backward_gives_the_eager_bits(seed):
     """torch.compile(mode="reduce-overhead"): the compiled backward calls conv2d_gw8_backward,
-    whose fused kernel CUDA-graph trees record; the replays give the eager bits."""
-    x, wt, b = _inputs(seed, n=16, c=64, h=28, w=28)
-    dy = torch.randn(16, 64, 28, 28, device="cuda").half().contiguous(memory_format=CL)
+    whose fused kernel CUDA-graph trees record (C64 14x14 N16); the replays give the eager
+    bits."""
+    x, wt, b = _inputs(seed, n=16, c=64, h=14, w=14)
+    dy = torch.randn(16, 64, 14, 14, device="cuda").half().contiguous(memory_format=CL)
     compiled = torch.compile(lambda x, w, b: conv2d_gw8(x, w, b), mode="reduce-overhead")
     leaves = [t.detach().clone().requires_grad_() for t in (x, wt, b)]
     conv2d_gw8(*leaves).backward(dy)
