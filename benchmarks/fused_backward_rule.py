@@ -76,18 +76,20 @@ def cmd_sep(a) -> None:
     from spio.kernels.conv2d_gw8 import fprop as fp
     from spio.kernels.conv2d_gw8 import tune as t
     from spio.kernels.conv2d_gw8 import wgrad as wg
+    from spio.kernels.conv2d_gw8 import wgrad_reduce as rd
+    from spio.kernels.loader import compile_specs
     from spio.select import op_config
     from spio.timing import bench
     from spio.tune.features import to_dict
-
-    from spio.kernels.conv2d_gw8 import wgrad_reduce as rd
-    from spio.kernels.loader import compile_specs
 
     _, layers = _params(a.data)
     done = set()
     if Path(a.out).exists():  # a rerun times only the layers not yet in OUT
         with open(a.out) as f:
-            done = {row["params"] for row in csv.DictReader(f)}
+            done = {
+                row["params"]
+                for row in csv.DictReader(line for line in f if not line.startswith("#"))
+            }
     layers = [p for p in layers if json.dumps(to_dict(p), sort_keys=True) not in done]
     dev = device_attributes(torch.cuda.current_device())
     picks = []
@@ -128,7 +130,7 @@ def cmd_table(a) -> None:
     complete = held_out(wg.WGRAD_DGRAD, samples, dev, model=model).complete
     sep = {}
     with open(a.sep) as f:
-        for row in csv.DictReader(f):
+        for row in csv.DictReader(line for line in f if not line.startswith("#")):
             sep[json.dumps(json.loads(row["params"]), sort_keys=True)] = float(row["sep_us"])
     print("layer | sep | heuristic | pick | best | sep/pick | rule | tasks/SM")
     totals = {"sep": 0.0, "pick": 0.0, "best": 0.0, "rule": 0.0, "oracle": 0.0}
@@ -149,8 +151,9 @@ def cmd_table(a) -> None:
         totals["best"] += best
         totals["rule"] += pick if rule else s
         totals["oracle"] += min(s, pick)
+        verdict = "fuse" if rule else "sep"
         print(f"{p.n} C{p.c} {p.h}^2 s{p.stride_h} | {s:.1f} | {heur_us:.1f} | {pick:.1f} | "
-              f"{best:.1f} | {s / pick:.3f} | {'fuse' if rule else 'sep'} | {tasks:.1f}")  # fmt: skip
+              f"{best:.1f} | {s / pick:.3f} | {verdict} | {tasks:.1f}")  # fmt: skip
     print(" | ".join(f"{k} {v:.1f}" for k, v in totals.items()))
 
 

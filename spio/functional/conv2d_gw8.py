@@ -463,7 +463,6 @@ class _WgradPlan:
         fuse."""
         from spio.kernels.conv2d_gw8 import wgrad as wg
         from spio.kernels.loader import default_function_cache
-
         from spio.select import op_config
 
         p, dev = self.p, self.dev

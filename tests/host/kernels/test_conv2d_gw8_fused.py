@@ -1,6 +1,6 @@
 """The backward's fused kernel (the wgrad kernel's FUSE_DGRAD variant, `wgrad.WGRAD_DGRAD`): when
-a layer can and should fuse (`fusable`, `may_fuse`, `fuses`), its heuristic, its spec, and that it compiles (sampled
-configs, both archs, no local memory). Its results are checked on a GPU
+a layer can and should fuse (`fusable`, `may_fuse`, `fuses`), its heuristic, its spec, and that
+it compiles (sampled configs, both archs, no local memory). Its results are checked on a GPU
 (tests/gpu/kernels/test_conv2d_gw8_fused.py)."""
 
 from __future__ import annotations
