@@ -300,12 +300,15 @@ def fusable(p: Conv2dGw8Params, cfg: Conv2dGw8WgradConfig) -> bool:
 # 348 layers, 36 of them RegNet's, each fused at the model's held-out pick against the op's
 # dgrad + wgrad; docs/ops/conv2d_gw8.md): at P <= 14 output rows the fused kernel won at 221
 # of 230 layers, stride 1 or 2, any batch; at more rows and H <= 56 at 55 of the 63 layers
-# whose tasks gave every SM two or more, and at 14 of the 42 below; at H > 56 at 3 of 13 (every
-# 112^2 stride-2 RegNet layer lost). Over the 348 layers this rule sums to 25.06 ms against
-# 27.76 for dgrad + wgrad everywhere and 24.71 for the faster of the two per layer. The
-# thresholds were chosen on these layers.
+# whose tasks gave every SM two or more, and at 14 of the 42 below, where at H <= 28 it won
+# wherever the images' groups gave every SM two (a CTA of fewer warps would: regnety's C104
+# 28^2 N128 1.37x with 1.9 tasks per SM of 8 warps); at H > 56 at 3 of 13 (every 112^2
+# stride-2 RegNet layer lost). Over the 348 layers this rule sums to 25.05 ms against 27.76
+# for dgrad + wgrad everywhere and 24.71 for the faster of the two per layer. The thresholds
+# were chosen on these layers.
 FUSE_SHORT_ROWS = 14  # output rows P: fused at any batch
-FUSE_MAX_ROWS = 56  # input rows H: never fused above
+FUSE_MID_ROWS = 28  # input rows H: fused where n * groups gives FUSE_MIN_TASKS_PER_SM
+FUSE_MAX_ROWS = 56  # input rows H: fused where the config's tasks do; never above
 FUSE_MIN_TASKS_PER_SM = 2
 # Measured at 3x3 only: kernels of at most this many rows and columns fuse (the kernel takes
 # 5x5, 150-174 registers on sm_90, and 1x5 or 7x1 too, none of them timed).
@@ -319,7 +322,7 @@ def may_fuse(p: Conv2dGw8Params, dev: Any) -> bool:
     config is selected: a kernel of at most FUSE_MAX_KERNEL rows and columns, a stride of
     FUSE_STRIDES, at most FUSE_MAX_ROWS input rows, at most FUSE_SHORT_ROWS output rows or
     images enough for FUSE_MIN_TASKS_PER_SM tasks per SM at one warp per CTA (`fuses` decides
-    with the selected config's warps), and a config that can fuse (`fused_configs`)."""
+    with the selected config), and a config that can fuse (`fused_configs`)."""
     if max(p.r, p.s) > FUSE_MAX_KERNEL or p.stride not in FUSE_STRIDES or p.h > FUSE_MAX_ROWS:
         return False
     if p.p > FUSE_SHORT_ROWS and p.n * p.groups < FUSE_MIN_TASKS_PER_SM * dev.sm_count:
@@ -329,13 +332,15 @@ def may_fuse(p: Conv2dGw8Params, dev: Any) -> bool:
 
 def fuses(p: Conv2dGw8Params, cfg: Conv2dGw8WgradConfig, dev: Any) -> bool:
     """Whether the backward of layer p runs the fused kernel of config `cfg` (a fused config,
-    selected for WGRAD_DGRAD where `may_fuse` holds): at most FUSE_MAX_ROWS input rows, and at
-    most FUSE_SHORT_ROWS output rows or whole-image tasks that give every SM
-    FUSE_MIN_TASKS_PER_SM."""
+    selected for WGRAD_DGRAD where `may_fuse` holds), at most FUSE_MAX_ROWS input rows: at most
+    FUSE_SHORT_ROWS output rows; or FUSE_MIN_TASKS_PER_SM whole-image tasks per SM, counted at
+    one warp per CTA (n * groups) up to FUSE_MID_ROWS input rows, else at the config's warps."""
     if p.h > FUSE_MAX_ROWS:
         return False
-    tasks = p.n * group_blocks(p, cfg)
-    return p.p <= FUSE_SHORT_ROWS or tasks >= FUSE_MIN_TASKS_PER_SM * dev.sm_count
+    least = FUSE_MIN_TASKS_PER_SM * dev.sm_count
+    if p.p <= FUSE_SHORT_ROWS or (p.h <= FUSE_MID_ROWS and p.n * p.groups >= least):
+        return True
+    return p.n * group_blocks(p, cfg) >= least
 
 
 def fused_configs(p: Conv2dGw8Params, dev: Any) -> list[Conv2dGw8WgradConfig]:

@@ -47,16 +47,21 @@ def test_the_backward_fuses_where_the_measured_rule_says():
     for p in (_layer(1, 104, 14), _layer(1, 104, 28, stride=2)):
         assert wg.may_fuse(p, dev)
         assert wg.fuses(p, Conv2dGw8WgradConfig(14, 16, 1, 3, 4), dev)
-    # more output rows (up to FUSE_MAX_ROWS input rows): only where the whole-image tasks give
-    # every SM FUSE_MIN_TASKS_PER_SM (132 SMs)
-    for hw, stride in ((28, 1), (56, 1), (56, 2)):
-        rows = hw // stride
-        wide = Conv2dGw8WgradConfig(rows, 64 if rows > 32 else 32, 4, 3, 2)
-        assert wg.may_fuse(_layer(128, 64, hw, stride=stride), dev)  # 1024 1-warp tasks
-        assert not wg.fuses(_layer(128, 64, hw, stride=stride), wide, dev)  # 256 tasks < 264
-        assert wg.fuses(_layer(256, 64, hw, stride=stride), wide, dev)
-        assert wg.fuses(_layer(128, 64, hw, stride=stride), replace(wide, warps=2), dev)
-        assert not wg.may_fuse(_layer(32, 64, hw, stride=stride), dev)  # 256 tasks at most
+    # up to FUSE_MID_ROWS input rows: where the images' groups give every SM
+    # FUSE_MIN_TASKS_PER_SM (132 SMs), whatever the config's warps
+    eight = Conv2dGw8WgradConfig(28, 32, 8, 3, 1)
+    assert wg.may_fuse(_layer(128, 104, 28), dev)
+    assert wg.fuses(_layer(128, 104, 28), eight, dev)  # 1664 groups; 256 tasks of 8 warps
+    assert wg.may_fuse(_layer(40, 56, 28), dev) and wg.fuses(_layer(40, 56, 28), eight, dev)
+    assert not wg.may_fuse(_layer(32, 56, 28), dev)  # 224 groups < 264
+    # up to FUSE_MAX_ROWS input rows: where the config's whole-image tasks do
+    for stride in (1, 2):
+        wide = Conv2dGw8WgradConfig(56 // stride, 64 // stride, 4, 3, 2)
+        assert wg.may_fuse(_layer(128, 64, 56, stride=stride), dev)  # 1024 1-warp tasks
+        assert not wg.fuses(_layer(128, 64, 56, stride=stride), wide, dev)  # 256 tasks < 264
+        assert wg.fuses(_layer(256, 64, 56, stride=stride), wide, dev)
+        assert wg.fuses(_layer(128, 64, 56, stride=stride), replace(wide, warps=2), dev)
+        assert not wg.may_fuse(_layer(32, 64, 56, stride=stride), dev)  # 256 tasks at most
     # more than FUSE_MAX_ROWS input rows: never (every 112^2 stride-2 RegNet layer lost)
     assert wg.fused_configs(_layer(256, 64, 112, stride=2), dev)
     assert not wg.may_fuse(_layer(256, 64, 112, stride=2), dev)
