@@ -297,7 +297,7 @@ def fusable(p: Conv2dGw8Params, cfg: Conv2dGw8WgradConfig) -> bool:
 # Whether the backward fuses dgrad into wgrad (`may_fuse`, then `fuses` with the config selected
 # for WGRAD_DGRAD): where the whole-image tasks, each streaming its image's H input rows, still
 # fill the GPU. Measured on an H200 (thirty-eighth session, benchmarks/fused_backward_rule.py:
-# 348 layers, 36 of them RegNet's, each fused at the model's held-out pick against the op's
+# 348 layers, 36 of them RegNet-sized, each fused at the model's held-out pick against the op's
 # dgrad + wgrad; docs/ops/conv2d_gw8.md): at P <= 14 output rows the fused kernel won at 221
 # of 230 layers, stride 1 or 2, any batch; at more rows and H <= 56 at 55 of the 63 layers
 # whose tasks gave every SM two or more, and at 14 of the 42 below, where at H <= 28 it won
