@@ -15,7 +15,7 @@ on each axis, any padding, optional bias, fp16/bf16 with fp32 accumulation, on s
 - Autograd: the input gradient runs the fprop kernel's dgrad variant on dy, which reads the weights
   transposed within each 8x8 group and rotated 180 degrees (no separate weight op); the weight and
   bias gradients run the deterministic wgrad kernel (per-CTA partials + an ordered reduction pass).
-  Where a backward needs dx and dw (or db) of a stride-1 3x3 (or smaller) layer whose
+  Where a backward needs dx and dw (or db) of a 3x3 (or smaller) layer of stride 1 or 2 whose
   whole-image tasks fill the GPU (`spio.kernels.conv2d_gw8.wgrad.fuses`), one kernel
   writes all of them, reading dy once (the wgrad kernel's FUSE_DGRAD variant; the dispatcher
   path's `conv2d_gw8_backward` op). Its dx and dw are deterministic, but not the bits of
