@@ -359,8 +359,8 @@ def select_batch(n: int) -> int:
 
 def select_at_batch_bucket(p: Conv2dGw8Params) -> Conv2dGw8Params:
     """The conv passes' selection rule (`KernelDef.select_key`): the layer at `select_batch(p.n)`
-    images. The weight's dtype (float32 under autocast; only wgrad's reduction reads it) and
-    layout do not enter the selection."""
+    images. The weight's dtype (float32 under autocast; wgrad's reduction and the fused
+    backward's kernel read it, rounding it as they load) and layout do not enter the selection."""
     return replace(p, n=select_batch(p.n), wdtype=None, weight_cl=False)
 
 

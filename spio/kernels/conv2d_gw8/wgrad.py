@@ -299,11 +299,11 @@ def fusable(p: Conv2dGw8Params, cfg: Conv2dGw8WgradConfig) -> bool:
 # fill the GPU. Measured on an H200 (thirty-eighth session, benchmarks/fused_backward_rule.py:
 # 348 layers, 36 of them RegNet-sized, each fused at the model's held-out pick against the op's
 # dgrad + wgrad; docs/ops/conv2d_gw8.md): at P <= 14 output rows the fused kernel won at 221
-# of 230 layers, stride 1 or 2, any batch; at more rows and H <= 56 at 55 of the 63 layers
-# whose tasks gave every SM two or more, and at 14 of the 42 below, where at H <= 28 it won
-# wherever the images' groups gave every SM two (a CTA of fewer warps would: regnety's C104
-# 28^2 N128 1.37x with 1.9 tasks per SM of 8 warps); at H > 56 at 3 of 13 (every 112^2
-# stride-2 RegNet layer lost). Over the 348 layers this rule sums to 25.05 ms against 27.76
+# of 230 layers, stride 1 or 2, any batch; at more rows, at H <= 28 at 40 of the 43 layers
+# whose images' groups gave every SM two (regnety's C104 28^2 N128 1.37x, with 1.9 tasks per
+# SM at its pick's 8 warps), at H <= 56 at 16 of the other 21 whose config's tasks gave every
+# SM two, and at 13 of the 41 left; at H > 56 at 3 of 13 (every 112^2 stride-2 RegNet layer
+# lost). Over the 348 layers this rule sums to 25.05 ms against 27.76
 # for dgrad + wgrad everywhere and 24.71 for the faster of the two per layer. The thresholds
 # were chosen on these layers.
 FUSE_SHORT_ROWS = 14  # output rows P: fused at any batch
