@@ -71,8 +71,9 @@
 /// Launch: triggers its dependents at entry (sm_90+), so the reduction, launched with PDL, is
 ///   scheduled while this grid runs and waits in griddepcontrol.wait for its completion.
 /// FUSE_DGRAD (the backward's fused kernel, `wgrad.WGRAD_DGRAD`): the same kernel also writes
-///   dx from the dy rows it holds, with whole-image tasks and one column tile (see the
-///   FUSE_DGRAD section below; the host's `wgrad.fusable` says where it applies).
+///   dx from the dy rows it holds, with one column tile; a task of a row chunk also copies the
+///   dy rows its last dx rows read past the chunk (see the FUSE_DGRAD section below; the host's
+///   `wgrad.fusable` says where it applies).
 /// Assumes: NHWC x and dy, C % 8 == 0, 16-byte aligned pointers (partial included); partials laid
 ///   out like the weight (C, 8, R, S), contiguous or channels_last, in fp32, one slice per
 ///   (split, column tile).
@@ -243,6 +244,13 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
     auto dy_row_inside = [](const Task& task, int o) {
         return o < BLOCK_P && (o < LAST_CHUNK_ROWS || task.p0 + o < OUT_P);
     };
+    // FUSE_DGRAD with row chunks (P_CHUNKS > 1): a task also holds the DY_HALO dy rows past its
+    // chunk (those its last dx rows read), copied and multiplied for dx only; without them
+    // DY_HALO is 0 and the rows held are the chunk's.
+    constexpr int DY_HALO = FUSE_DGRAD && P_CHUNKS > 1 ? (KERNEL_R - 1) / STRIDE_H : 0;
+    auto dy_row_held = [](const Task& task, int o) {
+        return o < BLOCK_P + DY_HALO && (o < LAST_CHUNK_ROWS || task.p0 + o < OUT_P);
+    };
 
     // Copy slots: which column and group of a row this thread copies (LOAD_SLOTS of x, GRAD_SLOTS
     // of dy), and whether that column is inside the image, is the same in every row: worked out
@@ -318,7 +326,7 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
 #if TMA_ROWS
         if (threadIdx.x == 0) {
             const bool x_copy = x_row_inside(task, i);
-            const bool dy_copy = i % STRIDE_H == 0 && dy_row_inside(task, i / STRIDE_H);
+            const bool dy_copy = i % STRIDE_H == 0 && dy_row_held(task, i / STRIDE_H);
             if (x_copy || dy_copy) {
                 spio::mbarrier::arrive_expect_tx(
                     bar, (x_copy ? X_BOX_BYTES : 0) + (dy_copy ? DY_BOX_BYTES : 0));
@@ -347,7 +355,7 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
                 }
             }
         }
-        if (i % STRIDE_H == 0 && dy_row_inside(task, i / STRIDE_H)) {
+        if (i % STRIDE_H == 0 && dy_row_held(task, i / STRIDE_H)) {
             const unsigned row = task.dy + static_cast<unsigned>(i / STRIDE_H) * dy_row;
 #pragma unroll
             for (int s = 0; s < GRAD_SLOTS; ++s) {
@@ -413,9 +421,11 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
     // (terms whose division is not exact are absent). Task row i's live taps (`tap_live`: dy
     // row (i - r) / SH in ds[r]) are exactly those dx row h0 + i needs through filter row r, so
     // dx row i is computed where x row i is multiplied, from the dy rows the weight gradient
-    // already holds (dy read once for both). Whole-image tasks (P_CHUNKS 1) and one column tile
-    // (Q_TILES 1) leave no dy halo outside the ring; the host (`wgrad.fusable`) checks that the
-    // stream reaches the last input row. Columns: dx column w = SW m + phi (phase phi < SW)
+    // already holds (dy read once for both). A whole-image task (P_CHUNKS 1) holds every dy row
+    // its dx rows read; a row chunk's task also the DY_HALO rows past its chunk, and writes only
+    // the dx rows it owns (below). One column tile (Q_TILES 1) leaves no column halo outside
+    // the ring. The host (`wgrad.fusable`) checks that the last chunk's stream reaches the last
+    // input row. Columns: dx column w = SW m + phi (phase phi < SW)
     // takes the taps s of its phase ((phi + PAD_W - s) % SW == 0), from dy column m + (phi +
     // PAD_W - s) / SW. MMA mapping, per phase: M = 16 dx columns of the phase, N = 8 input
     // channels c, K = 16 = two of the phase's taps x 8 output channels k (an odd last tap by
@@ -424,7 +434,13 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
     // register per tap, loaded once. Columns past the phase's last of the last 16 are computed,
     // not stored (at BLOCK_Q 8, fragment rows 8-15 alias rows 0-7 through the wrap: `fusable`
     // then leaves at most 8 columns per phase, so those rows are never stored).
-    static_assert(P_CHUNKS == 1 && Q_TILES == 1, "FUSE_DGRAD: whole-image tasks, one column tile");
+    static_assert(Q_TILES == 1, "FUSE_DGRAD: one column tile");
+    static_assert(P_CHUNKS == 1 || KERNEL_R >= STRIDE_H, "FUSE_DGRAD: chunks that meet or overlap");
+    // A chunk's task streams x rows h0 .. h0 + TILE_H - 1, the next chunk's from h0 + SH BLOCK_P:
+    // the last R - SH rows of one are the first of the next. Each task writes the dx rows from
+    // DX_FIRST_ROW = R - SH on, whose dy rows it holds (the chunk's and DY_HALO past it); those
+    // before are complete only in an image's first chunk (no dy rows above it).
+    constexpr int DX_FIRST_ROW = KERNEL_R - STRIDE_H;
     static_assert((BLOCK_Q & (BLOCK_Q - 1)) == 0, "FUSE_DGRAD: the column wrap needs 2^k");
     // B[kk][c] = w[g8 + k, c, r, s] (kk = 8 h + k for the phase's tap 2j + h): lane holds
     // k = 2(l%4), 2(l%4)+1 of column c = l/4. A float32 weight (autocast) is rounded to Elem.
@@ -529,7 +545,16 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
             }
         }
 #if FUSE_DGRAD
-        // dx row h0 + i (an x row inside the image), in uint4 from dx_ptr (as x's row i)
+        // dx row h0 + i (an x row inside the image), where this task owns it: rows from
+        // DX_FIRST_ROW on (the rows before are the previous chunk's last), every row of an
+        // image's first chunk.
+        if (P_CHUNKS > 1 && i < DX_FIRST_ROW && task.p0 != 0) return;  // CTA-uniform
+        // dy row (i - r) / SH held (the chunk's or its halo's) for dx row i through filter row r
+        auto dx_tap_live = [&](int r) {
+            return (u - r) % STRIDE_H == 0 && (u >= r || i >= r) &&
+                   dy_row_held(task, (i - r) / STRIDE_H);
+        };
+        // in uint4 from dx_ptr (as x's row i)
         const unsigned dx_row = TMA_ROWS ? (task.x + static_cast<unsigned>(i)) * x_row
                                          : task.x + static_cast<unsigned>(i) * x_row;
         unsigned* const dx_out =
@@ -543,7 +568,7 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
                 float acc[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
                 for (int r = 0; r < KERNEL_R; ++r) {
-                    if (!tap_live(task, i, u, r)) continue;
+                    if (!dx_tap_live(r)) continue;
 #pragma unroll
                     for (int j = 0; j < S_PAIRS; ++j) {
                         if (2 * j >= taps) break;

@@ -278,16 +278,21 @@ def _deep_enough(
 
 
 def fusable(p: Conv2dGw8Params, cfg: Conv2dGw8WgradConfig) -> bool:
-    """Whether the wgrad variant of `cfg` can also write the input gradient (FUSE_DGRAD): one
-    task per image (block_p = P) whose row stream reaches the last input row, and one column
-    tile (a power of two) whose zero-filled columns past Q take the dy columns outside the
-    image, left of it (wrapped) and right of it (the kernel's column wrap, mod block_q)."""
+    """Whether the wgrad variant of `cfg` can also write the input gradient (FUSE_DGRAD): an
+    image's last task streams up to its last input row; row chunks (block_p < P) only where
+    their streams meet or overlap (R >= stride: the kernel's task then also holds the dy rows
+    past its chunk that its last dx rows read, and writes the dx rows no earlier chunk holds
+    whole); and one column tile (a power of two) whose zero-filled columns past Q take the dy
+    columns outside the image, left of it (wrapped) and right of it (the kernel's column
+    wrap, mod block_q)."""
     bq = cfg.block_q
+    chunks = p_chunks(p, cfg)
     left = max(0, -(-(p.s - 1 - p.pad_w) // p.stride_w))  # dy columns below 0
     right = (p.w - 1 + p.pad_w) // p.stride_w  # the last dy column a dx column reads
+    last_h0 = (chunks - 1) * cfg.block_p * p.stride_h - p.pad_h  # the last task's first row
     return (
-        p_chunks(p, cfg) == 1
-        and task_rows(p, cfg) - p.pad_h >= p.h
+        (chunks == 1 or p.r >= p.stride_h)
+        and last_h0 + task_rows(p, cfg) >= p.h
         and bq & (bq - 1) == 0
         and bq - left >= p.q
         and right < bq
@@ -343,14 +348,17 @@ def fuses(p: Conv2dGw8Params, cfg: Conv2dGw8WgradConfig, dev: Any) -> bool:
     return p.n * group_blocks(p, cfg) >= least
 
 
-def fused_configs(p: Conv2dGw8Params, dev: Any) -> list[Conv2dGw8WgradConfig]:
+def fused_configs(
+    p: Conv2dGw8Params, dev: Any, chunked: bool = False
+) -> list[Conv2dGw8WgradConfig]:
     """The configs that also write dx (`fusable`): the default space's column tiles, warps,
-    stages and splits with whole-image tasks (block_p = P); empty where the layer cannot fuse."""
+    stages and splits with whole-image tasks (block_p = P); `chunked` adds the space's configs
+    of row chunks (block_p < P) that can fuse as they are. Empty where the layer cannot fuse."""
     out: dict[Conv2dGw8WgradConfig, None] = {}
     for c in configs(p, dev):
-        whole = replace(c, block_p=p.p)
-        if fusable(p, whole) and smem_bytes(p, whole, dev) <= dev.max_smem_per_block_optin:
-            out[whole] = None
+        for cand in (replace(c, block_p=p.p), c) if chunked else (replace(c, block_p=p.p),):
+            if fusable(p, cand) and smem_bytes(p, cand, dev) <= dev.max_smem_per_block_optin:
+                out[cand] = None
     return list(out)
 
 

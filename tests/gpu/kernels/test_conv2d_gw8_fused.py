@@ -1,8 +1,8 @@
 """The backward's fused kernel (the wgrad kernel's FUSE_DGRAD variant) on a GPU: dx, dw and db
 against fp64 from the same quantized inputs, sampled fused configs (stride 1 and 2, 'same' and
 'valid' padding, fp16/bf16, float32 and channels_last weights, idle warps, 1x1, 3x1, 5x5, N = 1,
-C = 8, odd sizes), dx NaN-poisoned (every element written), partials NaN-poisoned, two runs
-bitwise equal."""
+C = 8, odd sizes; whole-image tasks and row chunks), dx NaN-poisoned (every element written),
+partials NaN-poisoned, two runs bitwise equal."""
 
 from __future__ import annotations
 
@@ -80,10 +80,34 @@ def _run(p, cfg, kernel, x, dy, w):
     return dx, dw, db
 
 
-@pytest.mark.parametrize("p", SHAPES, ids=str)
-def test_fused_kernel_every_sampled_config(p, seed):
+# Row chunks (block_p < P): each task also holds the dy rows past its chunk that its last dx rows
+# read, and writes only the dx rows it owns.
+CHUNKED_SHAPES = [
+    _p(2, 64, 56, 56),
+    _p(2, 64, 30, 30, dtype="bfloat16", wdtype="float32", weight_cl=True, has_bias=True),
+    _p(3, 24, 29, 27, stride_h=2, stride_w=2),  # stride 2, odd sizes: chunks overlap one row
+    _p(2, 104, 28, 28, stride_h=2, stride_w=2, has_bias=True),  # 13 groups: idle warps
+    _p(2, 32, 12, 12, pad_h=0, pad_w=0),  # 'valid'
+    _p(2, 16, 20, 20, 5, 5, 2, 2),  # a halo of 4 dy rows
+    _p(2, 16, 14, 14, 1, 1, 0, 0, has_bias=True),  # 1x1: chunks meet, no halo
+    _p(2, 48, 30, 30, 3, 1, 1, 0),
+    _p(1, 8, 17, 9),  # N = 1, C = 8, a ragged last chunk
+    _p(2, 32, 10, 13, stride_h=1, stride_w=2),
+    _p(2, 32, 13, 10, stride_h=2, stride_w=1),
+]
+
+
+@pytest.mark.parametrize(
+    "p, chunked",
+    [(p, False) for p in SHAPES] + [(p, True) for p in CHUNKED_SHAPES],
+    ids=lambda v: str(v) if not isinstance(v, bool) else ("chunks" if v else "whole"),
+)
+def test_fused_kernel_every_sampled_config(p, chunked, seed):
     dev = _dev()
-    cfgs = sample(wg.fused_configs(p, dev), settings().max_test_params or 8, seed=seed)
+    cfgs = wg.fused_configs(p, dev, chunked=chunked)
+    if chunked:
+        cfgs = [c for c in cfgs if c.block_p < p.p]
+    cfgs = sample(cfgs, settings().max_test_params or 8, seed=seed)
     assert cfgs
     compile_specs([wg.fused_spec(wg.fused_variant(p), c, dev) for c in cfgs], dev.arch)
     x, dy, w = _inputs(p, seed)

@@ -22,10 +22,14 @@ def _layer(n, c, hw, k=3, pad=1, stride=1, **kw):
     )  # fmt: skip
 
 
-def test_fusable_needs_whole_images_and_zero_columns_for_the_halo():
+def test_fusable_needs_one_column_tile_with_zero_columns_for_the_halo():
     p = _layer(8, 64, 28)
     assert wg.fusable(p, Conv2dGw8WgradConfig(28, 32, 4, 3, 2))
-    assert not wg.fusable(p, Conv2dGw8WgradConfig(14, 32, 4, 3, 2))  # two row chunks
+    assert wg.fusable(p, Conv2dGw8WgradConfig(14, 32, 4, 3, 2))  # two row chunks
+    # row chunks of a 1x1 kernel at stride 2 leave rows between them: not fused
+    one = _layer(8, 64, 27, k=1, pad=0, stride=2)
+    assert wg.fusable(one, Conv2dGw8WgradConfig(14, 16, 4, 3, 2))
+    assert not wg.fusable(one, Conv2dGw8WgradConfig(7, 16, 4, 3, 2))
     assert not wg.fusable(p, Conv2dGw8WgradConfig(28, 16, 4, 3, 2))  # two column tiles
     assert not wg.fusable(_layer(8, 64, 32), Conv2dGw8WgradConfig(32, 32, 4, 3, 2))  # no zero col
     # 'valid' padding: Q = 26, dy columns -2..27 read, 2 wrap onto 30, 31
@@ -38,7 +42,7 @@ def test_fusable_needs_whole_images_and_zero_columns_for_the_halo():
     # a stream that stops before the last input row (stride 2, no padding, even H): not fused
     assert not wg.fusable(_layer(8, 64, 28, pad=0, stride=2), Conv2dGw8WgradConfig(13, 16, 4, 3, 2))
     with pytest.raises(ValueError, match="cannot fuse"):
-        wg.spec(p, Conv2dGw8WgradConfig(14, 32, 4, 3, 2), known_device("H100"), fuse_dgrad=True)
+        wg.spec(p, Conv2dGw8WgradConfig(28, 16, 4, 3, 2), known_device("H100"), fuse_dgrad=True)
 
 
 def test_the_backward_fuses_where_the_measured_rule_says():
@@ -143,3 +147,58 @@ def test_sampled_fused_configs_compile_without_local_memory(p, arch):
         allowed = 0 if wg.task_rows(p, cfg) <= wg.MAX_TASK_ROWS else 64
         for name, res in kernel_resources(image).items():
             assert res.local_bytes <= allowed, f"{name} {p} {cfg} {arch}: {res.local_bytes} B"
+
+
+def _kernel_rows(p, cfg):
+    """conv2d_gw8_wgrad.cu's row bookkeeping under FUSE_DGRAD, mirrored: for each image row, the
+    filter rows through which its task sums dx (each row written by one task), and the (dy row,
+    filter row) pairs the tasks' weight gradients sum. Task c streams rows h0 + i, i <
+    TILE_H, h0 = SH c BLOCK_P - PAD_H; it holds dy rows o < BLOCK_P (+ DY_HALO for dx) of its
+    chunk and writes dx rows from DX_FIRST_ROW = R - SH on (every row in an image's first)."""
+    chunks, sh = wg.p_chunks(p, cfg), p.stride_h
+    halo = (p.r - 1) // sh if chunks > 1 else 0
+    dx, pairs = {}, []
+    for c in range(chunks):
+        p0 = c * cfg.block_p
+        h0 = p0 * sh - p.pad_h
+        for i in range(wg.task_rows(p, cfg)):
+            if not 0 <= h0 + i < p.h:
+                continue  # padding: neither copied nor multiplied
+            live = [t for t in range(p.r) if i >= t and (i - t) % sh == 0]
+            pairs += [(p0 + (i - t) // sh, t) for t in live
+                      if (i - t) // sh < cfg.block_p and p0 + (i - t) // sh < p.p]  # fmt: skip
+            if chunks > 1 and i < p.r - sh and p0 != 0:
+                continue  # the previous chunk's dx row
+            assert h0 + i not in dx, f"{p} {cfg}: dx row {h0 + i} written twice"
+            dx[h0 + i] = {t for t in live
+                          if (i - t) // sh < cfg.block_p + halo and p0 + (i - t) // sh < p.p}  # fmt: skip
+    return dx, pairs
+
+
+@pytest.mark.parametrize("stride", [1, 2])
+@pytest.mark.parametrize("k, pad", [(1, 0), (3, 1), (3, 0), (5, 2)])
+def test_row_chunks_write_every_dx_row_once_with_every_tap(k, pad, stride):
+    """Where `fusable` takes a config (row chunks or whole images), every dx row of the image is
+    written by one task, through every filter row that reaches it, and the weight gradient sums
+    each (dy row, filter row) pair once; at R < stride chunks leave rows no task streams, and
+    `fusable` refuses them."""
+    dev = known_device("H100")
+    seen = 0
+    for hw in (7, 12, 17, 28, 31, 56):
+        p = _layer(2, 16, hw, k=k, pad=pad, stride=stride)
+        want_dx = {h: {t for t in range(k) if (h + pad - t) % stride == 0
+                       and 0 <= (h + pad - t) // stride < p.p} for h in range(p.h)}  # fmt: skip
+        want_pairs = sorted((o, t) for o in range(p.p) for t in range(k)
+                            if 0 <= o * stride + t - pad < p.h)  # fmt: skip
+        for cfg in wg.fused_configs(p, dev, chunked=True):
+            dx, pairs = _kernel_rows(p, cfg)
+            assert dx == want_dx, f"{p} {cfg}"
+            assert sorted(pairs) == want_pairs, f"{p} {cfg}"
+            seen += cfg.block_p < p.p
+        for bp in wg.block_p_choices(p):
+            cfg = Conv2dGw8WgradConfig(bp, 64, 1, 3, 4)
+            if bp < p.p and k < stride:
+                assert not wg.fusable(p, cfg)
+            elif wg.fusable(p, cfg):
+                assert _kernel_rows(p, cfg)[0] == want_dx
+    assert seen or k < stride
