@@ -77,28 +77,17 @@ def sample_params(rng: Any) -> Conv2dGw8Params:
 
 
 # The fused backward's layers (`sample_fused_params`; the thirty-eighth session's collection):
-# P at most SAMPLED_SHORT_ROWS at any batch, else up to SAMPLED_MAX_ROWS at
-# SAMPLED_TALL_MIN_BATCH images or more (where whole-image tasks may still fill the GPU). Most of
-# the region the backward fuses (`wgrad.may_fuse`), not all: P of 29-56 at fewer images with
-# many groups (e.g. C128 56^2 N32) fuses too, and there the model extrapolates.
-SAMPLED_SHORT_ROWS = 28
-SAMPLED_MAX_ROWS = 64
-SAMPLED_TALL_MIN_BATCH = 64
-
-
 def sample_fused_params(rng: Any) -> Conv2dGw8Params:
     """One layer the backward may fuse, drawn as `sample_params` draws (stride 1 or 2): a kernel
-    of at most `wgrad.FUSE_MAX_KERNEL` rows and columns, P as SAMPLED_* above, and a column tile
-    of the wgrad space (the widest, `wgrad.configs`) that can fuse (`wgrad.fusable`: a Q that is
-    a power of two leaves no zero column at 'same' padding)."""
+    of at most `wgrad.FUSE_MAX_KERNEL` rows and columns, and a column tile of the wgrad space
+    (the widest, `wgrad.configs`) that can fuse (`wgrad.fusable`: a Q that is a power of two
+    leaves no zero column at 'same' padding), with whole images or row chunks."""
     from spio.kernels.conv2d_gw8.params import Conv2dGw8WgradConfig
     from spio.kernels.conv2d_gw8.wgrad import BLOCK_Q_CHOICES, FUSE_MAX_KERNEL, fusable
 
     while True:
         p = sample_params(rng)
         if max(p.r, p.s) > FUSE_MAX_KERNEL:
-            continue
-        if p.p > SAMPLED_SHORT_ROWS and (p.p > SAMPLED_MAX_ROWS or p.n < SAMPLED_TALL_MIN_BATCH):
             continue
         widest = next((bq for bq in BLOCK_Q_CHOICES if bq >= p.q), BLOCK_Q_CHOICES[-1])
         if fusable(p, Conv2dGw8WgradConfig(p.p, widest, 1, 3, 4)):

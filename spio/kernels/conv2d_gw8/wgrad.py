@@ -348,12 +348,11 @@ def fuses(p: Conv2dGw8Params, cfg: Conv2dGw8WgradConfig, dev: Any) -> bool:
     return p.n * group_blocks(p, cfg) >= least
 
 
-def fused_configs(
-    p: Conv2dGw8Params, dev: Any, chunked: bool = False
-) -> list[Conv2dGw8WgradConfig]:
-    """The configs that also write dx (`fusable`): the default space's column tiles, warps,
-    stages and splits with whole-image tasks (block_p = P); `chunked` adds the space's configs
-    of row chunks (block_p < P) that can fuse as they are. Empty where the layer cannot fuse."""
+def fused_configs(p: Conv2dGw8Params, dev: Any, chunked: bool = True) -> list[Conv2dGw8WgradConfig]:
+    """The configs that also write dx (`fusable`; WGRAD_DGRAD's space): the default space's
+    column tiles, warps, stages and splits with whole-image tasks (block_p = P), and (unless
+    not `chunked`) the space's configs of row chunks (block_p < P) that can fuse as they are.
+    Empty where the layer cannot fuse."""
     out: dict[Conv2dGw8WgradConfig, None] = {}
     for c in configs(p, dev):
         for cand in (replace(c, block_p=p.p), c) if chunked else (replace(c, block_p=p.p),):
@@ -366,7 +365,7 @@ def fused_heuristic(p: Conv2dGw8Params, dev: Any) -> Conv2dGw8WgradConfig:
     """The fused config used until a performance model of WGRAD_DGRAD exists: `heuristic`'s
     wgrad config with whole-image tasks, or the fused config nearest it (warps, column tile,
     stages, splits per SM, in that order)."""
-    valid = fused_configs(p, dev)
+    valid = fused_configs(p, dev, chunked=False)
     if not valid:
         raise ValueError(f"conv2d_gw8 wgrad_dgrad: no fused config for {p} on {dev.name}")
     base = replace(heuristic(p, dev), block_p=p.p)

@@ -170,8 +170,8 @@ def _kernel_rows(p, cfg):
             if chunks > 1 and i < p.r - sh and p0 != 0:
                 continue  # the previous chunk's dx row
             assert h0 + i not in dx, f"{p} {cfg}: dx row {h0 + i} written twice"
-            dx[h0 + i] = {t for t in live
-                          if (i - t) // sh < cfg.block_p + halo and p0 + (i - t) // sh < p.p}  # fmt: skip
+            held = cfg.block_p + halo
+            dx[h0 + i] = {t for t in live if (i - t) // sh < held and p0 + (i - t) // sh < p.p}
     return dx, pairs
 
 
