@@ -439,9 +439,10 @@ class _WgradPlan:
 
     def run_fused(self, x, dy, w, stream: int) -> tuple | None:
         """(dx, dw, db or None) from the kernel that writes all of them (`wgrad.may_fuse`,
-        `wgrad.fuses`: at most 3x3, whole-image tasks that fill the GPU), for channels_last,
-        16-byte aligned x and dy and the weight `w`; None where the layer does not fuse, or w
-        is not of the plan's weight dtype and layout (the kernel reads it as compiled)."""
+        `wgrad.fuses`: at most 3x3, row chunks or whole images that fill the GPU), for
+        channels_last, 16-byte aligned x and dy and the weight `w`; None where the layer does
+        not fuse, or w is not of the plan's weight dtype and layout (the kernel reads it as
+        compiled)."""
         fused = self._fused
         if fused is False:
             fused = self._fused = self._fused_launch()

@@ -300,20 +300,20 @@ def fusable(p: Conv2dGw8Params, cfg: Conv2dGw8WgradConfig) -> bool:
 
 
 # Whether the backward fuses dgrad into wgrad (`may_fuse`, then `fuses` with the config selected
-# for WGRAD_DGRAD): where the whole-image tasks, each streaming its image's H input rows, still
-# fill the GPU. Measured on an H200 (thirty-eighth session, benchmarks/fused_backward_rule.py:
-# 348 layers, 36 of them RegNet-sized, each fused at the model's held-out pick against the op's
-# dgrad + wgrad; docs/ops/conv2d_gw8.md): at P <= 14 output rows the fused kernel won at 221
-# of 230 layers, stride 1 or 2, any batch; at more rows, at H <= 28 at 40 of the 43 layers
-# whose images' groups gave every SM two (regnety's C104 28^2 N128 1.37x, with 1.9 tasks per
-# SM at its pick's 8 warps), at H <= 56 at 16 of the other 21 whose config's tasks gave every
-# SM two, and at 13 of the 41 left; at H > 56 at 3 of 13 (every 112^2 stride-2 RegNet layer
-# lost). Over the 348 layers this rule sums to 25.05 ms against 27.76
-# for dgrad + wgrad everywhere and 24.71 for the faster of the two per layer. The thresholds
-# were chosen on these layers.
-FUSE_SHORT_ROWS = 14  # output rows P: fused at any batch
-FUSE_MID_ROWS = 28  # input rows H: fused where n * groups gives FUSE_MIN_TASKS_PER_SM
-FUSE_MAX_ROWS = 56  # input rows H: fused where the config's tasks do; never above
+# for WGRAD_DGRAD). A config of row chunks (block_p < P, only where a model of the family picks
+# one) always fuses: measured on an H200 (thirty-ninth session, benchmarks/fused_backward_rule.py
+# table: 40 layers with every config timed, 38 of them RegNet-sized, each at its held-out pick
+# against the op's dgrad + wgrad; docs/ops/conv2d_gw8.md) the picks summed to 2016 us against
+# 2374, faster at 38 of the 40 layers, 112^2 included. A whole-image config (the heuristic's,
+# on GPUs without a model) fuses where its tasks, each streaming its image's H input rows,
+# still fill the GPU (thirty-eighth session, 348 layers: at P <= 14 output rows the fused
+# kernel won at 221 of 230 layers, stride 1 or 2, any batch; at more rows, at H <= 28 at 40 of
+# the 43 layers whose images' groups gave every SM two, at H <= 56 at 16 of the other 21 whose
+# config's tasks gave every SM two, and at 13 of the 41 left; at H > 56 at 3 of 13). The
+# thresholds were chosen on those layers.
+FUSE_SHORT_ROWS = 14  # output rows P: whole images fused at any batch
+FUSE_MID_ROWS = 28  # input rows H: whole images fused where n * groups gives FUSE_MIN_TASKS_PER_SM
+FUSE_MAX_ROWS = 56  # input rows H: whole images fused where the config's tasks do; never above
 FUSE_MIN_TASKS_PER_SM = 2
 # Measured at 3x3 only: kernels of at most this many rows and columns fuse (the kernel takes
 # 5x5, 150-174 registers on sm_90, and 1x5 or 7x1 too, none of them timed).
@@ -325,21 +325,21 @@ FUSE_STRIDES = ((1, 1), (2, 2))
 def may_fuse(p: Conv2dGw8Params, dev: Any) -> bool:
     """Whether the backward of layer p (batch included) may run the fused kernel, before its
     config is selected: a kernel of at most FUSE_MAX_KERNEL rows and columns, a stride of
-    FUSE_STRIDES, at most FUSE_MAX_ROWS input rows, at most FUSE_SHORT_ROWS output rows or
-    images enough for FUSE_MIN_TASKS_PER_SM tasks per SM at one warp per CTA (`fuses` decides
-    with the selected config), and a config that can fuse (`fused_configs`)."""
-    if max(p.r, p.s) > FUSE_MAX_KERNEL or p.stride not in FUSE_STRIDES or p.h > FUSE_MAX_ROWS:
-        return False
-    if p.p > FUSE_SHORT_ROWS and p.n * p.groups < FUSE_MIN_TASKS_PER_SM * dev.sm_count:
+    FUSE_STRIDES, and a config that can fuse (`fused_configs`); `fuses` decides with the
+    selected config."""
+    if max(p.r, p.s) > FUSE_MAX_KERNEL or p.stride not in FUSE_STRIDES:
         return False
     return bool(fused_configs(p, dev))
 
 
 def fuses(p: Conv2dGw8Params, cfg: Conv2dGw8WgradConfig, dev: Any) -> bool:
     """Whether the backward of layer p runs the fused kernel of config `cfg` (a fused config,
-    selected for WGRAD_DGRAD where `may_fuse` holds), at most FUSE_MAX_ROWS input rows: at most
-    FUSE_SHORT_ROWS output rows; or FUSE_MIN_TASKS_PER_SM whole-image tasks per SM, counted at
-    one warp per CTA (n * groups) up to FUSE_MID_ROWS input rows, else at the config's warps."""
+    selected for WGRAD_DGRAD where `may_fuse` holds): always with row chunks (block_p < P);
+    with whole images at most FUSE_MAX_ROWS input rows, and at most FUSE_SHORT_ROWS output
+    rows or FUSE_MIN_TASKS_PER_SM tasks per SM, counted at one warp per CTA (n * groups) up
+    to FUSE_MID_ROWS input rows, else at the config's warps."""
+    if cfg.block_p < p.p:
+        return True
     if p.h > FUSE_MAX_ROWS:
         return False
     least = FUSE_MIN_TASKS_PER_SM * dev.sm_count
@@ -363,8 +363,9 @@ def fused_configs(p: Conv2dGw8Params, dev: Any, chunked: bool = True) -> list[Co
 
 def fused_heuristic(p: Conv2dGw8Params, dev: Any) -> Conv2dGw8WgradConfig:
     """The fused config used until a performance model of WGRAD_DGRAD exists: `heuristic`'s
-    wgrad config with whole-image tasks, or the fused config nearest it (warps, column tile,
-    stages, splits per SM, in that order)."""
+    wgrad config with whole-image tasks, or the whole-image fused config nearest it (warps,
+    column tile, stages, splits per SM, in that order). Never row chunks: where whole images
+    leave the GPU short of work, `fuses` then runs dgrad + wgrad (only a model picks chunks)."""
     valid = fused_configs(p, dev, chunked=False)
     if not valid:
         raise ValueError(f"conv2d_gw8 wgrad_dgrad: no fused config for {p} on {dev.name}")
@@ -837,7 +838,8 @@ WGRAD = KernelDef(
 
 # The weight gradient's kernel that also writes the input gradient, where the backward fuses
 # them (`may_fuse`, `fuses`): a family of its own, selected and tuned as the others are (its
-# model ranks the whole-image configs, `fused_configs`), at the batch's bucket as WGRAD is.
+# model ranks the fused configs, whole images and row chunks, `fused_configs`), at the batch's
+# bucket as WGRAD is.
 WGRAD_DGRAD = KernelDef(
     name="conv2d_gw8_wgrad_dgrad",
     params_type=Conv2dGw8Params,
@@ -846,8 +848,8 @@ WGRAD_DGRAD = KernelDef(
     spec=fused_spec,
     heuristic=fused_heuristic,
     stats=fused_stats,
-    # WGRAD's features: a fused config is a wgrad config (block_p = P), and the family's own
-    # model learns what writing dx adds.
+    # WGRAD's features: a fused config is a wgrad config, and the family's own model learns
+    # what writing dx (and a row chunk's dy halo) adds.
     features=features,
     feature_columns=feature_columns,
     examples=fused_examples,
