@@ -300,17 +300,22 @@ def fusable(p: Conv2dGw8Params, cfg: Conv2dGw8WgradConfig) -> bool:
 
 
 # Whether the backward fuses dgrad into wgrad (`may_fuse`, then `fuses` with the config selected
-# for WGRAD_DGRAD). A config of row chunks (block_p < P, only where a model of the family picks
-# one) always fuses: measured on an H200 (thirty-ninth session, benchmarks/fused_backward_rule.py
-# table: 40 layers with every config timed, 38 of them RegNet-sized, each at its held-out pick
-# against the op's dgrad + wgrad; docs/ops/conv2d_gw8.md) the picks summed to 2016 us against
-# 2374, faster at 38 of the 40 layers, 112^2 included. A whole-image config (the heuristic's,
-# on GPUs without a model) fuses where its tasks, each streaming its image's H input rows,
-# still fill the GPU (thirty-eighth session, 348 layers: at P <= 14 output rows the fused
-# kernel won at 221 of 230 layers, stride 1 or 2, any batch; at more rows, at H <= 28 at 40 of
-# the 43 layers whose images' groups gave every SM two, at H <= 56 at 16 of the other 21 whose
-# config's tasks gave every SM two, and at 13 of the 41 left; at H > 56 at 3 of 13). The
-# thresholds were chosen on those layers.
+# for WGRAD_DGRAD). Measured on an H200 against the op's dgrad + wgrad (docs/ops/conv2d_gw8.md,
+# benchmarks/fused_backward_rule.py, benchmarks/data/yardstick/fused_backward/).
+# - Row chunks (block_p < P; only a model of the family picks them), thirty-ninth session: the
+#   fastest of the chunked configs timed (10 or more per layer) beat dgrad + wgrad at every
+#   stride-1 layer (62, 0.55-0.99 of its time, 112^2 included) and at every stride-2 layer of
+#   at most 56 input rows (20, 0.58-0.91), but lost at 5 of the 12 stride-2 layers above (C48
+#   112^2 N128 1.18x, 224^2 up to 1.6x: there x and dx are 4 times dy, and fusing saves only
+#   dy's second read). Held out, on 40 layers with every config timed, the picks under this
+#   rule summed to 2073 us against 2374 for dgrad + wgrad.
+# - Whole images (the heuristic's too, on GPUs without a model), thirty-eighth session: where
+#   the tasks, each streaming its image's H input rows, still fill the GPU. Over 348 layers: at
+#   P <= 14 output rows the fused kernel won at 221 of 230, stride 1 or 2, any batch; at more
+#   rows, at H <= 28 at 40 of the 43 whose images' groups gave every SM two, at H <= 56 at 16
+#   of the other 21 whose config's tasks gave every SM two, and at 13 of the 41 left; at H >
+#   56 at 3 of 13.
+# The thresholds were chosen on these same layers.
 FUSE_SHORT_ROWS = 14  # output rows P: whole images fused at any batch
 FUSE_MID_ROWS = 28  # input rows H: whole images fused where n * groups gives FUSE_MIN_TASKS_PER_SM
 FUSE_MAX_ROWS = 56  # input rows H: whole images fused where the config's tasks do; never above
@@ -325,21 +330,24 @@ FUSE_STRIDES = ((1, 1), (2, 2))
 def may_fuse(p: Conv2dGw8Params, dev: Any) -> bool:
     """Whether the backward of layer p (batch included) may run the fused kernel, before its
     config is selected: a kernel of at most FUSE_MAX_KERNEL rows and columns, a stride of
-    FUSE_STRIDES, and a config that can fuse (`fused_configs`); `fuses` decides with the
-    selected config."""
+    FUSE_STRIDES (at stride 2 at most FUSE_MAX_ROWS input rows), and a config that can fuse
+    (`fused_configs`); `fuses` decides with the selected config."""
     if max(p.r, p.s) > FUSE_MAX_KERNEL or p.stride not in FUSE_STRIDES:
+        return False
+    if p.stride_h > 1 and p.h > FUSE_MAX_ROWS:
         return False
     return bool(fused_configs(p, dev))
 
 
 def fuses(p: Conv2dGw8Params, cfg: Conv2dGw8WgradConfig, dev: Any) -> bool:
     """Whether the backward of layer p runs the fused kernel of config `cfg` (a fused config,
-    selected for WGRAD_DGRAD where `may_fuse` holds): always with row chunks (block_p < P);
-    with whole images at most FUSE_MAX_ROWS input rows, and at most FUSE_SHORT_ROWS output
+    selected for WGRAD_DGRAD where `may_fuse` holds): with row chunks (block_p < P) at stride
+    1, or at most FUSE_MAX_ROWS input rows; with whole images at most FUSE_MAX_ROWS input
+    rows, and at most FUSE_SHORT_ROWS output
     rows or FUSE_MIN_TASKS_PER_SM tasks per SM, counted at one warp per CTA (n * groups) up
     to FUSE_MID_ROWS input rows, else at the config's warps."""
     if cfg.block_p < p.p:
-        return True
+        return p.stride_h == 1 or p.h <= FUSE_MAX_ROWS
     if p.h > FUSE_MAX_ROWS:
         return False
     least = FUSE_MIN_TASKS_PER_SM * dev.sm_count

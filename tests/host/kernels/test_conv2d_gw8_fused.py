@@ -47,11 +47,15 @@ def test_fusable_needs_one_column_tile_with_zero_columns_for_the_halo():
 
 def test_the_backward_fuses_where_the_measured_rule_says():
     dev = known_device("H100")
-    # row chunks (a model's pick) fuse at any size, 112^2 included
-    for p in (_layer(32, 64, 56), _layer(256, 24, 112, stride=2), _layer(1, 8, 112)):
+    # row chunks (a model's pick) fuse at stride 1 at any size, at stride 2 up to
+    # FUSE_MAX_ROWS input rows
+    for p in (_layer(32, 64, 56), _layer(32, 24, 56, stride=2), _layer(1, 8, 112)):
         assert wg.may_fuse(p, dev)
         chunks = [c for c in wg.fused_configs(p, dev) if c.block_p < p.p]
         assert chunks and all(wg.fuses(p, c, dev) for c in chunks)
+    strided = _layer(128, 48, 112, stride=2)
+    assert not wg.may_fuse(strided, dev)
+    assert not any(wg.fuses(strided, c, dev) for c in wg.fused_configs(strided, dev))
     # whole images, at most FUSE_SHORT_ROWS output rows: fused at any batch, stride 1 or 2
     for p in (_layer(1, 104, 14), _layer(1, 104, 28, stride=2)):
         assert wg.may_fuse(p, dev)
