@@ -76,7 +76,6 @@ def sample_params(rng: Any) -> Conv2dGw8Params:
                            stride_w=st)  # fmt: skip
 
 
-# The fused backward's layers (`sample_fused_params`; the thirty-eighth session's collection):
 def sample_fused_params(rng: Any) -> Conv2dGw8Params:
     """One layer the backward may fuse, drawn as `sample_params` draws (stride 1 or 2): a kernel
     of at most `wgrad.FUSE_MAX_KERNEL` rows and columns, and a column tile of the wgrad space

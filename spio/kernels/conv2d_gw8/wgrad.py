@@ -343,9 +343,9 @@ def fuses(p: Conv2dGw8Params, cfg: Conv2dGw8WgradConfig, dev: Any) -> bool:
     """Whether the backward of layer p runs the fused kernel of config `cfg` (a fused config,
     selected for WGRAD_DGRAD where `may_fuse` holds): with row chunks (block_p < P) at stride
     1, or at most FUSE_MAX_ROWS input rows; with whole images at most FUSE_MAX_ROWS input
-    rows, and at most FUSE_SHORT_ROWS output
-    rows or FUSE_MIN_TASKS_PER_SM tasks per SM, counted at one warp per CTA (n * groups) up
-    to FUSE_MID_ROWS input rows, else at the config's warps."""
+    rows, and at most FUSE_SHORT_ROWS output rows or FUSE_MIN_TASKS_PER_SM tasks per SM,
+    counted at one warp per CTA (n * groups) up to FUSE_MID_ROWS input rows, else at the
+    config's warps."""
     if cfg.block_p < p.p:
         return p.stride_h == 1 or p.h <= FUSE_MAX_ROWS
     if p.h > FUSE_MAX_ROWS:
