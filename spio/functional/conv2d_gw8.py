@@ -15,11 +15,12 @@ on each axis, any padding, optional bias, fp16/bf16 with fp32 accumulation, on s
 - Autograd: the input gradient runs the fprop kernel's dgrad variant on dy, which reads the weights
   transposed within each 8x8 group and rotated 180 degrees (no separate weight op); the weight and
   bias gradients run the deterministic wgrad kernel (per-CTA partials + an ordered reduction pass).
-  Where a backward needs dx and dw (or db) of a 3x3 (or smaller) layer of stride 1 or 2 whose
-  whole-image tasks fill the GPU (`spio.kernels.conv2d_gw8.wgrad.fuses`), one kernel
-  writes all of them, reading dy once (the wgrad kernel's FUSE_DGRAD variant; the dispatcher
-  path's `conv2d_gw8_backward` op). Its dx and dw are deterministic, but not the bits of
-  `conv2d_gw8_dgrad` and `conv2d_gw8_wgrad` called one by one: the sums run in another order.
+  Where a backward needs dx and dw (or db) of a 3x3 (or smaller) layer of stride 1 or 2 that
+  fuses (`spio.kernels.conv2d_gw8.wgrad.may_fuse` and `fuses`: row chunks, or whole-image
+  tasks that fill the GPU), one kernel writes all of them, reading dy once (the wgrad kernel's
+  FUSE_DGRAD variant; the dispatcher path's `conv2d_gw8_backward` op). Its dx and dw are
+  deterministic, but not the bits of `conv2d_gw8_dgrad` and `conv2d_gw8_wgrad` called one by
+  one: the sums run in another order.
 - Autocast: under CUDA autocast, `conv2d_gw8` computes in the autocast dtype like F.conv2d (an
   fp16-listed op): a float32 input is cast; on the eager path a float32 weight and bias are read
   by the kernels as they are (rounded to the autocast dtype as they load, what autocast's cast

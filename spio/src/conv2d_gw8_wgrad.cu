@@ -32,7 +32,8 @@
 ///   (S = 7: 1/8 of the mma work) and the leading padding rows' steps (their dy rows load there).
 /// Traffic per CTA and task: reads (rows of the task inside the image, at most BLOCK_P+R-1) x
 ///   (BLOCK_Q+2·ceil(S/2)-1 columns, those outside zero-filled without a read)·WARPS·16 B of x
-///   and BLOCK_P·BLOCK_Q·WARPS·16 B of dy; writes WARPS·8·8·R·S·4 B of partials at the end.
+///   and BLOCK_P·BLOCK_Q·WARPS·16 B of dy (FUSE_DGRAD row chunks: BLOCK_P + DY_HALO rows); writes
+///   WARPS·8·8·R·S·4 B of partials at the end (FUSE_DGRAD: and the task's dx rows).
 ///   Bound: at 7x7 the mma.sync issue rate (and the per-row barrier); at 3x3 L2 (ncu at C64 56²
 ///   k3 N128, 4x64 w4 s3 sp4: L2 81%, DRAM 42%, hit 64%). Where that L2 traffic comes from, in
 ///   units of one activation tensor (x = dy = 51 MB there):
@@ -418,10 +419,11 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
 #if FUSE_DGRAD
     // ---- FUSE_DGRAD: the input gradient from the dy rows in the ring -------------------------
     //   dx[n, h, w, g8+c] = sum_{k,r,s} dy[n, (h+PAD_H-r)/SH, (w+PAD_W-s)/SW, g8+k] w[g8+k, c, r, s]
-    // (terms whose division is not exact are absent). Task row i's live taps (`tap_live`: dy
-    // row (i - r) / SH in ds[r]) are exactly those dx row h0 + i needs through filter row r, so
-    // dx row i is computed where x row i is multiplied, from the dy rows the weight gradient
-    // already holds (dy read once for both). A whole-image task (P_CHUNKS 1) holds every dy row
+    // (terms whose division is not exact are absent). The dy rows (i - r) / SH in ds[r] that
+    // task row i multiplies through filter row r are those dx row h0 + i needs (`dx_tap_live`:
+    // in a whole image the weight gradient's own taps, `tap_live`), so dx row i is computed
+    // where x row i is multiplied, from the dy rows the weight gradient already holds (dy read
+    // once for both). A whole-image task (P_CHUNKS 1) holds every dy row
     // its dx rows read; a row chunk's task also the DY_HALO rows past its chunk, and writes only
     // the dx rows it owns (below). One column tile (Q_TILES 1) leaves no column halo outside
     // the ring. The host (`wgrad.fusable`) checks that the last chunk's stream reaches the last

@@ -80,7 +80,8 @@ def sample_fused_params(rng: Any) -> Conv2dGw8Params:
     """One layer the backward may fuse, drawn as `sample_params` draws (stride 1 or 2): a kernel
     of at most `wgrad.FUSE_MAX_KERNEL` rows and columns, and a column tile of the wgrad space
     (the widest, `wgrad.configs`) that can fuse (`wgrad.fusable`: a Q that is a power of two
-    leaves no zero column at 'same' padding), with whole images or row chunks."""
+    leaves no zero column at 'same' padding) with whole images (`wgrad.may_fuse` asks for one;
+    the family's space then has its row chunks too)."""
     from spio.kernels.conv2d_gw8.params import Conv2dGw8WgradConfig
     from spio.kernels.conv2d_gw8.wgrad import BLOCK_Q_CHOICES, FUSE_MAX_KERNEL, fusable
 

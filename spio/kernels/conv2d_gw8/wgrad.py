@@ -291,7 +291,9 @@ def fusable(p: Conv2dGw8Params, cfg: Conv2dGw8WgradConfig) -> bool:
     right = (p.w - 1 + p.pad_w) // p.stride_w  # the last dy column a dx column reads
     last_h0 = (chunks - 1) * cfg.block_p * p.stride_h - p.pad_h  # the last task's first row
     return (
-        (chunks == 1 or p.r >= p.stride_h)
+        p.pad_h >= 0  # the op's layers (the kernel's row bookkeeping assumes them)
+        and p.dilate_h == p.dilate_w == 1
+        and (chunks == 1 or p.r >= p.stride_h)
         and last_h0 + task_rows(p, cfg) >= p.h
         and bq & (bq - 1) == 0
         and bq - left >= p.q
@@ -330,13 +332,17 @@ FUSE_STRIDES = ((1, 1), (2, 2))
 def may_fuse(p: Conv2dGw8Params, dev: Any) -> bool:
     """Whether the backward of layer p (batch included) may run the fused kernel, before its
     config is selected: a kernel of at most FUSE_MAX_KERNEL rows and columns, a stride of
-    FUSE_STRIDES (at stride 2 at most FUSE_MAX_ROWS input rows), and a config that can fuse
-    (`fused_configs`); `fuses` decides with the selected config."""
+    FUSE_STRIDES (at stride 2 at most FUSE_MAX_ROWS input rows), and a whole-image config
+    that can fuse (`fused_configs`, which `fused_heuristic` takes); `fuses` decides with the
+    selected config."""
     if max(p.r, p.s) > FUSE_MAX_KERNEL or p.stride not in FUSE_STRIDES:
         return False
     if p.stride_h > 1 and p.h > FUSE_MAX_ROWS:
         return False
-    return bool(fused_configs(p, dev))
+    # A whole-image config too: the heuristic (GPUs without a model) picks only those. The
+    # layers that fuse only in row chunks (a ragged last chunk reaches an input row a whole
+    # image's stream stops short of: 3x3 'valid' at stride 2 and even H) run dgrad + wgrad.
+    return bool(fused_configs(p, dev, chunked=False))
 
 
 def fuses(p: Conv2dGw8Params, cfg: Conv2dGw8WgradConfig, dev: Any) -> bool:

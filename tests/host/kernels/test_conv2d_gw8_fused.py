@@ -209,3 +209,23 @@ def test_row_chunks_write_every_dx_row_once_with_every_tap(k, pad, stride):
             elif wg.fusable(p, cfg):
                 assert _kernel_rows(p, cfg)[0] == want_dx
     assert seen or k < stride
+
+
+def test_where_the_backward_may_fuse_the_heuristic_has_a_config():
+    """`may_fuse` asks for a whole-image config, the only kind `fused_heuristic` (GPUs without a
+    model) picks, so selecting the fused config never fails where the op asks for one. A layer
+    that fuses only in row chunks (3x3 'valid', stride 2, even H: a ragged last chunk reaches
+    the input row a whole image's stream stops short of) runs dgrad + wgrad."""
+    import random
+
+    from spio.kernels.conv2d_gw8.tune import sample_params
+
+    only_chunks = _layer(64, 64, 28, pad=0, stride=2)
+    rng = random.Random(5)
+    layers = [only_chunks] + [sample_params(rng) for _ in range(60)]
+    for arch in ("H100", "sm_80"):
+        dev = known_device(arch)
+        assert wg.fused_configs(only_chunks, dev) and not wg.may_fuse(only_chunks, dev)
+        for p in layers:
+            if wg.may_fuse(p, dev):
+                assert wg.fused_heuristic(p, dev) in wg.fused_configs(p, dev), p
