@@ -156,51 +156,91 @@ def test_sampled_fused_configs_compile_without_local_memory(p, arch):
             assert res.local_bytes <= allowed, f"{name} {p} {cfg} {arch}: {res.local_bytes} B"
 
 
-def _kernel_rows(p, cfg):
-    """conv2d_gw8_wgrad.cu's row bookkeeping under FUSE_DGRAD, mirrored: for each image row, the
-    filter rows through which its task sums dx (each row written by one task), and the (dy row,
-    filter row) pairs the tasks' weight gradients sum. Task c streams rows h0 + i, i <
-    TILE_H, h0 = SH c BLOCK_P - PAD_H; it holds dy rows o < BLOCK_P (+ DY_HALO for dx) of its
-    chunk and writes dx rows from DX_FIRST_ROW = R - SH on (every row in an image's first)."""
-    chunks, sh = wg.p_chunks(p, cfg), p.stride_h
-    halo = (p.r - 1) // sh if chunks > 1 else 0
-    dx, pairs = {}, []
-    for c in range(chunks):
-        p0 = c * cfg.block_p
-        h0 = p0 * sh - p.pad_h
-        for i in range(wg.task_rows(p, cfg)):
-            if not 0 <= h0 + i < p.h:
-                continue  # padding: neither copied nor multiplied
-            live = [t for t in range(p.r) if i >= t and (i - t) % sh == 0]
-            pairs += [(p0 + (i - t) // sh, t) for t in live
-                      if (i - t) // sh < cfg.block_p and p0 + (i - t) // sh < p.p]  # fmt: skip
-            if chunks > 1 and i < p.r - sh and p0 != 0:
+def _kernel_rows(p, cfg, images=2, tasks_per_split=None):
+    """conv2d_gw8_wgrad.cu's row bookkeeping under FUSE_DGRAD, mirrored with its dy ring: the
+    CTAs' streams of task rows (task t: image t // P_CHUNKS, chunk c = t % P_CHUNKS, rows h0 +
+    i for i < TILE_H, h0 = SH c BLOCK_P - PAD_H), the copy of stream position k + STAGES - 1
+    at step k into dy slot (k + STAGES - 1) % DY_ROWS, and the reads of ds[r] = slot (k - r) %
+    DY_ROWS. Returns, per (image, row), the (dy row, filter row) terms its dx sums (each row
+    written by one task), the weight gradient's (image, dy row, filter row) pairs and the bias
+    gradient's (image, dy row) rows; asserts that every slot read holds the dy row meant."""
+    sh, r_, pad = p.stride_h, p.r, p.pad_h
+    chunks, rows, ring = wg.p_chunks(p, cfg), wg.task_rows(p, cfg), wg.dy_rows(p, cfg)
+    halo = (r_ - 1) // sh if chunks > 1 else 0
+    last_rows = p.p - (chunks - 1) * cfg.block_p
+
+    def task(t):
+        p0 = t % chunks * cfg.block_p
+        return t // chunks, p0, p0 * sh - pad
+
+    def dy_inside(t, o, extra=0):  # the kernel's dy_row_inside (extra = 0) / dy_row_held
+        return o < cfg.block_p + extra and (o < last_rows or task(t)[1] + o < p.p)
+
+    dx, pairs, bias = {}, [], []
+    tasks = images * chunks
+    per = tasks_per_split or tasks
+    for first in range(0, tasks, per):
+        stream = [(t, i) for t in range(first, min(first + per, tasks)) for i in range(rows)]
+        slots = [None] * ring
+
+        def copy(k, stream=stream, slots=slots):
+            if k < len(stream):
+                t, i = stream[k]
+                if i % sh == 0 and dy_inside(t, i // sh, halo):
+                    slots[k % ring] = (task(t)[0], task(t)[1] + i // sh)
+
+        for k in range(cfg.stages - 1):
+            copy(k)
+        for k, (t, i) in enumerate(stream):
+            copy(k + cfg.stages - 1)
+            image, p0, h0 = task(t)
+            live = [r for r in range(r_) if i >= r and (i - r) % sh == 0]
+            if not 0 <= h0 + i < p.h:  # padding: its dy row still joins the bias gradient
+                if i % sh == 0 and dy_inside(t, i // sh):
+                    bias.append(slots[k % ring])
+                continue
+            for r in live:
+                if dy_inside(t, (i - r) // sh):
+                    assert slots[(k - r) % ring] == (image, p0 + (i - r) // sh), (p, cfg, k, r)
+                    pairs.append((image, p0 + (i - r) // sh, r))
+                    bias += [slots[k % ring]] if r == 0 else []
+            if chunks > 1 and i < r_ - sh and p0 != 0:
                 continue  # the previous chunk's dx row
-            assert h0 + i not in dx, f"{p} {cfg}: dx row {h0 + i} written twice"
-            held = cfg.block_p + halo
-            dx[h0 + i] = {t for t in live if (i - t) // sh < held and p0 + (i - t) // sh < p.p}
-    return dx, pairs
+            assert (image, h0 + i) not in dx, f"{p} {cfg}: dx row {h0 + i} written twice"
+            terms = set()
+            for r in live:
+                if dy_inside(t, (i - r) // sh, halo):
+                    assert slots[(k - r) % ring] == (image, p0 + (i - r) // sh), (p, cfg, k, r)
+                    terms.add((p0 + (i - r) // sh, r))
+            dx[(image, h0 + i)] = terms
+    return dx, pairs, bias
 
 
 @pytest.mark.parametrize("stride", [1, 2])
 @pytest.mark.parametrize("k, pad", [(1, 0), (3, 1), (3, 0), (5, 2)])
 def test_row_chunks_write_every_dx_row_once_with_every_tap(k, pad, stride):
-    """Where `fusable` takes a config (row chunks or whole images), every dx row of the image is
-    written by one task, through every filter row that reaches it, and the weight gradient sums
-    each (dy row, filter row) pair once; at R < stride chunks leave rows no task streams, and
-    `fusable` refuses them."""
+    """Where `fusable` takes a config (row chunks or whole images; one of each row tiling and
+    stage count), every dx row of every image is written by one task, through every filter row
+    that reaches it, and the weight and bias gradients sum each (dy row, filter row) pair and
+    each dy row once, with every dy ring slot read holding the row meant, one task or several
+    per CTA; at R < stride chunks leave rows no task streams, and `fusable` refuses them."""
     dev = known_device("H100")
     seen = 0
     for hw in (7, 12, 17, 28, 31, 56):
         p = _layer(2, 16, hw, k=k, pad=pad, stride=stride)
-        want_dx = {h: {t for t in range(k) if (h + pad - t) % stride == 0
-                       and 0 <= (h + pad - t) // stride < p.p} for h in range(p.h)}  # fmt: skip
-        want_pairs = sorted((o, t) for o in range(p.p) for t in range(k)
+        want_dx = {(n, h): {((h + pad - t) // stride, t) for t in range(k)
+                            if (h + pad - t) % stride == 0 and 0 <= (h + pad - t) // stride < p.p}
+                   for n in range(2) for h in range(p.h)}  # fmt: skip
+        want_pairs = sorted((n, o, t) for n in range(2) for o in range(p.p) for t in range(k)
                             if 0 <= o * stride + t - pad < p.h)  # fmt: skip
-        for cfg in wg.fused_configs(p, dev, chunked=True):
-            dx, pairs = _kernel_rows(p, cfg)
-            assert dx == want_dx, f"{p} {cfg}"
-            assert sorted(pairs) == want_pairs, f"{p} {cfg}"
+        want_bias = sorted((n, o) for n in range(2) for o in range(p.p))
+        rows = {(c.block_p, c.stages): c for c in wg.fused_configs(p, dev, chunked=True)}
+        for cfg in rows.values():
+            for per in (1, None):
+                dx, pairs, bias = _kernel_rows(p, cfg, tasks_per_split=per)
+                assert dx == want_dx, f"{p} {cfg}"
+                assert sorted(pairs) == want_pairs, f"{p} {cfg}"
+                assert sorted(bias) == want_bias, f"{p} {cfg}"
             seen += cfg.block_p < p.p
         for bp in wg.block_p_choices(p):
             cfg = Conv2dGw8WgradConfig(bp, 64, 1, 3, 4)
