@@ -209,7 +209,7 @@ PHASED_SHAPES = [
 ]  # fmt: skip
 
 
-# Odd channel-group counts (7, 13, 19, 55) on CTAs whose warps do not divide them
+# Odd channel-group counts (7, 13, 19, 55; 3 and 6) on CTAs whose warps do not divide them
 # (RAGGED_GROUPS: the last group block has idle warps), stride 1 and 2, with and without bias.
 RAGGED_SHAPES = [
     Conv2dGw8Params(n=2, c=56, h=12, w=13, r=3, s=3, pad_h=1, pad_w=1, stride_h=2, stride_w=2,
@@ -217,6 +217,10 @@ RAGGED_SHAPES = [
     Conv2dGw8Params(n=3, c=152, h=9, w=9, r=3, s=3, pad_h=1, pad_w=1, has_bias=True),
     Conv2dGw8Params(n=2, c=440, h=7, w=7, r=3, s=3, pad_h=1, pad_w=1, dtype="bfloat16"),
     Conv2dGw8Params(n=1, c=104, h=15, w=34, r=5, s=5, pad_h=2, pad_w=2, stride_h=2, stride_w=2),
+    # 3 and 6 groups: CTAs of more warps than groups (one group block, its last warps idle)
+    Conv2dGw8Params(n=3, c=24, h=19, w=21, r=3, s=3, pad_h=1, pad_w=1, stride_h=2, stride_w=2,
+                    has_bias=True),
+    Conv2dGw8Params(n=2, c=48, h=14, w=30, r=3, s=3, pad_h=1, pad_w=1, dtype="bfloat16"),
 ]  # fmt: skip
 
 
