@@ -380,11 +380,19 @@ def _compile(kdef, p, cfg, arch: str) -> bytes:
     return compile_spec(kdef.spec(p, cfg, known_device(arch)), arch)
 
 
-def _assert_no_local_memory(image: bytes, what: str) -> None:
+def _assert_no_local_memory(image: bytes, what: str, allowed: int = 0) -> None:
     from spio.compiler import kernel_resources
 
     for name, res in kernel_resources(image).items():
-        assert res.local_bytes == 0, f"{what}: {name} uses {res.local_bytes} B of local memory"
+        assert res.local_bytes <= allowed, (
+            f"{what}: {name} uses {res.local_bytes} B of local memory (at most {allowed})"
+        )
+
+
+# ptxas keeps a few scalars on the stack in some configs of the space (8 B at C32 3x3 4 warps 2
+# stages, 8-16 B at some C24/C48 CTAs spanning every group: docs/ops/conv2d_gw8.md, "Fortieth
+# session"); a ring or slot array demoted to local memory would take far more.
+SAMPLED_LOCAL_BYTES = 16
 
 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
@@ -396,7 +404,7 @@ def test_sampled_configs_compile(arch, job):
     kdef, p, cfg = jobs[job]
     image = _compile(kdef, p, cfg, arch)
     assert image[:4] == b"\x7fELF"
-    _assert_no_local_memory(image, f"{kdef.name} {p} {cfg} {arch}")
+    _assert_no_local_memory(image, f"{kdef.name} {p} {cfg} {arch}", SAMPLED_LOCAL_BYTES)
 
 
 # The stride-2 group convs of regnetx_002 / regnety_004 (batch 256 / 128), and a 7x7 one.
