@@ -380,7 +380,7 @@ def _compile(kdef, p, cfg, arch: str) -> bytes:
     return compile_spec(kdef.spec(p, cfg, known_device(arch)), arch)
 
 
-def _assert_no_local_memory(image: bytes, what: str, allowed: int = 0) -> None:
+def _assert_local_memory(image: bytes, what: str, allowed: int = 0) -> None:
     from spio.compiler import kernel_resources
 
     for name, res in kernel_resources(image).items():
@@ -404,7 +404,7 @@ def test_sampled_configs_compile(arch, job):
     kdef, p, cfg = jobs[job]
     image = _compile(kdef, p, cfg, arch)
     assert image[:4] == b"\x7fELF"
-    _assert_no_local_memory(image, f"{kdef.name} {p} {cfg} {arch}", SAMPLED_LOCAL_BYTES)
+    _assert_local_memory(image, f"{kdef.name} {p} {cfg} {arch}", SAMPLED_LOCAL_BYTES)
 
 
 # The stride-2 group convs of regnetx_002 / regnety_004 (batch 256 / 128), and a 7x7 one.
@@ -420,7 +420,7 @@ STRIDED_LAYERS = [
 def test_heuristic_configs_of_strided_layers_compile_without_spills(kdef):
     for p in STRIDED_LAYERS:
         cfg = kdef.heuristic(p, _dev("H100"))
-        _assert_no_local_memory(_compile(kdef, p, cfg, "sm_90"), f"{kdef.name} {p} {cfg}")
+        _assert_local_memory(_compile(kdef, p, cfg, "sm_90"), f"{kdef.name} {p} {cfg}")
 
 
 @pytest.mark.parametrize("kdef", KDEFS, ids=lambda k: k.name)
@@ -428,7 +428,7 @@ def test_heuristic_configs_of_real_layers_compile_without_spills(kdef):
     shapes = sample(layer_shapes(), 2, seed=7)
     for p in shapes:
         cfg = kdef.heuristic(p, _dev("H100"))
-        _assert_no_local_memory(_compile(kdef, p, cfg, "sm_90"), f"{kdef.name} {p} {cfg}")
+        _assert_local_memory(_compile(kdef, p, cfg, "sm_90"), f"{kdef.name} {p} {cfg}")
 
 
 @pytest.mark.slow
