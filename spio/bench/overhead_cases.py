@@ -12,6 +12,9 @@ Passes (`PASSES`):
              recording the autograd graph
   fwd+bwd    y = op(inputs); y.backward(gy); every input's .grad set back to None (so no
              accumulation kernel runs): a training step of the layer
+
+A case marked "amp" calls both sides as a model's layer runs under mixed precision: inside
+torch.autocast(fp16), the weight and bias float32 (a model's Parameters), the activation fp16.
 """
 
 from __future__ import annotations
@@ -41,14 +44,26 @@ class Case:
     torch: Callable[..., torch.Tensor]
 
 
-def _conv_inputs(n: int, c: int, hw: int) -> Callable[[torch.device], tuple[torch.Tensor, ...]]:
+def _conv_inputs(
+    n: int, c: int, hw: int, weight_dtype: torch.dtype = DTYPE
+) -> Callable[[torch.device], tuple[torch.Tensor, ...]]:
     def make(device: torch.device) -> tuple[torch.Tensor, ...]:
         x = torch.randn(n, c, hw, hw, device=device, dtype=DTYPE).to(memory_format=CL)
-        w = (0.2 * torch.randn(c, 8, 3, 3, device=device)).to(DTYPE)
-        b = (0.1 * torch.randn(c, device=device)).to(DTYPE)
+        w = (0.2 * torch.randn(c, 8, 3, 3, device=device)).to(weight_dtype)
+        b = (0.1 * torch.randn(c, device=device)).to(weight_dtype)
         return x, w, b
 
     return make
+
+
+def _under_autocast(op: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
+    """op called inside torch.autocast(DTYPE) on its first argument's device type."""
+
+    def call(*args: torch.Tensor) -> torch.Tensor:
+        with torch.autocast(args[0].device.type, dtype=DTYPE):
+            return op(*args)
+
+    return call
 
 
 def _norm_inputs(n: int, c: int, hw: int) -> Callable[[torch.device], tuple[torch.Tensor, ...]]:
@@ -70,18 +85,32 @@ def _matmul_inputs(m: int, n: int, k: int, b_transposed: bool):
     return make
 
 
-def conv_case(n: int, c: int, hw: int, stride: int = 1) -> Case:
+def conv_case(n: int, c: int, hw: int, stride: int = 1, amp: bool = False) -> Case:
+    """conv2d_gw8 3x3 with bias; `amp`: as a model's layer under autocast (the module doc)."""
     import spio.functional as sf
 
     groups = c // 8
     strided = f" stride {stride}" if stride != 1 else ""
+    baseline = f"F.conv2d(x, w, b, {f'stride={stride}, ' if strided else ''}padding=1, groups=C/8)"
+
+    def spio_op(x, w, b):
+        return sf.conv2d_gw8(x, w, b, padding=1, stride=stride)
+
+    def torch_op(x, w, b):
+        return F.conv2d(x, w, b, stride=stride, padding=1, groups=groups)
+
+    spio_call: Callable[..., torch.Tensor] = spio_op
+    torch_call: Callable[..., torch.Tensor] = torch_op
+    if amp:
+        baseline += " under autocast(fp16), w and b float32"
+        spio_call, torch_call = _under_autocast(spio_op), _under_autocast(torch_op)
     return Case(
         "conv2d_gw8",
-        f"N{n} C{c} {hw}x{hw}{strided}",
-        f"F.conv2d(x, w, b, {f'stride={stride}, ' if strided else ''}padding=1, groups=C/8)",
-        _conv_inputs(n, c, hw),
-        lambda x, w, b: sf.conv2d_gw8(x, w, b, padding=1, stride=stride),
-        lambda x, w, b: F.conv2d(x, w, b, stride=stride, padding=1, groups=groups),
+        f"N{n} C{c} {hw}x{hw}{strided}{' amp' if amp else ''}",
+        baseline,
+        _conv_inputs(n, c, hw, torch.float32 if amp else DTYPE),
+        spio_call,
+        torch_call,
     )
 
 
@@ -128,7 +157,8 @@ def cases(ops: tuple[str, ...] | list[str] = OPS) -> list[Case]:
     """The benchmark's cases of the chosen ops, in report order."""
     out: list[Case] = []
     if "conv2d_gw8" in ops:
-        out += [conv_case(128, 512, 7), conv_case(128, 64, 56), conv_case(32, 128, 28)]
+        out += [conv_case(128, 512, 7), conv_case(128, 512, 7, amp=True)]
+        out += [conv_case(128, 64, 56), conv_case(32, 128, 28)]
         # regnety_004's stride-2 C104 layer: its input gradient runs at a preferred carveout.
         out += [conv_case(128, 104, 56, stride=2)]
     if "layernorm_2d" in ops:

@@ -57,6 +57,7 @@ def test_the_cases_the_issue_asks_for():
     got = [(c.op, c.label) for c in cases()]
     assert got == [
         ("conv2d_gw8", "N128 C512 7x7"),
+        ("conv2d_gw8", "N128 C512 7x7 amp"),
         ("conv2d_gw8", "N128 C64 56x56"),
         ("conv2d_gw8", "N32 C128 28x28"),
         ("conv2d_gw8", "N128 C104 56x56 stride 2"),
@@ -84,6 +85,20 @@ def _small_conv_case() -> Case:
         lambda x, w, b: sf.conv2d_gw8(x, w, b),
         lambda x, w, b: F.conv2d(x, w, b, padding=1),
     )
+
+
+def test_the_amp_case_calls_as_a_model_does_under_autocast():
+    """float32 weight and bias, an fp16 activation, the calls inside autocast(fp16). (spio's op
+    takes float32 weights under CUDA autocast only, so on the CPU the torch side is checked.)"""
+    from spio.bench.overhead_cases import conv_case
+
+    case = conv_case(1, 16, 5, amp=True)
+    x, w, b = case.inputs(torch.device("cpu"))
+    assert (x.dtype, w.dtype, b.dtype) == (torch.float16, torch.float32, torch.float32)
+    assert "autocast" in case.baseline and case.label.endswith(" amp")
+    assert case.torch(x, w, b).dtype == torch.float16  # autocast cast the weight
+    with pytest.raises(RuntimeError):  # without autocast the dtypes mismatch
+        F.conv2d(x, w, b, padding=1, groups=2)
 
 
 def test_pass_calls_compute_the_gradients_and_reset_them():
