@@ -1,13 +1,17 @@
 """One forward + backward of every spio op at small ragged shapes, for compute-sanitizer.
 
     compute-sanitizer --tool memcheck  python scripts/sanitizer_smoke.py
-    compute-sanitizer --tool racecheck python scripts/sanitizer_smoke.py
+    compute-sanitizer --tool racecheck python scripts/sanitizer_smoke.py [PART ...]
+
+PART is one of conv, fused, layernorm, matmul (none: all of them).
 
 Each op runs on fresh random inputs and is compared with PyTorch, so a run that the sanitizer
 passes also computed the right answer. Small shapes keep the sanitizer's slowdown bearable.
 """
 
 from __future__ import annotations
+
+import sys
 
 import torch
 import torch.nn.functional as F
@@ -165,6 +169,60 @@ def _wgrad_direct(p, cfg, x, dy, dev, stream, cache, pick) -> None:
     _check(f"wgrad {pick} bias {cfg}", db, dy.double().sum((0, 2, 3)), 5e-2)
 
 
+def fused(
+    n: int, c: int, h: int, w: int, dtype: torch.dtype, stride: int = 1, chunked: bool = False
+) -> None:
+    """The backward's fused kernel (dx, dw and db in one pass, then the op's reduction) launched
+    directly: per warp count the first fused config of whole-image tasks, or of row chunks, so
+    idle warps and CTAs that span every group (3, 6 or 7 groups) run too; against fp64, dx and
+    the partials NaN-poisoned."""
+    from spio.cuda import device_attributes
+    from spio.kernels.conv2d_gw8 import wgrad as wg
+    from spio.kernels.conv2d_gw8 import wgrad_reduce as rd
+    from spio.kernels.conv2d_gw8.params import Conv2dGw8Params
+    from spio.kernels.loader import default_function_cache
+
+    p = Conv2dGw8Params(
+        n=n, c=c, h=h, w=w, r=3, s=3, pad_h=1, pad_w=1, stride_h=stride, stride_w=stride,
+        has_bias=True, dtype=str(dtype).removeprefix("torch."),
+    )  # fmt: skip
+    dev = device_attributes(torch.cuda.current_device())
+    cache = default_function_cache()
+    stream = torch.cuda.current_stream().cuda_stream
+    x = torch.randn(n, c, h, w, device="cuda", dtype=dtype).to(memory_format=torch.channels_last)
+    dy = torch.randn(n, c, p.p, p.q, device="cuda", dtype=dtype)
+    dy = dy.to(memory_format=torch.channels_last)
+    wt = torch.randn(c, 8, 3, 3, device="cuda", dtype=dtype) * 0.2
+    picked: dict[int, object] = {}
+    for cfg in wg.fused_configs(p, dev, chunked=chunked):
+        if (cfg.block_p < p.p) == chunked:
+            picked.setdefault(cfg.warps, cfg)
+    if not picked:
+        raise SystemExit(f"sanitizer smoke: no fused config for {p} (chunked {chunked})")
+    want_dx = torch.nn.grad.conv2d_input(
+        (n, c, h, w), wt.double(), dy.double(), stride=stride, padding=1, groups=c // 8
+    )
+    want_dw = torch.nn.grad.conv2d_weight(
+        x.double(), (c, 8, 3, 3), dy.double(), stride=stride, padding=1, groups=c // 8
+    )
+    for cfg in picked.values():
+        rcfg = rd.reduce_config(p, cfg, dev)
+        launch = wg.WgradLaunch(
+            cache.get(wg.WGRAD_DGRAD, wg.WGRAD_DGRAD.compiled(p), cfg, dev),
+            cache.get(rd.WGRAD_REDUCE, rd.WGRAD_REDUCE.compiled(p), rcfg, dev), p, cfg, dev,
+        )  # fmt: skip
+        dx = torch.full((n, c, h, w), float("nan"), device="cuda", dtype=dtype)
+        dx = dx.to(memory_format=torch.channels_last)
+        dw = torch.empty(c, 8, 3, 3, device="cuda", dtype=dtype)
+        db = torch.empty(c, device="cuda", dtype=dtype)
+        ws = torch.full((launch.workspace_floats,), float("nan"), device="cuda")
+        launch(dw, db, ws, x, dy, stream, dx, wt)
+        tag = f"fused {n}x{c}x{h}x{w} s{stride} {cfg}"
+        _check(tag + " dx", dx, want_dx, 2e-2)
+        _check(tag + " dw", dw, want_dw, 5e-2)
+        _check(tag + " db", db, dy.double().sum((0, 2, 3)), 5e-2)
+
+
 def matmul(m: int, n: int, k: int, dtype: torch.dtype) -> None:
     a = torch.randn(m, k, device="cuda", dtype=dtype)
     b = torch.randn(k, n, device="cuda", dtype=dtype)
@@ -177,35 +235,51 @@ def matmul(m: int, n: int, k: int, dtype: torch.dtype) -> None:
     )
 
 
-def main() -> None:
+PARTS = ("conv", "fused", "layernorm", "matmul")
+
+
+def main(parts: list[str]) -> None:
+    unknown = sorted(set(parts) - set(PARTS))
+    if unknown:
+        raise SystemExit(f"sanitizer smoke: unknown parts {unknown}; choose from {list(PARTS)}")
+    chosen = set(parts or PARTS)
     torch.manual_seed(0)
-    conv(2, 16, 9, 7, 3, torch.float16)
-    conv(1, 8, 5, 11, 5, torch.bfloat16)
-    conv(2, 16, 9, 7, 3, torch.float16, stride=(2, 2))  # odd H, W: dx's last row/column
-    conv(1, 24, 6, 11, 5, torch.bfloat16, stride=(1, 2))
-    conv(1, 8, 13, 4, 7, torch.float16, stride=(2, 1))
-    _direct(2, 16, 6, 37, 3, torch.float16, 2, "phased")
-    _direct(1, 8, 5, 40, 5, torch.bfloat16, 2, "phased")
-    _direct(2, 56, 9, 11, 3, torch.float16, 1, "ragged")  # 7 groups: idle warps
-    _direct(1, 104, 7, 34, 3, torch.bfloat16, 2, "ragged")  # 13 groups, stride 2
-    if torch.cuda.get_device_capability() >= (9, 0):
-        _direct(2, 64, 9, 13, 3, torch.float16, 1, "tma")  # 2, 4 and 8 warps
-        _direct(2, 32, 7, 21, 3, torch.bfloat16, 1, "tma")  # Q 21: 16 + 5 columns, 16 + 8 of 32
-        _direct(1, 48, 11, 9, 3, torch.bfloat16, 2, "tma")  # stride 2: fprop only
-    layernorm(2, 96, 5, 3, torch.float16)
-    layernorm(1, 768, 3, 3, torch.bfloat16)
-    matmul(17, 40, 64, torch.float16)
-    matmul(130, 264, 96, torch.bfloat16)
-    if torch.cuda.get_device_capability() == (9, 0):
-        # 16 x 17 tiles of 128 x 256: more than a wave, so B as (N, K) runs the persistent cluster
-        # config (matmul_sm90.LARGE_PICK; a row-major B the plain one); short K for the sanitizer.
-        matmul(2048, 4352, 64, torch.float16)
-        # Decode: B as (N, K) runs swapped (C^T = B A^T in 16-wide tiles), split over K in 4
-        # (matmul_sm90.swap_choice), its partials summed by the second kernel.
-        matmul(5, 1000, 1032, torch.bfloat16)
+    if "conv" in chosen:
+        conv(2, 16, 9, 7, 3, torch.float16)
+        conv(1, 8, 5, 11, 5, torch.bfloat16)
+        conv(2, 16, 9, 7, 3, torch.float16, stride=(2, 2))  # odd H, W: dx's last row/column
+        conv(1, 24, 6, 11, 5, torch.bfloat16, stride=(1, 2))
+        conv(1, 8, 13, 4, 7, torch.float16, stride=(2, 1))
+        _direct(2, 16, 6, 37, 3, torch.float16, 2, "phased")
+        _direct(1, 8, 5, 40, 5, torch.bfloat16, 2, "phased")
+        _direct(2, 56, 9, 11, 3, torch.float16, 1, "ragged")  # 7 groups: idle warps
+        _direct(1, 104, 7, 34, 3, torch.bfloat16, 2, "ragged")  # 13 groups, stride 2
+        if torch.cuda.get_device_capability() >= (9, 0):
+            _direct(2, 64, 9, 13, 3, torch.float16, 1, "tma")  # 2, 4 and 8 warps
+            _direct(2, 32, 7, 21, 3, torch.bfloat16, 1, "tma")  # Q 21: 16 + 5, 16 + 8 of 32
+            _direct(1, 48, 11, 9, 3, torch.bfloat16, 2, "tma")  # stride 2: fprop only
+    if "fused" in chosen:
+        fused(2, 56, 9, 11, torch.float16)  # 7 groups: 4-warp blocks with idle warps, 8 spanning
+        fused(3, 24, 15, 17, torch.bfloat16, stride=2)  # 3 groups: a 4-warp CTA spans them
+        fused(2, 48, 30, 30, torch.float16, chunked=True)  # row chunks; 6 groups
+        fused(2, 24, 29, 27, torch.float16, stride=2, chunked=True)  # chunks overlap one row
+    if "layernorm" in chosen:
+        layernorm(2, 96, 5, 3, torch.float16)
+        layernorm(1, 768, 3, 3, torch.bfloat16)
+    if "matmul" in chosen:
+        matmul(17, 40, 64, torch.float16)
+        matmul(130, 264, 96, torch.bfloat16)
+        if torch.cuda.get_device_capability() == (9, 0):
+            # 16 x 17 tiles of 128 x 256: more than a wave, so B as (N, K) runs the persistent
+            # cluster config (matmul_sm90.LARGE_PICK; a row-major B the plain one); short K for
+            # the sanitizer.
+            matmul(2048, 4352, 64, torch.float16)
+            # Decode: B as (N, K) runs swapped (C^T = B A^T in 16-wide tiles), split over K in 4
+            # (matmul_sm90.swap_choice), its partials summed by the second kernel.
+            matmul(5, 1000, 1032, torch.bfloat16)
     torch.cuda.synchronize()
-    print("sanitizer smoke: all ops ran and matched PyTorch")
+    print(f"sanitizer smoke: {', '.join(p for p in PARTS if p in chosen)} ran and matched PyTorch")
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1:])
